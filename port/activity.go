@@ -1,0 +1,149 @@
+package port
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// ActivityRef declares an activity by name and types, without its body. The
+// package that calls it (workflows/) declares it; the body is attached with
+// Bind where dependencies are wired, so handlers never import I/O code.
+type ActivityRef[In, Out any] struct{ name string }
+
+// DeclareActivity names an activity. Names are stable identifiers, like kinds.
+func DeclareActivity[In, Out any](name string) ActivityRef[In, Out] {
+	return ActivityRef[In, Out]{name: name}
+}
+
+// Name returns the registered name.
+func (r ActivityRef[In, Out]) Name() string { return r.name }
+
+// Run executes the activity as the step named step of f.
+func (r ActivityRef[In, Out]) Run(f Flow, step string, in In, opts ...StepOption) (Out, error) {
+	var out Out
+	err := f.Step(step, r.name, in, &out, opts...)
+	return out, err
+}
+
+// ActivityBinding is an activity body ready for registration: an engine calls
+// Invoke with the JSON input and stores the JSON result.
+type ActivityBinding struct {
+	Name   string
+	Invoke func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
+}
+
+// Bind attaches a body to a declared activity. The compiler checks that fn
+// has the declared input and output types.
+func Bind[In, Out any](ref ActivityRef[In, Out], fn func(context.Context, In) (Out, error)) ActivityBinding {
+	return ActivityBinding{
+		Name: ref.name,
+		Invoke: func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+			var in In
+			if err := json.Unmarshal(raw, &in); err != nil {
+				return nil, NonRetryable(fmt.Errorf("decode input of activity %s: %w", ref.name, err))
+			}
+			out, err := fn(ctx, in)
+			if err != nil {
+				return nil, err
+			}
+			b, err := EncodePayload("result", out)
+			if err != nil {
+				return nil, NonRetryable(fmt.Errorf("activity %s: %w", ref.name, err))
+			}
+			return b, nil
+		},
+	}
+}
+
+// FencingToken identifies one attempt of one step and orders it against the
+// other attempts of the same step: within one Scope a larger Epoch is newer.
+// The ledger records it as attempt_token when a step begins, refuses a Begin
+// whose Epoch is lower than the recorded one for the same Scope, and commits
+// only while the recorded token is still exactly this one.
+//
+// Temporal: Scope is workflow ID/run ID/activity ID, Epoch the activity
+// attempt. Lease engine: Scope is run ID/step name, Epoch the run's claim
+// count, Nonce the claim's lease_token.
+type FencingToken struct {
+	Scope string
+	Epoch int64
+	Nonce string // distinguishes two claims that share an epoch; may be empty
+}
+
+// String renders the token as stored in attempt_token columns.
+func (t FencingToken) String() string {
+	s := t.Scope + "#" + strconv.FormatInt(t.Epoch, 10)
+	if t.Nonce != "" {
+		s += "#" + t.Nonce
+	}
+	return s
+}
+
+// Valid reports whether the token can fence anything.
+func (t FencingToken) Valid() bool { return t.Scope != "" && t.Epoch > 0 }
+
+// StepInfo is the identity of the step an activity runs as.
+type StepInfo struct {
+	RunID    RunID
+	Kind     Kind
+	Version  int
+	Step     string
+	Activity string
+	Attempt  int // 1-based
+	Token    FencingToken
+}
+
+// ActivityRuntime is what an engine installs in an activity's context.
+type ActivityRuntime interface {
+	Info() StepInfo
+	// Heartbeat records progress (shown in the Temporal UI; stored with the
+	// run by the lease engine) and reports ErrCanceled or ErrLeaseLost when
+	// the step should stop.
+	Heartbeat(ctx context.Context, progress any) error
+}
+
+type runtimeKey struct{}
+
+// WithActivityRuntime is for engines: it installs rt in ctx.
+func WithActivityRuntime(ctx context.Context, rt ActivityRuntime) context.Context {
+	return context.WithValue(ctx, runtimeKey{}, rt)
+}
+
+// StepInfoFrom returns the identity of the running step, if ctx is an
+// activity context.
+func StepInfoFrom(ctx context.Context) (StepInfo, bool) {
+	rt, ok := ctx.Value(runtimeKey{}).(ActivityRuntime)
+	if !ok {
+		return StepInfo{}, false
+	}
+	return rt.Info(), true
+}
+
+// Heartbeat reports progress from inside an activity and tells it whether to
+// go on: it returns ErrCanceled once the run is canceled and ErrLeaseLost once
+// the worker's claim is gone; the step must then stop and commit nothing.
+// Outside an activity context it only checks ctx.
+func Heartbeat(ctx context.Context, progress any) error {
+	if rt, ok := ctx.Value(runtimeKey{}).(ActivityRuntime); ok {
+		if err := rt.Heartbeat(ctx, progress); err != nil {
+			return err
+		}
+	}
+	return StopReason(ctx)
+}
+
+// StopReason returns nil while ctx is live, else why it ended: ErrCanceled,
+// ErrLeaseLost, or the context's own error.
+func StopReason(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(ctx)
+}
+
+// Canceled reports whether the step's run was canceled.
+func Canceled(ctx context.Context) bool {
+	return ctx.Err() != nil && context.Cause(ctx) == ErrCanceled
+}

@@ -1,0 +1,157 @@
+package port
+
+import (
+	"context"
+	"time"
+)
+
+// Kind names a task kind, e.g. "asset.import". Kinds are stable identifiers:
+// they appear in idempotency rows, Temporal workflow types and the admin UI.
+type Kind string
+
+// RunID identifies one run of a kind. It is assigned by Enqueue from the
+// Postgres idempotency row, so it outlives any engine's retention window.
+type RunID string
+
+// Topic addresses a signal, e.g. "approval:<plan id>".
+type Topic string
+
+// Status is the engine-neutral lifecycle of a run. Both engines map their own
+// states onto exactly this vocabulary.
+type Status string
+
+// The statuses a RunView can report.
+const (
+	StatusPending   Status = "pending"   // enqueued, not yet picked up (or delayed by AvailableAt)
+	StatusRunning   Status = "running"   // a worker is executing the handler or one of its steps
+	StatusWaiting   Status = "waiting"   // parked in WaitSignal or Sleep; holds no worker slot
+	StatusSucceeded Status = "succeeded" // the handler returned nil
+	StatusFailed    Status = "failed"    // the handler returned an error (e.g. a step exhausted its retries)
+	StatusCanceled  Status = "canceled"  // Cancel was called and the run stopped before finishing
+)
+
+// Terminal reports whether no further progress will happen for the status.
+func (s Status) Terminal() bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusCanceled
+}
+
+// Valid reports whether s is one of the six statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPending, StatusRunning, StatusWaiting, StatusSucceeded, StatusFailed, StatusCanceled:
+		return true
+	}
+	return false
+}
+
+// TaskEngine is the only thing business code depends on (ADR-002 section 1).
+//
+// Enqueue is idempotent on (kind, IdempotencyKey) forever, not within a
+// retention window: the Postgres row with UNIQUE(kind, idempotency_key) is the
+// authority on both engines. Callers normally do not call Enqueue directly but
+// write an outbox row in their business transaction (ADR 2.1).
+type TaskEngine interface {
+	// Enqueue starts a run of the current version of kind, or returns the run
+	// already recorded for (kind, opts.IdempotencyKey). The input is not
+	// compared with the existing run's input.
+	Enqueue(ctx context.Context, kind Kind, input any, opts EnqueueOptions) (RunID, error)
+	// Signal wakes the runs waiting on topic and returns how many accepted it.
+	// It is a hint only: a waiter re-reads the business database after waking,
+	// and a signal nobody waits for returns 0 and breaks nothing.
+	Signal(ctx context.Context, topic Topic, payload any) (delivered int, err error)
+	// Cancel records the cancel request in Postgres first, then cancels in the
+	// engine. A running step is not interrupted by the engine; it learns of the
+	// cancel through its context (see Heartbeat) and stops itself. Later steps
+	// never start. Canceling a finished run is a no-op.
+	Cancel(ctx context.Context, id RunID, reason string) error
+	// Get returns the read-only projection of a run, or ErrNotFound.
+	Get(ctx context.Context, id RunID) (RunView, error)
+	// Start begins serving the given roles. It returns once the engine is
+	// serving; work happens in the background until Stop.
+	Start(ctx context.Context, opts StartOptions) error
+	// Stop is graceful: in-flight steps finish or are handed back to another
+	// worker within the engine's documented bound. Safe to call twice.
+	Stop(ctx context.Context) error
+}
+
+// EnqueueOptions tune one Enqueue call.
+type EnqueueOptions struct {
+	// IdempotencyKey is required. Derive it from the business meaning of the
+	// request (e.g. "plan:<id>:import"), never from time or randomness.
+	IdempotencyKey string
+	// AvailableAt delays the first step until this instant. Zero means now.
+	AvailableAt time.Time
+	// Priority orders runs that are ready at the same time: lower runs first.
+	// Zero is the default; it must lie in [MinPriority, MaxPriority].
+	Priority int
+	// BusinessKey is a free-form business identifier (a plan id) recorded with
+	// the run so that operators can find it, e.g. in the Temporal UI. Optional.
+	BusinessKey string
+}
+
+// Priority bounds, inclusive.
+const (
+	MinPriority = -100
+	MaxPriority = 100
+)
+
+// Role is a responsibility an engine process can take on.
+type Role string
+
+// RoleWorker executes runs. Enqueue, Signal, Cancel and Get work without any
+// role: a process that only submits work does not Start a worker.
+const RoleWorker Role = "worker"
+
+// StartOptions configure Start.
+type StartOptions struct {
+	// Roles to serve. Empty means [RoleWorker].
+	Roles []Role
+	// Concurrency is the number of steps this process runs at once. Zero
+	// means the engine's default (documented by each engine); negative is an
+	// error.
+	Concurrency int
+	// Versions restricts which registered versions this worker serves, per
+	// kind. Nil means every registered version. A run whose version no worker
+	// serves stays pending (visible, not failed).
+	Versions map[Kind][]int
+}
+
+// RunView is the engine-neutral, read-only projection of a run. Both engines
+// fill it with the same vocabulary.
+type RunView struct {
+	ID          RunID
+	Kind        Kind
+	Version     int
+	BusinessKey string
+	Status      Status
+	// Attempts is the attempt number of the current (or last) step; 0 before
+	// any step ran.
+	Attempts int
+	// LastError is the most recent failure message, empty if none.
+	LastError string
+	// CurrentStep is the name of the step, wait or sleep the run is in (or
+	// last was in); empty before the first step.
+	CurrentStep string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	// FinishedAt is zero until the run is terminal.
+	FinishedAt time.Time
+}
+
+// RunFilter selects runs for the admin listings.
+type RunFilter struct {
+	Kind Kind // empty: every kind
+	// Version, when non-zero, keeps only runs of this handler version.
+	Version int
+	// BelowVersion, when non-zero, keeps only runs of versions lower than it:
+	// "runs still on an old version".
+	BelowVersion int
+	Statuses     []Status // empty: every status
+	Limit        int      // zero: 100
+}
+
+// Admin is implemented by both engines for the operator surface: dead letters
+// (Statuses: failed) and runs still open on an old version (ADR 2.5, 2.6).
+type Admin interface {
+	ListRuns(ctx context.Context, filter RunFilter) ([]RunView, error)
+}

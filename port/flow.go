@@ -1,0 +1,165 @@
+package port
+
+import (
+	"encoding/json"
+	"log/slog"
+	"time"
+)
+
+// Flow is what a handler sees of the engine. It is deliberately not a
+// context.Context: a handler must be deterministic, so it gets time, logging
+// and identity from the Flow and performs every side effect through a Step.
+//
+// Rules for handlers (ADR 2.5; workflowcheck enforces most of them):
+// no goroutines, clocks, randomness, I/O or map-order dependence; every step,
+// wait and sleep has a name unique within the run, stable within a version
+// (carry a loop index in names used in loops); only append steps at the end or
+// insert idempotent ones within a version, bump Version otherwise.
+//
+// On replay both engines check each step's (sequence number, name) against
+// the history and fail the run with ErrNondeterminism on a mismatch.
+type Flow interface {
+	RunID() RunID
+	Kind() Kind
+	Version() int
+	// Now is the deterministic current time (recorded on first execution).
+	Now() time.Time
+	// Logger does not repeat lines while the engine replays history.
+	Logger() *slog.Logger
+
+	// Step runs the registered activity at least once and memoizes its
+	// result: on replay a completed step returns the stored result without
+	// running again. in is encoded as JSON; out (a pointer, or nil) receives
+	// the decoded result. A step that fails for good returns a *StepError;
+	// after a cancel Step returns ErrCanceled without starting.
+	Step(name, activity string, in, out any, opts ...StepOption) error
+	// WaitSignal parks the run until a signal on topic arrives or timeout
+	// passes. It reports whether a signal was received and decodes its
+	// payload into payload (a pointer, or nil). A signal sent before the run
+	// waited is not lost while it is buffered by the engine, but the caller
+	// must still treat the business database as the truth (ADR 2.2).
+	WaitSignal(name string, topic Topic, timeout time.Duration, payload any) (received bool, err error)
+	// Sleep parks the run for d without holding a worker slot.
+	Sleep(name string, d time.Duration) error
+	// GetVersion marks a compatible in-place change: it returns maxSupported
+	// on a first execution and the recorded version on replay.
+	GetVersion(changeID string, minSupported, maxSupported int) int
+	// RestartSuggested reports that the run's history is long; a loop should
+	// then return ContinueAsNew with its current state.
+	RestartSuggested() bool
+}
+
+// StepOptions tune a single step. The kind's Definition supplies the
+// defaults; StepOption values override them per call.
+type StepOptions struct {
+	Retry RetryPolicy
+	// Timeout bounds one attempt (Temporal StartToClose). Default 1 minute.
+	Timeout time.Duration
+	// HeartbeatTimeout, when set, fails an attempt that does not call
+	// Heartbeat within it; long steps set it so a stuck worker is noticed
+	// before Timeout. Zero disables it.
+	HeartbeatTimeout time.Duration
+}
+
+// DefaultStepTimeout applies when neither the Definition nor the step sets one.
+const DefaultStepTimeout = time.Minute
+
+// StepOption overrides one field of StepOptions.
+type StepOption func(*StepOptions)
+
+// WithRetry overrides the kind's retry policy for one step.
+func WithRetry(p RetryPolicy) StepOption { return func(o *StepOptions) { o.Retry = p } }
+
+// WithTimeout sets the per-attempt timeout of one step.
+func WithTimeout(d time.Duration) StepOption { return func(o *StepOptions) { o.Timeout = d } }
+
+// WithHeartbeatTimeout sets the heartbeat timeout of one step.
+func WithHeartbeatTimeout(d time.Duration) StepOption {
+	return func(o *StepOptions) { o.HeartbeatTimeout = d }
+}
+
+// ResolveStepOptions applies opts over the definition's defaults and
+// validates the result. Engines call it for every Step.
+func ResolveStepOptions(def Definition, opts ...StepOption) (StepOptions, error) {
+	o := StepOptions{Retry: def.Retry, Timeout: def.StepTimeout, HeartbeatTimeout: def.HeartbeatTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.Timeout < 0 {
+		return o, fieldErr("timeout", "must not be negative, got %s", o.Timeout)
+	}
+	if o.HeartbeatTimeout < 0 {
+		return o, fieldErr("heartbeat_timeout", "must not be negative, got %s", o.HeartbeatTimeout)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultStepTimeout
+	}
+	if err := o.Retry.Validate(); err != nil {
+		return o, err
+	}
+	o.Retry = o.Retry.WithDefaults()
+	return o, nil
+}
+
+// Definition is one version of one task kind.
+type Definition struct {
+	Kind    Kind
+	Version int // >= 1; an incompatible handler change bumps it (ADR 2.5)
+	// Retry is the kind's step retry policy; required (ADR 2.6). Use
+	// NetworkRetry or FileRetry unless there is a reason not to.
+	Retry RetryPolicy
+	// StepTimeout is the default per-attempt timeout; zero means DefaultStepTimeout.
+	StepTimeout time.Duration
+	// HeartbeatTimeout is the default heartbeat timeout; zero disables it.
+	HeartbeatTimeout time.Duration
+	Handler          Handler
+}
+
+// Handler runs a kind's deterministic code. Build one with Handle.
+type Handler struct {
+	run   func(Flow, json.RawMessage) error
+	check func(json.RawMessage) error
+}
+
+// Validator is implemented by inputs that check their own fields; Enqueue
+// calls it so that bad input is refused before anything is written.
+type Validator interface{ Validate() error }
+
+// Handle turns a typed handler into a Handler. Inputs are decoded strictly
+// (unknown fields are refused) and validated with Validate when In has it.
+func Handle[In any](fn func(f Flow, in In) error) Handler {
+	decode := func(raw json.RawMessage) (In, error) {
+		var in In
+		if err := decodeStrict(raw, &in); err != nil {
+			return in, &FieldError{Field: "input", Reason: err.Error()}
+		}
+		if v, ok := any(&in).(Validator); ok {
+			if err := v.Validate(); err != nil {
+				return in, &FieldError{Field: "input", Reason: err.Error()}
+			}
+		}
+		return in, nil
+	}
+	return Handler{
+		run: func(f Flow, raw json.RawMessage) error {
+			in, err := decode(raw)
+			if err != nil {
+				return NonRetryable(err)
+			}
+			return fn(f, in)
+		},
+		check: func(raw json.RawMessage) error {
+			_, err := decode(raw)
+			return err
+		},
+	}
+}
+
+// Run executes the handler on a JSON input.
+func (h Handler) Run(f Flow, input json.RawMessage) error { return h.run(f, input) }
+
+// CheckInput decodes and validates input without running anything.
+func (h Handler) CheckInput(input json.RawMessage) error { return h.check(input) }
+
+// Defined reports whether the handler was built with Handle.
+func (h Handler) Defined() bool { return h.run != nil }

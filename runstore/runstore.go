@@ -1,0 +1,261 @@
+// Package runstore is the Postgres part both engines share: the idempotency
+// authority (taskport.run, UNIQUE(kind, idempotency_key) with no time window),
+// the run projection that stays readable after an engine forgets a run, and
+// the waiter table that makes topic-addressed signals strongly consistent.
+//
+// Adapters import this package; they never import each other.
+package runstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskport/taskport/port"
+)
+
+// DBTX is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx, so every write
+// also works inside the caller's transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Engine names the engine that owns a run.
+type Engine string
+
+// The engines.
+const (
+	EngineLease    Engine = "lease"
+	EngineTemporal Engine = "temporal"
+)
+
+// NewRun is what Insert records.
+type NewRun struct {
+	Engine      Engine
+	Kind        port.Kind
+	Version     int
+	Key         string // idempotency key
+	BusinessKey string
+	Priority    int
+	Input       json.RawMessage
+	AvailableAt time.Time // zero: now
+}
+
+// Run is a stored row: the authority's fields plus the projection.
+type Run struct {
+	port.RunView
+	Engine            Engine
+	IdempotencyKey    string
+	Priority          int
+	Input             json.RawMessage
+	AvailableAt       time.Time
+	CancelRequestedAt time.Time // zero when no cancel was requested
+	CancelReason      string
+}
+
+// Insert records a new run, or finds the one already recorded for
+// (kind, key). created reports which. The existing run's input is not
+// compared (ADR (f)); its id is returned whichever engine owns it.
+func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Run{}, false, fmt.Errorf("new run id: %w", err)
+	}
+	var avail any
+	if !r.AvailableAt.IsZero() {
+		avail = r.AvailableAt
+	}
+	rows, err := q.Query(ctx, insertRunSQL, id, r.Engine, r.Kind, r.Version, r.Key, r.BusinessKey, r.Priority, r.Input, avail)
+	if err != nil {
+		return Run{}, false, fmt.Errorf("insert run %s/%s: %w", r.Kind, r.Key, err)
+	}
+	run, err = pgx.CollectExactlyOneRow(rows, scanRun)
+	if err == nil {
+		return run, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, false, fmt.Errorf("insert run %s/%s: %w", r.Kind, r.Key, err)
+	}
+	rows, err = q.Query(ctx, selectRunByKeySQL, r.Kind, r.Key)
+	if err != nil {
+		return Run{}, false, fmt.Errorf("find run %s/%s: %w", r.Kind, r.Key, err)
+	}
+	run, err = pgx.CollectExactlyOneRow(rows, scanRun)
+	if err != nil {
+		return Run{}, false, fmt.Errorf("find run %s/%s: %w", r.Kind, r.Key, err)
+	}
+	return run, false, nil
+}
+
+// ParseID validates a run id. A malformed id is reported as ErrNotFound: no
+// run can have it.
+func ParseID(id port.RunID) (uuid.UUID, error) {
+	u, err := uuid.Parse(string(id))
+	if err != nil {
+		return uuid.UUID{}, fmt.Errorf("run %q: %w", id, port.ErrNotFound)
+	}
+	return u, nil
+}
+
+// Get returns the stored run, or port.ErrNotFound.
+func Get(ctx context.Context, q DBTX, id port.RunID) (Run, error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return Run{}, err
+	}
+	rows, err := q.Query(ctx, selectRunSQL, u)
+	if err != nil {
+		return Run{}, fmt.Errorf("get run %s: %w", id, err)
+	}
+	run, err := pgx.CollectExactlyOneRow(rows, scanRun)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("get run %s: %w", id, err)
+	}
+	return run, nil
+}
+
+// RequestCancel writes the cancel request (ADR 2.4: the Postgres flag comes
+// first, then the engine cancel). It keeps the first request's time and
+// reason, and returns the run as stored after the write.
+func RequestCancel(ctx context.Context, q DBTX, id port.RunID, reason string) (Run, error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return Run{}, err
+	}
+	rows, err := q.Query(ctx, requestCancelSQL, u, reason)
+	if err != nil {
+		return Run{}, fmt.Errorf("request cancel of run %s: %w", id, err)
+	}
+	run, err := pgx.CollectExactlyOneRow(rows, scanRun)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("request cancel of run %s: %w", id, err)
+	}
+	return run, nil
+}
+
+// Projection is the engine-reported state of a run.
+type Projection struct {
+	Status      port.Status
+	Attempts    int
+	LastError   string
+	CurrentStep string
+}
+
+// Project records what the engine reports about a run. A terminal status
+// sets finished_at once; a terminal row is never moved back to an open one.
+func Project(ctx context.Context, q DBTX, id port.RunID, p Projection) error {
+	u, err := ParseID(id)
+	if err != nil {
+		return err
+	}
+	if !p.Status.Valid() {
+		return fmt.Errorf("project run %s: status %q: %w", id, p.Status, port.ErrInvalidInput)
+	}
+	if _, err := q.Exec(ctx, projectSQL, u, p.Status, p.Attempts, p.LastError, p.CurrentStep); err != nil {
+		return fmt.Errorf("project run %s: %w", id, err)
+	}
+	return nil
+}
+
+// List returns runs matching f, newest first.
+func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	statuses := make([]string, 0, len(f.Statuses))
+	for _, s := range f.Statuses {
+		statuses = append(statuses, string(s))
+	}
+	rows, err := q.Query(ctx, listRunsSQL, string(f.Kind), f.Version, f.BelowVersion, statuses, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	out := make([]port.RunView, len(runs))
+	for i, r := range runs {
+		out[i] = r.RunView
+	}
+	return out, nil
+}
+
+// AddWaiter registers run as waiting on topic at step. Registering twice is
+// harmless.
+func AddWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID, step string) error {
+	u, err := ParseID(id)
+	if err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, addWaiterSQL, topic, u, step); err != nil {
+		return fmt.Errorf("add waiter %s on %s: %w", id, topic, err)
+	}
+	return nil
+}
+
+// RemoveWaiter unregisters run from topic.
+func RemoveWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) error {
+	u, err := ParseID(id)
+	if err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, removeWaiterSQL, topic, u); err != nil {
+		return fmt.Errorf("remove waiter %s on %s: %w", id, topic, err)
+	}
+	return nil
+}
+
+// Waiters returns the runs currently waiting on topic, oldest first.
+func Waiters(ctx context.Context, q DBTX, topic port.Topic) ([]port.RunID, error) {
+	rows, err := q.Query(ctx, waitersSQL, topic)
+	if err != nil {
+		return nil, fmt.Errorf("waiters on %s: %w", topic, err)
+	}
+	ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (port.RunID, error) {
+		var u uuid.UUID
+		err := row.Scan(&u)
+		return port.RunID(u.String()), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiters on %s: %w", topic, err)
+	}
+	return ids, nil
+}
+
+func scanRun(row pgx.CollectableRow) (Run, error) {
+	var (
+		r                   Run
+		id                  uuid.UUID
+		finished, cancelReq *time.Time
+	)
+	err := row.Scan(&id, &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
+		&r.AvailableAt, &r.Status, &r.Attempts, &r.LastError, &r.CurrentStep, &cancelReq, &r.CancelReason,
+		&r.CreatedAt, &r.UpdatedAt, &finished)
+	if err != nil {
+		return Run{}, err
+	}
+	r.ID = port.RunID(id.String())
+	if finished != nil {
+		r.FinishedAt = *finished
+	}
+	if cancelReq != nil {
+		r.CancelRequestedAt = *cancelReq
+	}
+	return r, nil
+}
