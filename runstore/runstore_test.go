@@ -1,0 +1,135 @@
+package runstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/runstore"
+)
+
+func newRun(key string) runstore.NewRun {
+	return runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1, Key: key,
+		BusinessKey: "plan-1", Input: json.RawMessage(`{"a":1}`)}
+}
+
+// Concurrent inserts of one key create exactly one run and all callers get
+// its id: the UNIQUE constraint, not a time window, is the authority.
+func TestInsertIsIdempotentUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const n = 16
+	ids := make([]port.RunID, n)
+	created := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, c, err := runstore.Insert(ctx, pool, newRun("plan-1:import"))
+			require.NoError(t, err)
+			ids[i], created[i] = r.ID, c
+		}()
+	}
+	wg.Wait()
+	creators := 0
+	for i := range n {
+		require.Equal(t, ids[0], ids[i])
+		if created[i] {
+			creators++
+		}
+	}
+	require.Equal(t, 1, creators)
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM taskport.run").Scan(&rows))
+	require.Equal(t, 1, rows)
+
+	other, c, err := runstore.Insert(ctx, pool, newRun("plan-1:import:retry-1"))
+	require.NoError(t, err)
+	require.True(t, c)
+	require.NotEqual(t, ids[0], other.ID)
+}
+
+func TestGetCancelProjectList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+
+	_, err := runstore.Get(ctx, pool, "not-a-uuid")
+	require.ErrorIs(t, err, port.ErrNotFound)
+	_, err = runstore.Get(ctx, pool, "0190a5c6-0000-7000-8000-000000000000")
+	require.ErrorIs(t, err, port.ErrNotFound)
+	_, err = runstore.RequestCancel(ctx, pool, "0190a5c6-0000-7000-8000-000000000000", "x")
+	require.ErrorIs(t, err, port.ErrNotFound)
+
+	r, _, err := runstore.Insert(ctx, pool, newRun("k1"))
+	require.NoError(t, err)
+	got, err := runstore.Get(ctx, pool, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusPending, got.Status)
+	require.Equal(t, "plan-1", got.BusinessKey)
+	require.True(t, got.CancelRequestedAt.IsZero())
+
+	c1, err := runstore.RequestCancel(ctx, pool, r.ID, "user asked")
+	require.NoError(t, err)
+	c2, err := runstore.RequestCancel(ctx, pool, r.ID, "again")
+	require.NoError(t, err)
+	require.Equal(t, "user asked", c2.CancelReason, "the first request's reason is kept")
+	require.Equal(t, c1.CancelRequestedAt, c2.CancelRequestedAt)
+
+	require.NoError(t, runstore.Project(ctx, pool, r.ID, runstore.Projection{Status: port.StatusRunning, Attempts: 2, CurrentStep: "copy"}))
+	require.NoError(t, runstore.Project(ctx, pool, r.ID, runstore.Projection{Status: port.StatusFailed, Attempts: 3, LastError: "boom", CurrentStep: "copy"}))
+	require.NoError(t, runstore.Project(ctx, pool, r.ID, runstore.Projection{Status: port.StatusRunning}))
+	got, err = runstore.Get(ctx, pool, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusFailed, got.Status, "a terminal run never moves back")
+	require.Equal(t, "boom", got.LastError)
+	require.False(t, got.FinishedAt.IsZero())
+	require.ErrorIs(t, runstore.Project(ctx, pool, r.ID, runstore.Projection{Status: "dead"}), port.ErrInvalidInput)
+
+	v2 := newRun("k2")
+	v2.Version = 2
+	_, _, err = runstore.Insert(ctx, pool, v2)
+	require.NoError(t, err)
+	dead, err := runstore.List(ctx, pool, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, r.ID, dead[0].ID)
+	old, err := runstore.List(ctx, pool, port.RunFilter{Kind: "asset.import", BelowVersion: 2})
+	require.NoError(t, err)
+	require.Len(t, old, 1)
+	all, err := runstore.List(ctx, pool, port.RunFilter{})
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+}
+
+func TestWaiters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	a, _, err := runstore.Insert(ctx, pool, newRun("a"))
+	require.NoError(t, err)
+	b, _, err := runstore.Insert(ctx, pool, newRun("b"))
+	require.NoError(t, err)
+
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a.ID, "wait-approval-0"))
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a.ID, "wait-approval-1"))
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", b.ID, "wait-approval-0"))
+	ids, err := runstore.Waiters(ctx, pool, "approval:p1")
+	require.NoError(t, err)
+	require.ElementsMatch(t, []port.RunID{a.ID, b.ID}, ids)
+
+	require.NoError(t, runstore.RemoveWaiter(ctx, pool, "approval:p1", a.ID))
+	ids, err = runstore.Waiters(ctx, pool, "approval:p1")
+	require.NoError(t, err)
+	require.Equal(t, []port.RunID{b.ID}, ids)
+	ids, err = runstore.Waiters(ctx, pool, "nobody")
+	require.NoError(t, err)
+	require.Empty(t, ids)
+}
