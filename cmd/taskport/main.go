@@ -1,0 +1,28 @@
+// Command taskport runs the taskport processes: schema migrations, workers
+// on either engine, the outbox dispatcher, the admin surface, and `run`, the
+// local all-in-one with a demo acquisition to watch in the Temporal UI.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "taskport:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	root := newRootCmd()
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}

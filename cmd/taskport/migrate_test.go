@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+)
+
+func runCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(&out)
+	require.NoError(t, root.ExecuteContext(context.Background()), "taskport %v", args)
+	return out.String()
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmptyDatabase(t)
+	common := []string{"--database-url", db, "--log-level", "error"}
+
+	require.Contains(t, runCLI(t, append([]string{"migrate", "status"}, common...)...), "00001  pending")
+	require.Contains(t, runCLI(t, append([]string{"migrate", "up"}, common...)...), "applied 3 migration(s)")
+	require.NotContains(t, runCLI(t, append([]string{"migrate", "status"}, common...)...), "pending")
+	require.Contains(t, runCLI(t, append([]string{"migrate", "down", "--to", "1"}, common...)...), "rolled back 2 migration(s)")
+	status := runCLI(t, append([]string{"migrate", "status"}, common...)...)
+	require.Contains(t, status, "00001  applied")
+	require.Contains(t, status, "00003  pending")
+
+	root := newRootCmd()
+	root.SetArgs(append([]string{"migrate", "down", "--to", "-1"}, common...))
+	require.ErrorContains(t, root.ExecuteContext(context.Background()), "--to must not be negative")
+}
