@@ -1,0 +1,65 @@
+# taskport: `make run` starts the local stack, `make test` runs every test.
+# Both install what they need first (`make tools`).
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO          ?= go
+GOBIN       := $(shell $(GO) env GOPATH)/bin
+TEMPORAL    := $(GOBIN)/temporal
+STATICCHECK := $(GOBIN)/staticcheck
+# The Temporal CLI (dev server + UI) from the Go module proxy. v1.9.1 is
+# refused by `go install` (its go.mod has a replace directive); v1.5.1 works.
+# It is built once into GOPATH/bin, outside the clone, and reused.
+TEMPORAL_CLI_VERSION := v1.5.1
+STATICCHECK_VERSION  := v0.8.2
+# Debian packages the downloader end-to-end test needs.
+APT_PACKAGES := qbittorrent-nox mktorrent
+
+# Tests use this server when it answers (CI: the local server); otherwise
+# leave TEST_DATABASE_URL unset and testcontainers starts Postgres in Docker.
+LOCAL_PG := postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+TEST_DATABASE_URL ?= $(shell pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && echo '$(LOCAL_PG)')
+export TEST_DATABASE_URL
+
+# Go packages of the main module; separate modules (tools, deploy checks)
+# are tested by their own lines below.
+TEST_FLAGS ?= -race -count=1 -timeout 40m
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
+
+.PHONY: tools
+tools: $(TEMPORAL) $(STATICCHECK) apt-packages ## install the Temporal CLI, staticcheck and the Debian packages the tests need
+
+$(TEMPORAL):
+	@echo "building the Temporal CLI $(TEMPORAL_CLI_VERSION) into $(GOBIN) (several minutes, once)"
+	GOFLAGS= $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+$(STATICCHECK):
+	GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: apt-packages
+apt-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "missing Debian packages:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
+	fi
+
+.PHONY: test
+test: tools ## run every test against real Postgres, a Temporal dev server and qBittorrent
+	@if [ -z "$$TEST_DATABASE_URL" ]; then echo "TEST_DATABASE_URL unset and no server on 127.0.0.1:5432: tests will try testcontainers"; fi
+	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: lint
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+.PHONY: run
+run: $(TEMPORAL) ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
+	$(GO) run ./cmd/taskport run --temporal-cli $(TEMPORAL)

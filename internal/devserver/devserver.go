@@ -1,0 +1,136 @@
+// Package devserver starts a real Temporal dev server (the Temporal CLI's
+// `temporal server start-dev`) as a child process: headless on free ports for
+// tests (internal/testkit/devserver), or with the web UI for `taskport run`.
+//
+// The CLI is not a Go dependency of this module: `make tools` builds it
+// from the Go module proxy (go install github.com/temporalio/cli/cmd/temporal@v1.5.1)
+// into $(go env GOPATH)/bin, outside the clone, and every later run reuses it.
+// The in-process go.temporal.io/server/temporaltest does not compile beside
+// SDK v1.51, hence the binary.
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+)
+
+// EnvCLI overrides where the temporal binary is looked up.
+const EnvCLI = "TEMPORAL_CLI"
+
+// CLIPath finds the temporal CLI: $TEMPORAL_CLI, then $(go env GOPATH)/bin,
+// then $PATH.
+func CLIPath() (string, error) {
+	if p := os.Getenv(EnvCLI); p != "" {
+		return p, nil
+	}
+	if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		p := filepath.Join(string(trimNL(gopath)), "bin", "temporal")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("temporal"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("temporal CLI not found: run `make tools` (go install github.com/temporalio/cli/cmd/temporal@v1.5.1) or set " + EnvCLI)
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// Options tune the server.
+type Options struct {
+	// Namespace to register; default "default".
+	Namespace string
+	// SearchAttributes to register, name -> type ("Keyword", "Int", "Text",
+	// "Bool", "Double", "Datetime", "KeywordList").
+	SearchAttributes map[string]string
+	// LogFile receives the server's output; default a file under os.TempDir.
+	LogFile string
+	// HostPort binds the frontend; default a free port on 127.0.0.1.
+	HostPort string
+	// UIPort, when set, starts the web UI on that port; default headless.
+	UIPort string
+	// DBFile persists the server's state across restarts; default in memory.
+	DBFile string
+}
+
+// Server is a running dev server.
+type Server struct {
+	HostPort  string
+	Namespace string
+	Client    client.Client
+	LogFile   string
+	dev       *testsuite.DevServer
+}
+
+// Launch starts a server. Call Stop when done.
+func Launch(ctx context.Context, opts Options) (*Server, error) {
+	cli, err := CLIPath()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	logFile := opts.LogFile
+	if logFile == "" {
+		f, err := os.CreateTemp("", "temporal-devserver-*.log")
+		if err != nil {
+			return nil, fmt.Errorf("dev server log: %w", err)
+		}
+		logFile = f.Name()
+		f.Close()
+	}
+	out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("dev server log: %w", err)
+	}
+	defer out.Close() // the child keeps its own descriptor
+
+	names := make([]string, 0, len(opts.SearchAttributes))
+	for name := range opts.SearchAttributes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var extra []string
+	for _, name := range names {
+		extra = append(extra, "--search-attribute", name+"="+opts.SearchAttributes[name])
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	dev, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:  cli,
+		ClientOptions: &client.Options{Namespace: opts.Namespace, HostPort: opts.HostPort},
+		EnableUI:      opts.UIPort != "",
+		UIPort:        opts.UIPort,
+		DBFilename:    opts.DBFile,
+		LogLevel:      "warn",
+		ExtraArgs:     extra,
+		Stdout:        out,
+		Stderr:        out,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start temporal dev server (%s, log %s): %w", cli, logFile, err)
+	}
+	return &Server{HostPort: dev.FrontendHostPort(), Namespace: opts.Namespace, Client: dev.Client(), LogFile: logFile, dev: dev}, nil
+}
+
+// Stop closes the client and stops the server process.
+func (s *Server) Stop() error {
+	s.Client.Close()
+	return s.dev.Stop()
+}
