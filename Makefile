@@ -23,9 +23,10 @@ LOCAL_PG := postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 TEST_DATABASE_URL ?= $(shell pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && echo '$(LOCAL_PG)')
 export TEST_DATABASE_URL
 
-# Go packages of the main module; separate modules (tools, deploy checks)
-# are tested by their own lines below.
 TEST_FLAGS ?= -race -count=1 -timeout 40m
+# Separate Go modules (deploy checks, tools, the DBOS comparison) keep their
+# heavy dependencies out of the main module's go.mod.
+SUBMODULES := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
 
 .PHONY: help
 help: ## list the targets
@@ -53,12 +54,14 @@ apt-packages:
 test: tools ## run every test against real Postgres, a Temporal dev server and qBittorrent
 	@if [ -z "$$TEST_DATABASE_URL" ]; then echo "TEST_DATABASE_URL unset and no server on 127.0.0.1:5432: tests will try testcontainers"; fi
 	$(GO) test $(TEST_FLAGS) ./...
+	@for m in $(SUBMODULES); do echo "== $$m"; (cd $$m && $(GO) test -count=1 ./...); done
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	@for m in $(SUBMODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
 
 .PHONY: run
 run: $(TEMPORAL) ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
