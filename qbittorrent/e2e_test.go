@@ -1,31 +1,23 @@
 package qbittorrent_test
 
 import (
-	"bytes"
-	"crypto/pbkdf2"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/qbittorrent"
+	"github.com/taskport/taskport/qbittorrent/qbtnox"
 )
 
 // TestRealQBittorrent drives a real qbittorrent-nox: local files made into
@@ -199,101 +191,17 @@ func requireBinary(t *testing.T, name string) string {
 	return ""
 }
 
-// startQBittorrent writes a fresh profile and runs qbittorrent-nox on free
-// loopback ports until the test ends. It returns the WebUI base URL.
+// startQBittorrent runs qbittorrent-nox with a private profile until the
+// test ends and returns the WebUI base URL.
 func startQBittorrent(t *testing.T, bin, dir, user, password string) string {
 	t.Helper()
-	profile := filepath.Join(dir, "profile")
-	confDir := filepath.Join(profile, "qBittorrent", "config")
-	require.NoError(t, os.MkdirAll(confDir, 0o755))
-	webPort, peerPort := freePort(t), freePort(t)
-	// Option names as read by qBittorrent 4.5 (src/base/preferences.cpp,
-	// src/base/bittorrent/sessionimpl.cpp). No DHT, LSD, PeX or UPnP: the
-	// only peer is the web seed on loopback.
-	conf := fmt.Sprintf(`[LegalNotice]
-Accepted=true
-
-[BitTorrent]
-Session\DHTEnabled=false
-Session\LSDEnabled=false
-Session\PeXEnabled=false
-Session\Port=%d
-Session\DefaultSavePath=%s
-
-[Network]
-PortForwardingEnabled=false
-
-[Preferences]
-WebUI\Address=127.0.0.1
-WebUI\Port=%d
-WebUI\UseUPnP=false
-WebUI\LocalHostAuth=true
-WebUI\Username=%s
-WebUI\Password_PBKDF2="%s"
-`, peerPort, filepath.Join(dir, "default-downloads"), webPort, user, passwordPBKDF2(t, password))
-	require.NoError(t, os.WriteFile(filepath.Join(confDir, "qBittorrent.conf"), []byte(conf), 0o600))
-
-	var log bytes.Buffer
-	cmd := exec.Command(bin, "--profile="+profile, "--webui-port="+strconv.Itoa(webPort))
-	cmd.Stdout, cmd.Stderr = &log, &log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	var exitErr error
-	go func() { exitErr = cmd.Wait(); close(exited) }()
+	srv, err := qbtnox.Start(t.Context(), qbtnox.Options{Bin: bin, Dir: dir, Username: user, Password: password})
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		srv.Stop()
 		if t.Failed() {
-			t.Logf("qbittorrent-nox output:\n%s", log.String())
+			t.Logf("qbittorrent-nox output:\n%s", srv.Log())
 		}
 	})
-
-	base := "http://127.0.0.1:" + strconv.Itoa(webPort)
-	up := false
-	require.Eventually(t, func() bool {
-		select {
-		case <-exited:
-			return true // reported below
-		default:
-		}
-		resp, err := http.Get(base + qbittorrent.PathAPIVersion)
-		if err != nil {
-			return false
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		up = true
-		return true
-	}, 30*time.Second, 100*time.Millisecond, "qbittorrent-nox WebUI did not come up")
-	if !up {
-		<-exited
-		t.Fatalf("qbittorrent-nox exited before its WebUI came up: %v\n%s", exitErr, log.String())
-	}
-	return base
-}
-
-// passwordPBKDF2 renders WebUI\Password_PBKDF2 the way qBittorrent stores it:
-// @ByteArray(base64(salt):base64(PBKDF2-HMAC-SHA512(password, salt, 100000
-// iterations, 64 bytes))).
-func passwordPBKDF2(t *testing.T, password string) string {
-	t.Helper()
-	salt := make([]byte, 16)
-	_, _ = rand.Read(salt)
-	key, err := pbkdf2.Key(sha512.New, password, salt, 100000, 64)
-	require.NoError(t, err)
-	return "@ByteArray(" + base64.StdEncoding.EncodeToString(salt) + ":" + base64.StdEncoding.EncodeToString(key) + ")"
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return srv.BaseURL
 }
