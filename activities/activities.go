@@ -1,0 +1,187 @@
+// Package activities holds the step bodies of the task kinds: every side
+// effect (downloader calls, file copies, webhooks) goes through the
+// operation ledger (ADR 2.3), and every hand-over to the next kind is an
+// outbox row written in the same transaction as the business state change.
+//
+// Activities are methods on Activities, which carries the dependencies; the
+// downloader and the file importer are small interfaces declared here so
+// that tests can use fakes and the real clients plug in unchanged.
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/outbox"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/qbittorrent"
+	"github.com/taskport/taskport/workflows"
+)
+
+// Downloader is what the steps need of a qBittorrent client
+// (*qbittorrent.Client satisfies it).
+type Downloader interface {
+	Add(ctx context.Context, req qbittorrent.AddRequest) error
+	Torrents(ctx context.Context, f qbittorrent.Filter) ([]qbittorrent.Torrent, error)
+	Pause(ctx context.Context, hashes ...string) error
+	Delete(ctx context.Context, deleteFiles bool, hashes ...string) error
+}
+
+// ImportRequest asks Files.Import for one fenced, resumable copy.
+type ImportRequest struct {
+	Source, Target string
+	ExpectedSize   int64
+	ExpectedSHA256 string
+	ChunkSize      int // 0: the importer's default
+	// ShouldStop is called between chunks; a non-nil error stops the copy,
+	// removes its temp file and is returned by Import.
+	ShouldStop func(ctx context.Context) error
+	// Progress reports bytes copied so far.
+	Progress func(copied, total int64)
+}
+
+// ImportResult describes the file in place.
+type ImportResult struct {
+	Size       int64
+	SHA256     string
+	Reconciled bool // the target already held the right content
+}
+
+// Files is the file side of an import (the fileimport package, wrapped in
+// app/).
+type Files interface {
+	Import(ctx context.Context, req ImportRequest) (ImportResult, error)
+	// Verify returns nil when path has exactly size bytes hashing to sha256.
+	Verify(path string, size int64, sha256 string) error
+	// RemoveTemps removes temp files an import of target left behind.
+	RemoveTemps(target string) error
+}
+
+// Config tunes Activities. Zero values take the defaults named.
+type Config struct {
+	// DownloadDir is where the downloader saves; each plan gets its own
+	// subdirectory DownloadDir/<plan id>. Required, absolute.
+	DownloadDir string
+	// WebhookURL receives notify.webhook POSTs; empty disables them.
+	WebhookURL string
+	// HTTPClient sends webhooks. Default: a client with a 10s timeout.
+	HTTPClient *http.Client
+	// ChunkSize of file imports; 0 lets the importer choose.
+	ChunkSize int
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Activities carries the dependencies of the step bodies.
+type Activities struct {
+	pool  *pgxpool.Pool
+	dl    Downloader
+	files Files
+	cfg   Config
+}
+
+// New returns the step bodies over pool, a downloader and the file importer.
+func New(pool *pgxpool.Pool, dl Downloader, files Files, cfg Config) (*Activities, error) {
+	if pool == nil || dl == nil || files == nil {
+		return nil, errors.New("activities: pool, downloader and files are required")
+	}
+	if !filepath.IsAbs(cfg.DownloadDir) {
+		return nil, &port.FieldError{Field: "download_dir", Reason: fmt.Sprintf("must be an absolute path, got %q", cfg.DownloadDir)}
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ChunkSize < 0 {
+		return nil, &port.FieldError{Field: "chunk_size", Reason: "must not be negative"}
+	}
+	return &Activities{pool: pool, dl: dl, files: files, cfg: cfg}, nil
+}
+
+// errPlanCanceled stops a step that saw the business cancel flag; the step
+// then reports Outcome.Canceled and commits nothing.
+var errPlanCanceled = errors.New("plan canceled")
+
+func parsePlanID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, port.NonRetryable(fmt.Errorf("plan id %q: %w", s, err))
+	}
+	return id, nil
+}
+
+// plan loads the plan a step acts on. An unknown plan cannot appear by
+// retrying, so it is non-retryable.
+func (a *Activities) plan(ctx context.Context, ref string) (ledger.Plan, error) {
+	id, err := parsePlanID(ref)
+	if err != nil {
+		return ledger.Plan{}, err
+	}
+	p, err := ledger.GetPlan(ctx, a.pool, id)
+	if errors.Is(err, port.ErrNotFound) {
+		return ledger.Plan{}, port.NonRetryable(err)
+	}
+	return p, err
+}
+
+// active loads the plan a step acts on and reports whether its business
+// cancel flag is set, in which case the step does nothing and hands nothing on.
+func (a *Activities) active(ctx context.Context, ref string) (p ledger.Plan, canceled bool, err error) {
+	p, err = a.plan(ctx, ref)
+	return p, err == nil && p.CancelRequested(), err
+}
+
+// handOff is the tail of a step's commit: unless the plan was canceled in
+// the meantime (the row lock orders this against plans.Cancel), it moves the
+// plan to status and writes the next kind's outbox row.
+func handOff(ctx context.Context, tx pgx.Tx, planID uuid.UUID, status ledger.PlanStatus, next outbox.Event) (canceled bool, err error) {
+	p, err := ledger.LockPlan(ctx, tx, planID)
+	if err != nil {
+		return false, err
+	}
+	if p.CancelRequested() {
+		return true, nil
+	}
+	if err := ledger.SetPlanStatus(ctx, tx, planID, status); err != nil {
+		return false, err
+	}
+	_, err = outbox.Write(ctx, tx, next)
+	return false, err
+}
+
+// nextKind is the outbox row handing a plan on to kind.
+func nextKind(planID uuid.UUID, kind port.Kind, payload any) outbox.Event {
+	return outbox.Event{Kind: kind, IdempotencyKey: workflows.PlanKey(planID.String(), kind), BusinessKey: planID.String(), Payload: payload}
+}
+
+// notification is the outbox row of a notify.webhook run for a plan event.
+func notification(planID uuid.UUID, event string, status ledger.PlanStatus) outbox.Event {
+	in := workflows.NotifyInput{PlanID: planID.String(), Event: event, Status: string(status)}
+	return outbox.Event{Kind: workflows.KindNotifyWebhook, IdempotencyKey: in.IdempotencyKey(), BusinessKey: in.PlanID, Payload: in}
+}
+
+// saveDir is the plan's own download directory.
+func (a *Activities) saveDir(planID uuid.UUID) string {
+	return filepath.Join(a.cfg.DownloadDir, planID.String())
+}
+
+// removeTarget deletes a library file; a missing one is fine.
+func removeTarget(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,49 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/workflows"
+)
+
+// IdempotencyHeader carries the event's idempotency key, so a receiver can
+// drop the repeats that at-least-once delivery produces.
+const IdempotencyHeader = "Idempotency-Key"
+
+// PostWebhook POSTs the event as JSON to the configured URL. A 4xx answer
+// other than 408 and 429 will not change on retry and is non-retryable.
+func (a *Activities) PostWebhook(ctx context.Context, in workflows.NotifyInput) (workflows.Outcome, error) {
+	if a.cfg.WebhookURL == "" {
+		return workflows.Outcome{}, nil
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return workflows.Outcome{}, port.NonRetryable(fmt.Errorf("encode webhook %s: %w", in.IdempotencyKey(), err))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.WebhookURL, bytes.NewReader(body))
+	if err != nil {
+		return workflows.Outcome{}, port.NonRetryable(fmt.Errorf("webhook request: %w", err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(IdempotencyHeader, in.IdempotencyKey())
+	resp, err := a.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return workflows.Outcome{}, fmt.Errorf("post webhook %s: %w", in.IdempotencyKey(), err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return workflows.Outcome{}, nil
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 &&
+		resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:
+		return workflows.Outcome{}, port.NonRetryable(fmt.Errorf("post webhook %s: status %d", in.IdempotencyKey(), resp.StatusCode))
+	}
+	return workflows.Outcome{}, fmt.Errorf("post webhook %s: status %d", in.IdempotencyKey(), resp.StatusCode)
+}

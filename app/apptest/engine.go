@@ -1,0 +1,149 @@
+package apptest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/runstore"
+)
+
+// Enqueued is one Enqueue call the RecordingEngine accepted.
+type Enqueued struct {
+	RunID   port.RunID
+	Kind    port.Kind
+	Key     string
+	Input   json.RawMessage
+	Created bool // false when the key was already recorded
+	At      time.Time
+}
+
+// RecordingEngine is a port.TaskEngine that records what business code asks
+// of it and runs nothing. It is honest where business code relies on it:
+// Enqueue is idempotent on (kind, key) through the shared run store
+// (taskport.run), validates like a real engine when given a registry, and
+// Cancel records the cancel there. Tests drive the recorded runs themselves
+// (World.Drive).
+type RecordingEngine struct {
+	pool *pgxpool.Pool
+	reg  *port.Registry // nil: accept any kind at version 1
+
+	mu       sync.Mutex
+	enqueued []Enqueued
+	signals  []port.Topic
+	canceled []port.RunID
+	notify   chan struct{}
+}
+
+var _ port.TaskEngine = (*RecordingEngine)(nil)
+
+// NewRecordingEngine records into pool's run store; reg may be nil.
+func NewRecordingEngine(pool *pgxpool.Pool, reg *port.Registry) *RecordingEngine {
+	return &RecordingEngine{pool: pool, reg: reg, notify: make(chan struct{}, 1)}
+}
+
+// Enqueue implements port.TaskEngine.
+func (e *RecordingEngine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+	version := 1
+	raw, err := port.EncodePayload("input", input)
+	if err != nil {
+		return "", err
+	}
+	if e.reg != nil {
+		prep, err := e.reg.PrepareEnqueue(kind, input, opts)
+		if err != nil {
+			return "", err
+		}
+		version, raw = prep.Definition.Version, prep.Input
+	} else if opts.IdempotencyKey == "" {
+		return "", &port.FieldError{Field: "idempotency_key", Reason: "must not be empty"}
+	}
+	run, created, err := runstore.Insert(ctx, e.pool, runstore.NewRun{
+		Engine: runstore.EngineLease, Kind: kind, Version: version, Key: opts.IdempotencyKey,
+		BusinessKey: opts.BusinessKey, Input: raw, AvailableAt: opts.AvailableAt,
+	})
+	if err != nil {
+		return "", fmt.Errorf("recording engine enqueue: %w", err)
+	}
+	e.mu.Lock()
+	e.enqueued = append(e.enqueued, Enqueued{RunID: run.ID, Kind: kind, Key: opts.IdempotencyKey, Input: run.Input, Created: created, At: time.Now()})
+	e.mu.Unlock()
+	select {
+	case e.notify <- struct{}{}:
+	default:
+	}
+	return run.ID, nil
+}
+
+// Signal implements port.TaskEngine: it records the topic; nobody waits.
+func (e *RecordingEngine) Signal(_ context.Context, topic port.Topic, payload any) (int, error) {
+	if _, err := port.PrepareSignal(topic, payload); err != nil {
+		return 0, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.signals = append(e.signals, topic)
+	return 0, nil
+}
+
+// Cancel implements port.TaskEngine: the cancel is recorded in the run store
+// and the run projected canceled (nothing runs it).
+func (e *RecordingEngine) Cancel(ctx context.Context, id port.RunID, reason string) error {
+	run, err := runstore.RequestCancel(ctx, e.pool, id, reason)
+	if err != nil {
+		return err
+	}
+	if !run.Status.Terminal() {
+		if err := runstore.Project(ctx, e.pool, id, runstore.Projection{Status: port.StatusCanceled}); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.canceled = append(e.canceled, id)
+	return nil
+}
+
+// Get implements port.TaskEngine.
+func (e *RecordingEngine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
+	run, err := runstore.Get(ctx, e.pool, id)
+	if err != nil {
+		return port.RunView{}, err
+	}
+	return run.RunView, nil
+}
+
+// Start implements port.TaskEngine; the engine runs nothing.
+func (e *RecordingEngine) Start(context.Context, port.StartOptions) error { return nil }
+
+// Stop implements port.TaskEngine.
+func (e *RecordingEngine) Stop(context.Context) error { return nil }
+
+// Enqueued returns the accepted Enqueue calls in order.
+func (e *RecordingEngine) Enqueued() []Enqueued {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Enqueued(nil), e.enqueued...)
+}
+
+// Signals returns the topics signalled, in order.
+func (e *RecordingEngine) Signals() []port.Topic {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]port.Topic(nil), e.signals...)
+}
+
+// Canceled returns the runs canceled, in order.
+func (e *RecordingEngine) Canceled() []port.RunID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]port.RunID(nil), e.canceled...)
+}
+
+// Notify receives a value after each Enqueue (coalesced).
+func (e *RecordingEngine) Notify() <-chan struct{} { return e.notify }

@@ -1,0 +1,192 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/port"
+)
+
+// InsertPlan records a new plan; ID must be set by the caller.
+func InsertPlan(ctx context.Context, q DBTX, p Plan) (Plan, error) {
+	rows, err := q.Query(ctx, insertPlanSQL, p.ID, p.Title, p.SourceType, p.Source, p.InfoHash, p.TargetPath,
+		p.ExpectedSize, p.ExpectedSHA256)
+	if err != nil {
+		return Plan{}, fmt.Errorf("insert plan %s: %w", p.ID, err)
+	}
+	out, err := pgx.CollectExactlyOneRow(rows, scanPlan)
+	if err != nil {
+		return Plan{}, fmt.Errorf("insert plan %s: %w", p.ID, err)
+	}
+	return out, nil
+}
+
+// GetPlan returns a plan, or an error wrapping port.ErrNotFound.
+func GetPlan(ctx context.Context, q DBTX, id uuid.UUID) (Plan, error) {
+	return onePlan(ctx, q, selectPlanSQL, id)
+}
+
+// LockPlan returns a plan and locks its row until the transaction q ends, so
+// that a commit and a concurrent cancel request are serialized.
+func LockPlan(ctx context.Context, q DBTX, id uuid.UUID) (Plan, error) {
+	return onePlan(ctx, q, lockPlanSQL, id)
+}
+
+func onePlan(ctx context.Context, q DBTX, sql string, id uuid.UUID) (Plan, error) {
+	rows, err := q.Query(ctx, sql, id)
+	if err != nil {
+		return Plan{}, fmt.Errorf("get plan %s: %w", id, err)
+	}
+	p, err := pgx.CollectExactlyOneRow(rows, scanPlan)
+	if err != nil {
+		return Plan{}, notFound(err, "get plan "+id.String())
+	}
+	return p, nil
+}
+
+// PlansByHash returns the plans for an info hash, oldest first.
+func PlansByHash(ctx context.Context, q DBTX, infoHash string) ([]Plan, error) {
+	rows, err := q.Query(ctx, selectPlansByHashSQL, infoHash)
+	if err != nil {
+		return nil, fmt.Errorf("plans by hash %s: %w", infoHash, err)
+	}
+	out, err := pgx.CollectRows(rows, scanPlan)
+	if err != nil {
+		return nil, fmt.Errorf("plans by hash %s: %w", infoHash, err)
+	}
+	return out, nil
+}
+
+// SetPlanStatus moves a plan to status.
+func SetPlanStatus(ctx context.Context, q DBTX, id uuid.UUID, status PlanStatus) error {
+	tag, err := q.Exec(ctx, setPlanStatusSQL, id, status)
+	if err != nil {
+		return fmt.Errorf("set plan %s status %s: %w", id, status, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set plan %s status %s: %w", id, status, port.ErrNotFound)
+	}
+	return nil
+}
+
+// RequestPlanCancel sets the business cancel flag (the first reason wins) and
+// moves the plan to canceling.
+func RequestPlanCancel(ctx context.Context, q DBTX, id uuid.UUID, reason string) error {
+	tag, err := q.Exec(ctx, requestPlanCancelSQL, id, reason)
+	if err != nil {
+		return fmt.Errorf("request cancel of plan %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("request cancel of plan %s: %w", id, port.ErrNotFound)
+	}
+	return nil
+}
+
+func scanPlan(row pgx.CollectableRow) (Plan, error) {
+	var p Plan
+	var cancelAt *time.Time
+	err := row.Scan(&p.ID, &p.Title, &p.SourceType, &p.Source, &p.InfoHash, &p.TargetPath, &p.ExpectedSize,
+		&p.ExpectedSHA256, &p.Status, &cancelAt, &p.CancelReason, &p.CreatedAt, &p.UpdatedAt)
+	p.CancelRequestedAt = timeOrZero(cancelAt)
+	return p, err
+}
+
+// InsertApproval records the decision on a plan. inserted is false when the
+// plan was already decided; the first decision stands.
+func InsertApproval(ctx context.Context, q DBTX, a Approval) (inserted bool, err error) {
+	tag, err := q.Exec(ctx, insertApprovalSQL, a.ID, a.PlanID, a.Decision, a.DecidedBy, a.Note)
+	if err != nil {
+		return false, fmt.Errorf("insert approval of plan %s: %w", a.PlanID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// GetApproval returns the decision on a plan; found is false while undecided.
+func GetApproval(ctx context.Context, q DBTX, planID uuid.UUID) (a Approval, found bool, err error) {
+	err = q.QueryRow(ctx, selectApprovalSQL, planID).Scan(&a.ID, &a.PlanID, &a.Decision, &a.DecidedBy, &a.Note, &a.CreatedAt)
+	if err == pgx.ErrNoRows {
+		return Approval{}, false, nil
+	}
+	if err != nil {
+		return Approval{}, false, fmt.Errorf("get approval of plan %s: %w", planID, err)
+	}
+	return a, true, nil
+}
+
+// UpsertDownload records the download of a plan in state. A completed
+// download stays completed.
+func UpsertDownload(ctx context.Context, q DBTX, d DownloadTask) (DownloadTask, error) {
+	id := d.ID
+	if id == uuid.Nil {
+		var err error
+		if id, err = uuid.NewV7(); err != nil {
+			return DownloadTask{}, fmt.Errorf("new download id: %w", err)
+		}
+	}
+	rows, err := q.Query(ctx, upsertDownloadSQL, id, d.PlanID, d.InfoHash, d.Tag, d.SavePath, d.State)
+	if err != nil {
+		return DownloadTask{}, fmt.Errorf("upsert download of plan %s: %w", d.PlanID, err)
+	}
+	out, err := pgx.CollectExactlyOneRow(rows, scanDownload)
+	if err != nil {
+		return DownloadTask{}, fmt.Errorf("upsert download of plan %s: %w", d.PlanID, err)
+	}
+	return out, nil
+}
+
+// GetDownload returns the download of a plan, or an error wrapping
+// port.ErrNotFound before it was submitted.
+func GetDownload(ctx context.Context, q DBTX, planID uuid.UUID) (DownloadTask, error) {
+	rows, err := q.Query(ctx, selectDownloadSQL, planID)
+	if err != nil {
+		return DownloadTask{}, fmt.Errorf("get download of plan %s: %w", planID, err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, scanDownload)
+	if err != nil {
+		return DownloadTask{}, notFound(err, "get download of plan "+planID.String())
+	}
+	return d, nil
+}
+
+// CompleteDownload records that the download finished (contentPath may be
+// empty when the reporter does not know it). changed is false when it was
+// already recorded, or the download is unknown or removed.
+func CompleteDownload(ctx context.Context, q DBTX, planID uuid.UUID, contentPath string) (changed bool, err error) {
+	tag, err := q.Exec(ctx, completeDownloadSQL, planID, contentPath)
+	if err != nil {
+		return false, fmt.Errorf("complete download of plan %s: %w", planID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// SetDownloadProgress records progress (0..1) of an unfinished download.
+func SetDownloadProgress(ctx context.Context, q DBTX, planID uuid.UUID, progress float64) error {
+	if _, err := q.Exec(ctx, setDownloadProgressSQL, planID, progress); err != nil {
+		return fmt.Errorf("set download progress of plan %s: %w", planID, err)
+	}
+	return nil
+}
+
+// SetDownloadState moves the download of a plan to state; a plan without a
+// download is left alone.
+func SetDownloadState(ctx context.Context, q DBTX, planID uuid.UUID, state DownloadState) error {
+	if _, err := q.Exec(ctx, setDownloadStateSQL, planID, state); err != nil {
+		return fmt.Errorf("set download of plan %s to %s: %w", planID, state, err)
+	}
+	return nil
+}
+
+func scanDownload(row pgx.CollectableRow) (DownloadTask, error) {
+	var d DownloadTask
+	var completed *time.Time
+	var progress float32
+	err := row.Scan(&d.ID, &d.PlanID, &d.InfoHash, &d.Tag, &d.SavePath, &d.ContentPath, &d.State, &progress,
+		&completed, &d.CreatedAt, &d.UpdatedAt)
+	d.Progress = float64(progress)
+	d.CompletedAt = timeOrZero(completed)
+	return d, err
+}

@@ -1,0 +1,105 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/port"
+)
+
+// OpenDecision records that a run of kind exhausted its retries. Opening the
+// same (plan, kind, run) twice returns the first decision.
+func OpenDecision(ctx context.Context, q DBTX, planID uuid.UUID, kind port.Kind, runID port.RunID, input json.RawMessage, reason string) (Decision, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Decision{}, fmt.Errorf("new decision id: %w", err)
+	}
+	if _, err := q.Exec(ctx, insertDecisionSQL, id, planID, kind, runID, input, reason); err != nil {
+		return Decision{}, fmt.Errorf("open decision for %s run %s: %w", kind, runID, err)
+	}
+	rows, err := q.Query(ctx, selectDecisionByRunSQL, planID, kind, runID)
+	if err != nil {
+		return Decision{}, fmt.Errorf("open decision for %s run %s: %w", kind, runID, err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, scanDecision)
+	if err != nil {
+		return Decision{}, fmt.Errorf("open decision for %s run %s: %w", kind, runID, err)
+	}
+	return d, nil
+}
+
+// GetDecision returns a decision, or an error wrapping port.ErrNotFound.
+func GetDecision(ctx context.Context, q DBTX, id uuid.UUID) (Decision, error) {
+	rows, err := q.Query(ctx, selectDecisionSQL, id)
+	if err != nil {
+		return Decision{}, fmt.Errorf("get decision %s: %w", id, err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, scanDecision)
+	if err != nil {
+		return Decision{}, notFound(err, "get decision "+id.String())
+	}
+	return d, nil
+}
+
+// ListDecisions returns decisions in status (empty: all), oldest first.
+func ListDecisions(ctx context.Context, q DBTX, status DecisionStatus, limit int) ([]Decision, error) {
+	rows, err := q.Query(ctx, listDecisionsSQL, status, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list decisions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDecision)
+	if err != nil {
+		return nil, fmt.Errorf("list decisions: %w", err)
+	}
+	return out, nil
+}
+
+// ResolveDecision closes an open decision. resolved is false when it was
+// already resolved (the first resolution stands).
+func ResolveDecision(ctx context.Context, q DBTX, id uuid.UUID, status DecisionStatus, by string) (resolved bool, err error) {
+	tag, err := q.Exec(ctx, resolveDecisionSQL, id, status, by)
+	if err != nil {
+		return false, fmt.Errorf("resolve decision %s: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func scanDecision(row pgx.CollectableRow) (Decision, error) {
+	var d Decision
+	var resolved *time.Time
+	err := row.Scan(&d.ID, &d.PlanID, &d.Kind, &d.RunID, &d.Input, &d.Reason, &d.Status, &d.ResolvedBy, &resolved, &d.CreatedAt)
+	d.ResolvedAt = timeOrZero(resolved)
+	return d, err
+}
+
+// TimelineEntry is one line of a plan's business timeline.
+type TimelineEntry struct {
+	At     time.Time
+	Source string // plan, approval, download, operation, handoff, decision
+	Event  string
+	Detail string
+}
+
+// Timeline returns what happened to a plan, oldest first, from business
+// tables only (ADR 2.7). An unknown plan has an empty timeline; callers that
+// need to tell it apart read the plan first.
+func Timeline(ctx context.Context, q DBTX, planID uuid.UUID) ([]TimelineEntry, error) {
+	rows, err := q.Query(ctx, timelineSQL, planID)
+	if err != nil {
+		return nil, fmt.Errorf("timeline of plan %s: %w", planID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TimelineEntry, error) {
+		var e TimelineEntry
+		err := row.Scan(&e.At, &e.Source, &e.Event, &e.Detail)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("timeline of plan %s: %w", planID, err)
+	}
+	return out, nil
+}

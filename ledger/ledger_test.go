@@ -1,0 +1,218 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/port"
+)
+
+func newPlan(t *testing.T, pool *pgxpool.Pool) ledger.Plan {
+	t.Helper()
+	p, err := ledger.InsertPlan(context.Background(), pool, ledger.Plan{
+		ID: uuid.New(), Title: "t", SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hash40,
+		InfoHash: hash40, TargetPath: "/lib/a", ExpectedSize: 3, ExpectedSHA256: sha64,
+	})
+	require.NoError(t, err)
+	return p
+}
+
+const (
+	hash40 = "0123456789abcdef0123456789abcdef01234567"
+	sha64  = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
+
+func tok(scope string, epoch int64) port.FencingToken {
+	return port.FencingToken{Scope: scope, Epoch: epoch}
+}
+
+func TestBeginRefusesOlderEpochOfSameScope(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	p := newPlan(t, pool)
+
+	first, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("run1/import", 2))
+	require.NoError(t, err)
+	require.False(t, first.Interrupted())
+
+	_, err = ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("run1/import", 1))
+	require.ErrorIs(t, err, port.ErrFenced)
+	cur, found, err := ledger.Read(ctx, pool, p.ID, ledger.OpImport)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "run1/import#2", cur.Token, "a refused Begin must not change the recorded attempt")
+	require.Equal(t, 1, cur.Attempts)
+
+	newer, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("run1/import", 3))
+	require.NoError(t, err)
+	require.True(t, newer.Interrupted(), "the attempt at epoch 2 left no result")
+	require.Equal(t, "run1/import#3", newer.Token)
+
+	// A different scope is a new run taking the operation over.
+	other, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("run2/import", 1))
+	require.NoError(t, err)
+	require.Equal(t, "run2/import#1", other.Token)
+}
+
+func TestCommitWithStaleTokenIsFencedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	p := newPlan(t, pool)
+
+	stale, err := ledger.Begin(ctx, pool, p.ID, ledger.OpSubmit, tok("run1/submit", 1))
+	require.NoError(t, err)
+	current, err := ledger.Begin(ctx, pool, p.ID, ledger.OpSubmit, tok("run1/submit", 2))
+	require.NoError(t, err)
+
+	// The stale attempt commits together with a business change, in one
+	// transaction: the fence must leave both unwritten.
+	err = ledger.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := ledger.Commit(ctx, tx, stale, map[string]string{"by": "stale"}); err != nil {
+			return err
+		}
+		return ledger.SetPlanStatus(ctx, tx, p.ID, ledger.PlanDownloading)
+	})
+	require.ErrorIs(t, err, port.ErrFenced)
+	got, err := ledger.GetPlan(ctx, pool, p.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.PlanAwaitingApproval, got.Status)
+	row, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpSubmit)
+	require.NoError(t, err)
+	require.False(t, row.Done())
+
+	require.NoError(t, ledger.Commit(ctx, pool, current, map[string]string{"by": "current"}))
+	row, _, err = ledger.Read(ctx, pool, p.ID, ledger.OpSubmit)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"by":"current"}`, string(row.Result))
+
+	// Once a result exists, a Begin returns it and a second commit is fenced.
+	again, err := ledger.Begin(ctx, pool, p.ID, ledger.OpSubmit, tok("run1/submit", 9))
+	require.NoError(t, err)
+	require.True(t, again.Done())
+	require.Equal(t, "run1/submit#2", again.Token)
+	require.ErrorIs(t, ledger.Commit(ctx, pool, current, "twice"), port.ErrFenced)
+}
+
+// runtime is the activity side of a step for Run.
+type runtime struct{ info port.StepInfo }
+
+func (r runtime) Info() port.StepInfo                  { return r.info }
+func (r runtime) Heartbeat(context.Context, any) error { return nil }
+func stepCtx(scope string, epoch int64) context.Context {
+	return port.WithActivityRuntime(context.Background(), runtime{info: port.StepInfo{Token: tok(scope, epoch)}})
+}
+
+func TestRunReconcilesAfterInterruptedAttemptAndReturnsStoredResult(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	p := newPlan(t, pool)
+	effects, reconciles, applies := 0, 0, 0
+	step := ledger.Fenced[int]{
+		PlanID: p.ID, Op: ledger.OpSubmit,
+		Reconcile: func(context.Context, ledger.Operation) (int, bool, error) {
+			reconciles++
+			return 7, effects > 0, nil
+		},
+		Do: func(context.Context, ledger.Operation) (int, error) {
+			effects++
+			if effects == 1 {
+				return 0, errors.New("connection dropped after the effect")
+			}
+			return 42, nil
+		},
+		Apply: func(ctx context.Context, tx pgx.Tx, r int) error {
+			applies++
+			return ledger.SetPlanStatus(ctx, tx, p.ID, ledger.PlanDownloading)
+		},
+	}
+	_, err := ledger.Run(stepCtx("r/s", 1), pool, step)
+	require.Error(t, err)
+	got, err := ledger.Run(stepCtx("r/s", 2), pool, step)
+	require.NoError(t, err)
+	require.Equal(t, 7, got, "the reconcile found the effect: no second effect")
+	require.Equal(t, 1, effects)
+	require.Equal(t, 1, reconciles)
+
+	got, err = ledger.Run(stepCtx("r/s", 3), pool, step)
+	require.NoError(t, err)
+	require.Equal(t, 7, got, "a committed result is returned as is")
+	require.Equal(t, 1, applies)
+	plan, err := ledger.GetPlan(context.Background(), pool, p.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.PlanDownloading, plan.Status)
+}
+
+func TestRunOutsideAnActivityWritesNothing(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	p := newPlan(t, pool)
+	_, err := ledger.Run(context.Background(), pool, ledger.Fenced[int]{
+		PlanID: p.ID, Op: ledger.OpVerify,
+		Do: func(context.Context, ledger.Operation) (int, error) { t.Fatal("Do ran without a token"); return 0, nil },
+	})
+	require.ErrorIs(t, err, ledger.ErrNoFencingToken)
+	_, found, err := ledger.Read(context.Background(), pool, p.ID, ledger.OpVerify)
+	require.NoError(t, err)
+	require.False(t, found)
+}
+
+// A stale attempt that began before a newer one and finishes last is fenced
+// at Commit: its Apply never runs.
+func TestRunStaleAttemptFencedAtCommit(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	p := newPlan(t, pool)
+	var applied []string
+	mk := func(name string, during func()) ledger.Fenced[string] {
+		return ledger.Fenced[string]{
+			PlanID: p.ID, Op: ledger.OpImport,
+			Do: func(context.Context, ledger.Operation) (string, error) {
+				if during != nil {
+					during()
+				}
+				return name, nil
+			},
+			Apply: func(context.Context, pgx.Tx, string) error { applied = append(applied, name); return nil },
+		}
+	}
+	newer := mk("new", nil)
+	_, err := ledger.Run(stepCtx("r/import", 1), pool, mk("old", func() {
+		got, err := ledger.Run(stepCtx("r/import", 2), pool, newer)
+		require.NoError(t, err)
+		require.Equal(t, "new", got)
+	}))
+	require.ErrorIs(t, err, port.ErrFenced)
+	require.Equal(t, []string{"new"}, applied)
+	row, _, err := ledger.Read(context.Background(), pool, p.ID, ledger.OpImport)
+	require.NoError(t, err)
+	require.JSONEq(t, `"new"`, string(row.Result))
+}
+
+func TestTimelineReadsBusinessTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	p := newPlan(t, pool)
+	_, err := ledger.InsertApproval(ctx, pool, ledger.Approval{ID: uuid.New(), PlanID: p.ID, Decision: ledger.Approved, DecidedBy: "ann"})
+	require.NoError(t, err)
+	op, err := ledger.Begin(ctx, pool, p.ID, ledger.OpSubmit, tok("r/submit", 1))
+	require.NoError(t, err)
+	require.NoError(t, ledger.Commit(ctx, pool, op, "ok"))
+	entries, err := ledger.Timeline(ctx, pool, p.ID)
+	require.NoError(t, err)
+	var events []string
+	for _, e := range entries {
+		events = append(events, e.Source+":"+e.Event)
+	}
+	require.Subset(t, events, []string{"plan:created", "approval:approved", "operation:download.submit attempt 1", "operation:download.submit done"})
+}

@@ -1,0 +1,201 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/port"
+)
+
+// Op names an operation type of the ledger; one row per (plan, op).
+type Op string
+
+// The operations the task kinds perform.
+const (
+	OpSubmit     Op = "download.submit"
+	OpImport     Op = "asset.import"
+	OpVerify     Op = "asset.verify"
+	OpCleanup    Op = "download.cleanup"
+	OpCompensate Op = "plan.compensate"
+)
+
+// ErrNoFencingToken: a fenced operation was attempted outside an activity
+// context, so there is no token to fence it with. Nothing was written.
+var ErrNoFencingToken = errors.New("ledger: no fencing token: fenced operations run only as a step of an engine")
+
+// Operation is one ledger row: the current attempt and, once committed, the
+// result.
+type Operation struct {
+	ID        uuid.UUID
+	PlanID    uuid.UUID
+	Op        Op
+	Token     string // the recorded attempt's port.FencingToken.String()
+	Scope     string
+	Epoch     int64
+	StartedAt time.Time
+	// Attempts counts the Begins recorded, this one included.
+	Attempts int
+	Result   json.RawMessage // nil until committed
+	ResultAt time.Time
+}
+
+// Done reports whether the operation has a committed result.
+func (o Operation) Done() bool { return o.Result != nil }
+
+// Interrupted reports whether an earlier attempt began and left no result:
+// its side effect may or may not have happened, so reconcile first.
+func (o Operation) Interrupted() bool { return !o.Done() && o.Attempts > 1 }
+
+// Begin records tok as the operation's current attempt and returns the row.
+// If the operation already has a result, the row is returned unchanged (check
+// Done). A Begin whose epoch is lower than the recorded one of the same scope
+// returns an error wrapping port.ErrFenced and writes nothing; a different
+// scope is a new run taking the operation over and is accepted.
+func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.FencingToken) (Operation, error) {
+	if !tok.Valid() {
+		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, ErrNoFencingToken)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Operation{}, fmt.Errorf("new operation id: %w", err)
+	}
+	rows, err := q.Query(ctx, beginOperationSQL, id, planID, op, tok.String(), tok.Scope, tok.Epoch)
+	if err != nil {
+		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, err)
+	}
+	o, err := pgx.CollectExactlyOneRow(rows, scanOperation)
+	if err == nil {
+		return o, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, err)
+	}
+	cur, found, err := Read(ctx, q, planID, op)
+	switch {
+	case err != nil:
+		return Operation{}, err
+	case !found:
+		return Operation{}, fmt.Errorf("begin %s of plan %s: row vanished", op, planID)
+	case cur.Done():
+		return cur, nil
+	}
+	return Operation{}, fmt.Errorf("begin %s of plan %s with %s: attempt %s is newer: %w",
+		op, planID, tok, cur.Token, port.ErrFenced)
+}
+
+// Read returns the ledger row of (plan, op); found is false before any Begin.
+func Read(ctx context.Context, q DBTX, planID uuid.UUID, op Op) (o Operation, found bool, err error) {
+	rows, err := q.Query(ctx, selectOperationSQL, planID, op)
+	if err != nil {
+		return Operation{}, false, fmt.Errorf("read %s of plan %s: %w", op, planID, err)
+	}
+	o, err = pgx.CollectExactlyOneRow(rows, scanOperation)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Operation{}, false, nil
+	}
+	if err != nil {
+		return Operation{}, false, fmt.Errorf("read %s of plan %s: %w", op, planID, err)
+	}
+	return o, true, nil
+}
+
+// Commit stores result on o while o's attempt is still the recorded one.
+// Otherwise it returns an error wrapping port.ErrFenced and writes nothing;
+// the caller must then roll back its transaction.
+func Commit(ctx context.Context, q DBTX, o Operation, result any) error {
+	raw, err := json.Marshal(result)
+	if err != nil {
+		return fmt.Errorf("commit %s of plan %s: encode result: %w", o.Op, o.PlanID, err)
+	}
+	tag, err := q.Exec(ctx, commitOperationSQL, o.ID, o.Token, raw)
+	if err != nil {
+		return fmt.Errorf("commit %s of plan %s: %w", o.Op, o.PlanID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("commit %s of plan %s with %s: %w", o.Op, o.PlanID, o.Token, port.ErrFenced)
+	}
+	return nil
+}
+
+func scanOperation(row pgx.CollectableRow) (Operation, error) {
+	var o Operation
+	var resultAt *time.Time
+	err := row.Scan(&o.ID, &o.PlanID, &o.Op, &o.Token, &o.Scope, &o.Epoch, &o.StartedAt, &o.Attempts, &o.Result, &resultAt)
+	o.ResultAt = timeOrZero(resultAt)
+	return o, err
+}
+
+// Fenced describes one side effect through the ledger (ADR 2.3).
+type Fenced[R any] struct {
+	PlanID uuid.UUID
+	Op     Op
+	// Reconcile looks at the outside world after an interrupted attempt. done
+	// reports that the effect already happened, described by r; otherwise Do
+	// runs again. Nil means "always redo" (Do must then be idempotent).
+	Reconcile func(ctx context.Context, o Operation) (r R, done bool, err error)
+	// Do performs the side effect. An error commits nothing.
+	Do func(ctx context.Context, o Operation) (R, error)
+	// Apply writes the business state change that goes with r (plan status,
+	// download_task, the next kind's outbox row) in the commit transaction,
+	// after the fence check. Nil writes nothing besides the result.
+	Apply func(ctx context.Context, tx pgx.Tx, r R) error
+}
+
+// Run drives a fenced side effect: Begin with the step's token, return the
+// stored result if there is one, reconcile after an interrupted attempt, Do,
+// then Commit and Apply in one transaction. A stale attempt gets an error
+// wrapping port.ErrFenced and its transaction is rolled back. Outside an
+// activity context it fails with ErrNoFencingToken before writing anything.
+func Run[R any](ctx context.Context, db Beginner, f Fenced[R]) (R, error) {
+	var zero R
+	info, ok := port.StepInfoFrom(ctx)
+	if !ok {
+		return zero, port.NonRetryable(fmt.Errorf("%s of plan %s: %w", f.Op, f.PlanID, ErrNoFencingToken))
+	}
+	var o Operation
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		o, err = Begin(ctx, tx, f.PlanID, f.Op, info.Token)
+		return err
+	})
+	if err != nil {
+		return zero, err
+	}
+	if o.Done() {
+		var r R
+		if err := json.Unmarshal(o.Result, &r); err != nil {
+			return zero, port.NonRetryable(fmt.Errorf("decode stored result of %s of plan %s: %w", f.Op, f.PlanID, err))
+		}
+		return r, nil
+	}
+	r, done := zero, false
+	if o.Interrupted() && f.Reconcile != nil {
+		if r, done, err = f.Reconcile(ctx, o); err != nil {
+			return zero, fmt.Errorf("reconcile %s of plan %s: %w", f.Op, f.PlanID, err)
+		}
+	}
+	if !done {
+		if r, err = f.Do(ctx, o); err != nil {
+			return zero, err
+		}
+	}
+	err = InTx(ctx, db, func(tx pgx.Tx) error {
+		if err := Commit(ctx, tx, o, r); err != nil {
+			return err
+		}
+		if f.Apply != nil {
+			return f.Apply(ctx, tx, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return zero, err
+	}
+	return r, nil
+}

@@ -1,0 +1,157 @@
+package workflows
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/taskport/taskport/port"
+)
+
+// ImportStepTimeout bounds one import attempt; the heartbeat notices a stuck
+// copy long before.
+const (
+	ImportStepTimeout      = time.Hour
+	ImportHeartbeatTimeout = time.Minute
+)
+
+// Definitions returns the nine kinds at their current versions.
+func Definitions() []port.Definition {
+	return []port.Definition{
+		{Kind: KindApprovalAwait, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(approvalAwait)},
+		{Kind: KindDownloadSubmit, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(downloadSubmit)},
+		{Kind: KindDownloadAwait, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(downloadAwait)},
+		{Kind: KindAssetImport, Version: 1, Retry: port.FileRetry(), StepTimeout: ImportStepTimeout,
+			HeartbeatTimeout: ImportHeartbeatTimeout, Handler: port.Handle(assetImport)},
+		{Kind: KindAssetVerify, Version: 1, Retry: port.FileRetry(), StepTimeout: ImportStepTimeout,
+			Handler: port.Handle(assetVerify)},
+		{Kind: KindDownloadCleanup, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(downloadCleanup)},
+		{Kind: KindPlanCancel, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(planCancel)},
+		{Kind: KindDecisionResolve, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(decisionResolve)},
+		{Kind: KindNotifyWebhook, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(notifyWebhook)},
+	}
+}
+
+// failed opens a pending decision when a step failed for good (ADR 2.6) and
+// returns the step's error, so the run ends failed. A cancel or any other
+// error is returned as is.
+func failed(f port.Flow, planID string, input any, err error) error {
+	var se *port.StepError
+	if !errors.As(err, &se) {
+		return err
+	}
+	raw, merr := json.Marshal(input)
+	if merr != nil {
+		return errors.Join(err, merr)
+	}
+	req := DecisionRequest{PlanID: planID, Kind: f.Kind(), RunID: f.RunID(), Input: raw, Reason: se.Error()}
+	if _, derr := OpenDecision.Run(f, "open-decision", req); derr != nil {
+		return errors.Join(err, derr)
+	}
+	return err
+}
+
+// approvalAwait waits until the plan is decided (ADR 2.2): the business DB is
+// the truth, the approval signal only shortens the wait.
+func approvalAwait(f port.Flow, in WaitInput) error {
+	ref := PlanRef{PlanID: in.PlanID}
+	for i := in.Iteration; ; i++ {
+		st, err := CheckApproval.Run(f, stepName("check-approval", i), ref)
+		if err != nil {
+			return failed(f, in.PlanID, in, err)
+		}
+		if st.Canceled || st.Decided && !st.Approved {
+			return nil
+		}
+		if st.Decided {
+			if _, err := HandOffApproved.Run(f, "hand-off", ref); err != nil {
+				return failed(f, in.PlanID, in, err)
+			}
+			return nil
+		}
+		if f.RestartSuggested() {
+			return port.ContinueAsNew(WaitInput{PlanID: in.PlanID, Iteration: i + 1})
+		}
+		if _, err := f.WaitSignal(stepName("wait-approval", i), ApprovalTopic(in.PlanID), ApprovalWait, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// downloadSubmit adds the torrent through the ledger and hands on to
+// download.await.
+func downloadSubmit(f port.Flow, in PlanRef) error {
+	if _, err := SubmitDownload.Run(f, "submit", in); err != nil {
+		return failed(f, in.PlanID, in, err)
+	}
+	return nil
+}
+
+// downloadAwait waits for completion: check-download reads the business DB
+// and the downloader and, once complete, records it and hands on to
+// asset.import in the same transaction.
+func downloadAwait(f port.Flow, in WaitInput) error {
+	ref := PlanRef{PlanID: in.PlanID}
+	for i := in.Iteration; ; i++ {
+		st, err := CheckDownload.Run(f, stepName("check-download", i), ref)
+		if err != nil {
+			return failed(f, in.PlanID, in, err)
+		}
+		if st.Done || st.Canceled {
+			return nil
+		}
+		if f.RestartSuggested() {
+			return port.ContinueAsNew(WaitInput{PlanID: in.PlanID, Iteration: i + 1})
+		}
+		if _, err := f.WaitSignal(stepName("wait-download", i), DownloadTopic(in.PlanID), DownloadWait, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// assetImport copies the download into the library; the step checks the
+// business cancel flag between chunks and stops itself.
+func assetImport(f port.Flow, in PlanRef) error {
+	if _, err := ImportAsset.Run(f, "import", in); err != nil {
+		return failed(f, in.PlanID, in, err)
+	}
+	return nil
+}
+
+func assetVerify(f port.Flow, in PlanRef) error {
+	if _, err := VerifyAsset.Run(f, "verify", in); err != nil {
+		return failed(f, in.PlanID, in, err)
+	}
+	return nil
+}
+
+func downloadCleanup(f port.Flow, in PlanRef) error {
+	if _, err := CleanupDownload.Run(f, "cleanup", in); err != nil {
+		return failed(f, in.PlanID, in, err)
+	}
+	return nil
+}
+
+// planCancel is the compensation of ADR 2.4: the cancel flag is already
+// written; this removes the torrent and any temp or partial library file,
+// then ends the plan as canceled or abandoned.
+func planCancel(f port.Flow, in CancelInput) error {
+	if _, err := Compensate.Run(f, "compensate", in); err != nil {
+		return failed(f, in.PlanID, in, err)
+	}
+	return nil
+}
+
+// decisionResolve carries out a resolved decision. Its own failure opens no
+// further decision: it stays a failed run in the dead-letter view.
+func decisionResolve(f port.Flow, in DecisionRef) error {
+	_, err := ResolveDecision.Run(f, "resolve", in)
+	return err
+}
+
+func notifyWebhook(f port.Flow, in NotifyInput) error {
+	if _, err := PostWebhook.Run(f, "post", in); err != nil {
+		return failed(f, in.PlanID, in, err)
+	}
+	return nil
+}
