@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 )
 
@@ -113,15 +115,18 @@ func Launch(ctx context.Context, opts Options) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	dev, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:  cli,
-		ClientOptions: &client.Options{Namespace: opts.Namespace, HostPort: opts.HostPort},
-		EnableUI:      opts.UIPort != "",
-		UIPort:        opts.UIPort,
-		DBFilename:    opts.DBFile,
-		LogLevel:      "warn",
-		ExtraArgs:     extra,
-		Stdout:        out,
-		Stderr:        out,
+		ExistingPath: cli,
+		// The SDK client logs every activity at DEBUG by default; only
+		// warnings are worth a test's output.
+		ClientOptions: &client.Options{Namespace: opts.Namespace, HostPort: opts.HostPort,
+			Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))},
+		EnableUI:   opts.UIPort != "",
+		UIPort:     opts.UIPort,
+		DBFilename: opts.DBFile,
+		LogLevel:   "warn",
+		ExtraArgs:  extra,
+		Stdout:     out,
+		Stderr:     out,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start temporal dev server (%s, log %s): %w", cli, logFile, err)
