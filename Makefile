@@ -9,6 +9,7 @@ GO          ?= go
 GOBIN       := $(shell $(GO) env GOPATH)/bin
 TEMPORAL    := $(GOBIN)/temporal
 STATICCHECK := $(GOBIN)/staticcheck
+FLOWCHECK   := $(GOBIN)/flowcheck
 # The Temporal CLI (dev server + UI) from the Go module proxy. v1.9.1 is
 # refused by `go install` (its go.mod has a replace directive); v1.5.1 works.
 # It is built once into GOPATH/bin, outside the clone, and reused.
@@ -57,12 +58,20 @@ test: tools ## run every test against real Postgres, a Temporal dev server and q
 	@for m in $(SUBMODULES); do echo "== $$m"; (cd $$m && $(GO) test -count=1 ./...); done
 
 .PHONY: lint
-lint: $(STATICCHECK) ## gofmt, go vet, staticcheck
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, flowcheck (handler determinism)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	@for m in $(SUBMODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
+	cd tools/flowcheck && $(GO) build -o $(FLOWCHECK) ./cmd/flowcheck
+	$(FLOWCHECK) ./workflows/...
+
+# `make run` keeps its state (library, downloads, Temporal history) in
+# .cache/run and its business tables in the taskport database, created on
+# first use.
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/taskport?sslmode=disable
+export DATABASE_URL
 
 .PHONY: run
-run: $(TEMPORAL) ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
+run: $(TEMPORAL) apt-packages ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
 	$(GO) run ./cmd/taskport run --temporal-cli $(TEMPORAL)

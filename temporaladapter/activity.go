@@ -1,0 +1,172 @@
+package temporaladapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/runstore"
+)
+
+// activityFunc wraps a registered activity body as a Temporal activity. It
+// installs the port.ActivityRuntime (step identity, fencing token,
+// heartbeat), maps Temporal's cancellation causes onto port.ErrCanceled and
+// port.ErrLeaseLost, projects the step into Postgres, and marks the error
+// non-retryable when the body asked for it.
+func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, stepCall) (stepResult, error) {
+	return func(ctx context.Context, call stepCall) (stepResult, error) {
+		ai := activity.GetInfo(ctx)
+		kind, version := parseWorkflowType(ai.WorkflowType.Name)
+		info := port.StepInfo{
+			RunID:    runIDFromWorkflowID(ai.WorkflowExecution.ID),
+			Kind:     kind,
+			Version:  version,
+			Step:     ai.ActivityID,
+			Activity: b.Name,
+			Attempt:  int(ai.Attempt),
+			Token: port.FencingToken{
+				Scope: ai.WorkflowExecution.ID + "/" + ai.WorkflowExecution.RunID + "/" + ai.ActivityID,
+				Epoch: int64(ai.Attempt),
+			},
+		}
+		log := e.logger.With(slog.String("run_id", string(info.RunID)), slog.String("step", info.Step), slog.Int("attempt", info.Attempt))
+		if call.Project && info.Attempt == 1 {
+			e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: 1, Step: info.Step})
+		}
+
+		// The body's context ends when Temporal's does, but with the port's
+		// cause; it does not inherit Temporal's cause, hence WithoutCancel.
+		sctx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+		defer stop(nil)
+		release := context.AfterFunc(ctx, func() { stop(stopCause(ctx)) })
+		defer release()
+		sctx = port.WithActivityRuntime(sctx, runtime{info: info, stopped: func() error {
+			if ctx.Err() == nil {
+				return nil
+			}
+			return stopCause(ctx)
+		}})
+
+		out, err := b.Invoke(sctx, call.Input)
+		if err == nil {
+			return stepResult{Output: out, Attempt: info.Attempt}, nil
+		}
+		if errors.As(context.Cause(ctx), new(*temporal.CanceledError)) {
+			// Reported as canceled, not failed, so Temporal does not retry.
+			return stepResult{}, temporal.NewCanceledError(err.Error())
+		}
+		e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: info.Attempt, Step: info.Step, LastError: err.Error()})
+		return stepResult{}, temporal.NewApplicationErrorWithOptions(err.Error(), stepErrorType, temporal.ApplicationErrorOptions{
+			NonRetryable: port.IsNonRetryable(err),
+			Cause:        err,
+			Details:      []any{info.Attempt},
+		})
+	}
+}
+
+// stopCause says why Temporal ended an activity context: a cancel request
+// seen by a heartbeat means the run was canceled; anything else (the attempt
+// timed out and a retry may be running elsewhere, the worker is stopping)
+// means this attempt no longer owns the step.
+func stopCause(ctx context.Context) error {
+	if errors.As(context.Cause(ctx), new(*temporal.CanceledError)) {
+		return port.ErrCanceled
+	}
+	return port.ErrLeaseLost
+}
+
+// runtime is the port.ActivityRuntime of one activity attempt. stopped
+// reads Temporal's activity context directly: the heartbeat that learns of a
+// cancel ends it synchronously, before the body's context follows.
+type runtime struct {
+	info    port.StepInfo
+	stopped func() error
+}
+
+func (r runtime) Info() port.StepInfo { return r.info }
+
+// Heartbeat records progress (shown in the Temporal UI as heartbeat
+// details); a cancel request or a lost attempt is learned from its response
+// and shows as the context's cause.
+func (r runtime) Heartbeat(ctx context.Context, progress any) error {
+	activity.RecordHeartbeat(ctx, progress)
+	if err := r.stopped(); err != nil {
+		return err
+	}
+	return port.StopReason(ctx)
+}
+
+// bookkeeping is the adapter's own Postgres work, run by workflows as local
+// activities (cheap: no task-queue round trip) and by activities inline.
+type bookkeeping struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+}
+
+// stepCall is the argument of every step activity: the step's encoded input,
+// and whether this attempt moves the run's projection to running.
+type stepCall struct {
+	Input   json.RawMessage `json:"input"`
+	Project bool            `json:"project,omitempty"`
+}
+
+// stepResult is what a step activity returns: the body's encoded output and
+// the attempt that produced it, so the terminal projection needs no read.
+type stepResult struct {
+	Output  json.RawMessage `json:"output"`
+	Attempt int             `json:"attempt"`
+}
+
+// projection is the argument of the project local activity. An empty Step
+// keeps the recorded step and attempts (one read more).
+type projection struct {
+	Status    port.Status
+	Attempts  int
+	Step      string
+	LastError string
+}
+
+func (b *bookkeeping) project(ctx context.Context, id port.RunID, p projection) error {
+	rp := runstore.Projection{Status: p.Status, Attempts: p.Attempts, LastError: p.LastError, CurrentStep: p.Step}
+	if p.Step == "" {
+		run, err := runstore.Get(ctx, b.pool, id)
+		if err != nil {
+			return err
+		}
+		rp.CurrentStep, rp.Attempts = run.CurrentStep, run.Attempts
+		if rp.LastError == "" && p.Status != port.StatusSucceeded {
+			rp.LastError = run.LastError
+		}
+	}
+	return runstore.Project(ctx, b.pool, id, rp)
+}
+
+// projectQuietly is for activities: the projection is a read model, so a
+// failed write is logged rather than failing the step.
+func (b *bookkeeping) projectQuietly(ctx context.Context, log *slog.Logger, id port.RunID, p projection) {
+	if err := b.project(ctx, id, p); err != nil {
+		log.WarnContext(ctx, "project step", slog.String("error", err.Error()))
+	}
+}
+
+func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.Topic, step string) error {
+	if err := runstore.AddWaiter(ctx, b.pool, topic, id, step); err != nil {
+		return err
+	}
+	return runstore.Project(ctx, b.pool, id, runstore.Projection{Status: port.StatusWaiting, CurrentStep: step})
+}
+
+func (b *bookkeeping) removeWaiters(ctx context.Context, id port.RunID, topics []port.Topic) error {
+	for _, topic := range topics {
+		if err := runstore.RemoveWaiter(ctx, b.pool, topic, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package temporaladapter
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// writeCert writes a self-signed certificate and its key as PEM files.
+func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "worker"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	return certFile, keyFile
+}
+
+func TestClientTLSOptions(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+
+	plain, err := ClientConfig{}.tlsConfig()
+	require.NoError(t, err)
+	require.Nil(t, plain, "no TLS setting: plaintext (the dev server)")
+
+	cloud, err := ClientConfig{APIKey: "secret"}.tlsConfig()
+	require.NoError(t, err)
+	require.NotNil(t, cloud, "an API key implies TLS with the system roots")
+	require.Nil(t, cloud.RootCAs)
+
+	mtls, err := ClientConfig{CAFile: cert, CertFile: cert, KeyFile: key, ServerName: "ns.tmprl.cloud"}.tlsConfig()
+	require.NoError(t, err)
+	require.NotNil(t, mtls.RootCAs)
+	require.Len(t, mtls.Certificates, 1)
+	require.Equal(t, "ns.tmprl.cloud", mtls.ServerName)
+
+	_, err = ClientConfig{CertFile: cert}.tlsConfig()
+	require.ErrorContains(t, err, "both the certificate and the key")
+	_, err = ClientConfig{CAFile: key}.tlsConfig()
+	require.ErrorContains(t, err, "no PEM certificate")
+	_, err = ClientConfig{CAFile: filepath.Join(dir, "missing.pem")}.tlsConfig()
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestConfigDefaultsAndValidation(t *testing.T) {
+	c := Config{}.withDefaults()
+	require.Equal(t, DefaultTaskQueue, c.TaskQueue)
+	require.Equal(t, DefaultWorkerStopTimeout, c.WorkerStopTimeout)
+	require.Equal(t, DefaultConcurrency, c.DefaultConcurrency)
+	require.NotNil(t, c.Logger)
+	require.NoError(t, c.validate())
+	require.Error(t, Config{WorkerStopTimeout: -time.Second}.withDefaults().validate())
+	_, err := New(nil, nil, nil, Config{})
+	require.Error(t, err)
+}

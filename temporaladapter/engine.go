@@ -1,0 +1,366 @@
+// Package temporaladapter runs port.Definition handlers on Temporal, behind
+// port.TaskEngine. Postgres (the shared runstore) stays the authority for
+// idempotency, the waiter map of topic-addressed signals, and the run
+// projection that outlives Temporal's retention.
+//
+// Mapping: one run = one workflow with ID "taskport/<run id>" and type
+// "<kind>@v<version>"; one step = one activity whose ActivityID is the step
+// name; a wait = a signal channel named by the topic.
+package temporaladapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/runstore"
+)
+
+var (
+	_ port.TaskEngine = (*Engine)(nil)
+	_ port.Admin      = (*Engine)(nil)
+)
+
+// Search attribute names set on every run, so that the Temporal UI finds runs
+// by kind, version and business key (plan id).
+const (
+	AttrKind        = "TaskportKind"
+	AttrVersion     = "TaskportVersion"
+	AttrBusinessKey = "TaskportBusinessKey"
+)
+
+var (
+	attrKind        = temporal.NewSearchAttributeKeyKeyword(AttrKind)
+	attrVersion     = temporal.NewSearchAttributeKeyInt64(AttrVersion)
+	attrBusinessKey = temporal.NewSearchAttributeKeyKeyword(AttrBusinessKey)
+)
+
+// SearchAttributes returns the search attributes the adapter sets, name ->
+// type, for registering them with a namespace (`temporal operator
+// search-attribute create`, or `temporal server start-dev --search-attribute
+// Name=Type`). Starting a run fails on a namespace that lacks them.
+func SearchAttributes() map[string]string {
+	return map[string]string{AttrKind: "Keyword", AttrVersion: "Int", AttrBusinessKey: "Keyword"}
+}
+
+// workflowIDPrefix marks the workflows this adapter owns.
+const workflowIDPrefix = "taskport/"
+
+// WorkflowID is the Temporal workflow ID of a run.
+func WorkflowID(id port.RunID) string { return workflowIDPrefix + string(id) }
+
+func runIDFromWorkflowID(wid string) port.RunID {
+	return port.RunID(strings.TrimPrefix(wid, workflowIDPrefix))
+}
+
+// WorkflowType is the Temporal workflow type of one version of a kind.
+func WorkflowType(kind port.Kind, version int) string {
+	return string(kind) + "@v" + strconv.Itoa(version)
+}
+
+func parseWorkflowType(t string) (port.Kind, int) {
+	i := strings.LastIndex(t, "@v")
+	if i < 0 {
+		return port.Kind(t), 0
+	}
+	v, err := strconv.Atoi(t[i+2:])
+	if err != nil {
+		return port.Kind(t), 0
+	}
+	return port.Kind(t[:i]), v
+}
+
+// Engine is the Temporal implementation of port.TaskEngine.
+type Engine struct {
+	client client.Client
+	pool   *pgxpool.Pool
+	reg    *port.Registry
+	cfg    Config
+	logger *slog.Logger
+	books  *bookkeeping
+
+	mu     sync.Mutex
+	worker worker.Worker // nil unless started
+	fatal  chan error    // buffered 1: the first fatal worker error
+}
+
+// New builds an engine over a connected client (see Dial), the Postgres pool
+// holding the taskport schema, and the registry of kinds and activities.
+func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if c == nil || pool == nil || reg == nil {
+		return nil, errors.New("temporaladapter: client, pool and registry are required")
+	}
+	return &Engine{
+		client: c,
+		pool:   pool,
+		reg:    reg,
+		cfg:    cfg,
+		logger: cfg.Logger,
+		books:  &bookkeeping{pool: pool, logger: cfg.Logger},
+		fatal:  make(chan error, 1),
+	}, nil
+}
+
+// runInput is the workflow argument. Across a continue-as-new, Pending
+// carries the signals drained from the old run's channels, per topic in
+// arrival order, which the next run's waits consume before its own channel;
+// Topics carries the waiter registrations, so the last run removes them.
+type runInput struct {
+	Input   json.RawMessage                  `json:"input"`
+	Pending map[port.Topic][]json.RawMessage `json:"pending,omitempty"`
+	Topics  []port.Topic                     `json:"topics,omitempty"`
+}
+
+// Enqueue records the run in Postgres (the idempotency authority), then
+// starts its workflow. A run already recorded and finished is returned as is
+// without touching Temporal, which is what keeps Enqueue idempotent past
+// Temporal's retention; one recorded but not finished is (re)started with the
+// same ID and policies, which covers a crash between the insert and the start.
+func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+	prep, err := e.reg.PrepareEnqueue(kind, input, opts)
+	if err != nil {
+		return "", err
+	}
+	run, created, err := runstore.Insert(ctx, e.pool, runstore.NewRun{
+		Engine:      runstore.EngineTemporal,
+		Kind:        kind,
+		Version:     prep.Definition.Version,
+		Key:         opts.IdempotencyKey,
+		BusinessKey: opts.BusinessKey,
+		Priority:    opts.Priority,
+		Input:       prep.Input,
+		AvailableAt: opts.AvailableAt,
+	})
+	if err != nil {
+		return "", err
+	}
+	if !created && (run.Status.Terminal() || run.Engine != runstore.EngineTemporal) {
+		return run.ID, nil
+	}
+	if err := e.start(ctx, run); err != nil {
+		return "", err
+	}
+	return run.ID, nil
+}
+
+func (e *Engine) start(ctx context.Context, run runstore.Run) error {
+	opts := client.StartWorkflowOptions{
+		ID:                       WorkflowID(run.ID),
+		TaskQueue:                e.cfg.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			attrKind.ValueSet(string(run.Kind)),
+			attrVersion.ValueSet(int64(run.Version)),
+			attrBusinessKey.ValueSet(run.BusinessKey),
+		),
+		Memo: map[string]any{"taskport": memo{
+			Kind:           run.Kind,
+			Version:        run.Version,
+			IdempotencyKey: run.IdempotencyKey,
+			BusinessKey:    run.BusinessKey,
+			Input:          summarize(run.Input, e.cfg.MemoInputBytes),
+		}},
+		StaticSummary: fmt.Sprintf("%s %s", WorkflowType(run.Kind, run.Version), run.BusinessKey),
+	}
+	if d := time.Until(run.AvailableAt); d > 0 {
+		opts.StartDelay = d
+	}
+	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input})
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if err != nil && !errors.As(err, &started) {
+		return fmt.Errorf("start workflow of run %s: %w", run.ID, err)
+	}
+	return nil
+}
+
+// memo is what the Temporal UI shows under the run's memo.
+type memo struct {
+	Kind           port.Kind `json:"kind"`
+	Version        int       `json:"version"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	BusinessKey    string    `json:"business_key,omitempty"`
+	Input          string    `json:"input"`
+}
+
+func summarize(raw []byte, limit int) string {
+	if len(raw) <= limit {
+		return string(raw)
+	}
+	return string(raw[:limit]) + "…"
+}
+
+// Signal reads the runs registered as waiting on topic in Postgres and
+// signals each. A run that finished meanwhile is skipped, not an error.
+func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
+	raw, err := port.PrepareSignal(topic, payload)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := runstore.Waiters(ctx, e.pool, topic)
+	if err != nil {
+		return 0, err
+	}
+	delivered := 0
+	for _, id := range ids {
+		err := e.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), raw)
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+		case err != nil:
+			return delivered, fmt.Errorf("signal run %s on %s: %w", id, topic, err)
+		default:
+			delivered++
+		}
+	}
+	return delivered, nil
+}
+
+// Cancel writes the business cancel flag first (ADR 2.4), then cancels the
+// workflow with the reason. The running step is not interrupted: it learns
+// of the cancel at its next heartbeat; later steps never start.
+func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error {
+	run, err := runstore.RequestCancel(ctx, e.pool, id, reason)
+	if err != nil {
+		return err
+	}
+	if run.Status.Terminal() {
+		return nil
+	}
+	err = e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason})
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		// Never started (a crash between insert and start) or already
+		// gone: nothing will run it, so the projection says canceled.
+		return runstore.Project(ctx, e.pool, id, runstore.Projection{Status: port.StatusCanceled, LastError: reason})
+	}
+	if err != nil {
+		return fmt.Errorf("cancel workflow of run %s: %w", id, err)
+	}
+	return nil
+}
+
+// Get reads the run from Temporal (DescribeWorkflow) over the Postgres
+// projection, which it falls back to once Temporal has forgotten the run.
+func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
+	run, err := runstore.Get(ctx, e.pool, id)
+	if err != nil {
+		return port.RunView{}, err
+	}
+	if run.Engine != runstore.EngineTemporal {
+		return run.RunView, nil
+	}
+	desc, err := e.client.DescribeWorkflow(ctx, WorkflowID(id), "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return run.RunView, nil
+	}
+	if err != nil {
+		return port.RunView{}, fmt.Errorf("describe workflow of run %s: %w", id, err)
+	}
+	view := viewFromDescription(run.RunView, desc)
+	if view.Status.Terminal() && !run.Status.Terminal() {
+		// The workflow ended without its own terminal projection (a
+		// nondeterministic handler failed it in the SDK, or it was
+		// terminated): record what Temporal says, so the run is listed.
+		err := runstore.Project(ctx, e.pool, id, runstore.Projection{
+			Status: view.Status, Attempts: view.Attempts, LastError: view.LastError, CurrentStep: view.CurrentStep,
+		})
+		if err != nil {
+			return port.RunView{}, err
+		}
+	}
+	return view, nil
+}
+
+func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription) port.RunView {
+	projected := v.Status
+	switch desc.Status {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		pending := desc.RawResponse.GetPendingActivities()
+		if len(pending) == 0 {
+			if v.Status.Terminal() {
+				// The terminal projection is written just before the
+				// workflow completes.
+				return v
+			}
+			if v.Status != port.StatusWaiting && v.Status != port.StatusPending {
+				v.Status = port.StatusRunning
+			}
+			return v
+		}
+		pa := pending[0]
+		v.Status = port.StatusRunning
+		v.CurrentStep = pa.GetActivityId()
+		v.Attempts = int(pa.GetAttempt())
+		if msg := pa.GetLastFailure().GetMessage(); msg != "" {
+			v.LastError = msg
+		}
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		v.Status = port.StatusSucceeded
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		v.Status = port.StatusCanceled
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED,
+		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		v.Status = port.StatusFailed
+		if !projected.Terminal() {
+			v.LastError = "workflow " + strings.ToLower(strings.TrimPrefix(desc.Status.String(), "WORKFLOW_EXECUTION_STATUS_"))
+		}
+	}
+	if v.Status.Terminal() && v.FinishedAt.IsZero() && desc.WorkflowCloseTime != nil {
+		v.FinishedAt = *desc.WorkflowCloseTime
+	}
+	return v
+}
+
+// ListRuns reads the Postgres projection: dead letters (Statuses: failed)
+// and runs on old versions stay listed after Temporal's retention.
+func (e *Engine) ListRuns(ctx context.Context, f port.RunFilter) ([]port.RunView, error) {
+	return runstore.List(ctx, e.pool, f)
+}
+
+// OpenRunsOnVersion asks Temporal's visibility for the runs of kind@version
+// still open, e.g. to know when the previous version can be dropped. It is
+// eventually consistent (visibility lags by a moment); ListRuns with
+// BelowVersion is the strongly consistent Postgres view.
+func (e *Engine) OpenRunsOnVersion(ctx context.Context, kind port.Kind, version int) ([]port.RunID, error) {
+	if err := port.ValidateName("kind", string(kind)); err != nil {
+		return nil, err
+	}
+	// Kind names are restricted to [A-Za-z0-9._:/-], so quoting is safe.
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", WorkflowType(kind, version))
+	var out []port.RunID
+	var token []byte
+	for {
+		resp, err := e.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list open runs of %s: %w", WorkflowType(kind, version), err)
+		}
+		for _, ex := range resp.GetExecutions() {
+			out = append(out, runIDFromWorkflowID(ex.GetExecution().GetWorkflowId()))
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 {
+			return out, nil
+		}
+	}
+}

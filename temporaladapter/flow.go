@@ -1,0 +1,361 @@
+package temporaladapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/taskport/taskport/port"
+)
+
+// stepErrorType is the ApplicationError type of a failed step attempt; its
+// details carry the attempt number, so the handler's *port.StepError says how
+// many attempts were spent.
+const stepErrorType = "taskport.StepFailed"
+
+// workflowRegistry is the part of worker.Worker and worker.WorkflowReplayer
+// that registers workflows.
+type workflowRegistry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+}
+
+// workflowFunc is the one wrapper every registered Definition runs in: it
+// builds a port.Flow over the workflow context, runs the handler, records
+// the terminal projection, and maps the outcome onto Temporal's statuses.
+func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInput) error {
+	return func(ctx workflow.Context, in runInput) error {
+		info := workflow.GetInfo(ctx)
+		f := &flow{
+			ctx:     ctx,
+			def:     def,
+			runID:   runIDFromWorkflowID(info.WorkflowExecution.ID),
+			books:   e.books,
+			pending: in.Pending,
+			topics:  in.Topics,
+			logger:  slog.New(replayAwareHandler{ctx: ctx, next: e.logger.Handler()}),
+			laOpts: workflow.LocalActivityOptions{
+				ScheduleToCloseTimeout: e.cfg.LocalActivityTimeout,
+				StartToCloseTimeout:    min(e.cfg.LocalActivityTimeout, 10*time.Second),
+			},
+		}
+		f.logger = f.logger.With(slog.String("run_id", string(f.runID)), slog.String("workflow_type", info.WorkflowType.Name))
+		err := def.Handler.Run(f, in.Input)
+		var can *port.ContinueAsNewError
+		if errors.As(err, &can) {
+			next := runInput{Input: json.RawMessage(can.Input), Pending: f.drain(), Topics: f.topics}
+			return workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, next)
+		}
+		status, msg := outcome(ctx, err)
+		// The projection must be written even when the workflow is canceled.
+		pctx, _ := workflow.NewDisconnectedContext(ctx)
+		pctx = workflow.WithLocalActivityOptions(pctx, f.laOpts)
+		if perr := f.unregister(pctx); perr != nil {
+			f.logger.Error("unregister waiters", slog.String("error", perr.Error()))
+		}
+		perr := workflow.ExecuteLocalActivity(pctx, f.books.project, f.runID,
+			projection{Status: status, LastError: msg, Step: f.lastStep, Attempts: f.lastAttempts}).Get(pctx, nil)
+		if perr != nil {
+			f.logger.Error("record terminal projection", slog.String("error", perr.Error()))
+		}
+		switch status {
+		case port.StatusSucceeded:
+			return nil
+		case port.StatusCanceled:
+			if ctx.Err() != nil {
+				return ctx.Err() // Temporal records Canceled only for its own cancel error
+			}
+			return temporal.NewCanceledError(msg)
+		default:
+			return temporal.NewNonRetryableApplicationError(msg, "taskport.RunFailed", err)
+		}
+	}
+}
+
+// outcome maps the handler's result onto the port vocabulary.
+func outcome(ctx workflow.Context, err error) (port.Status, string) {
+	switch {
+	case err == nil:
+		return port.StatusSucceeded, ""
+	case errors.Is(err, port.ErrCanceled) || (ctx.Err() != nil && temporal.IsCanceledError(err)):
+		return port.StatusCanceled, err.Error()
+	default:
+		return port.StatusFailed, err.Error()
+	}
+}
+
+// flow implements port.Flow over a workflow.Context. It lives for one
+// workflow task sequence of one run (a continue-as-new builds a new one).
+type flow struct {
+	ctx     workflow.Context
+	def     port.Definition
+	runID   port.RunID
+	books   *bookkeeping
+	laOpts  workflow.LocalActivityOptions
+	seq     port.StepSequence
+	logger  *slog.Logger
+	pending map[port.Topic][]json.RawMessage // signals carried over a continue-as-new
+	topics  []port.Topic                     // topics registered in the waiter table, in first-wait order
+
+	projected    bool   // the projection says running since the last wait
+	lastStep     string // for the terminal projection
+	lastAttempts int    // attempts the last step took; 0 before any step
+}
+
+var _ port.Flow = (*flow)(nil)
+
+func (f *flow) RunID() port.RunID      { return f.runID }
+func (f *flow) Kind() port.Kind        { return f.def.Kind }
+func (f *flow) Version() int           { return f.def.Version }
+func (f *flow) Now() time.Time         { return workflow.Now(f.ctx) }
+func (f *flow) Logger() *slog.Logger   { return f.logger }
+func (f *flow) RestartSuggested() bool { return workflow.GetInfo(f.ctx).GetContinueAsNewSuggested() }
+
+func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
+	return int(workflow.GetVersion(f.ctx, changeID, workflow.Version(minSupported), workflow.Version(maxSupported)))
+}
+
+// Step runs the activity under a disconnected context, so a workflow cancel
+// does not interrupt it (ADR 2.4): the cancel is passed on as an activity
+// cancel request, which the step sees at its next heartbeat, and the step is
+// awaited to its end. A canceled run starts no further step.
+func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOption) error {
+	if _, err := f.seq.Next(name); err != nil {
+		return err
+	}
+	if f.ctx.Err() != nil {
+		return port.ErrCanceled
+	}
+	so, err := port.ResolveStepOptions(f.def, opts...)
+	if err != nil {
+		return err
+	}
+	raw, err := port.EncodePayload("input", in)
+	if err != nil {
+		return fmt.Errorf("step %s: %w", name, err)
+	}
+	actx, cancelActivity := workflow.NewDisconnectedContext(f.ctx)
+	defer cancelActivity()
+	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
+		ActivityID:          name,
+		Summary:             name,
+		StartToCloseTimeout: so.Timeout,
+		HeartbeatTimeout:    so.HeartbeatTimeout,
+		WaitForCancellation: true,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    so.Retry.InitialInterval,
+			BackoffCoefficient: so.Retry.BackoffCoefficient,
+			MaximumInterval:    so.Retry.MaxInterval,
+			MaximumAttempts:    int32(so.Retry.MaxAttempts),
+		},
+	})
+	// The first step of an execution, and the first after a wait, moves
+	// the projection to running; the others leave Postgres alone (Describe
+	// has the live step), which keeps a step as cheap as a raw activity.
+	fut := workflow.ExecuteActivity(actx, activityName, stepCall{Input: raw, Project: !f.projected})
+	f.projected = true
+	f.lastStep = name
+	interrupted := false
+	sel := workflow.NewSelector(f.ctx)
+	sel.AddFuture(fut, func(workflow.Future) {})
+	sel.AddReceive(f.ctx.Done(), func(workflow.ReceiveChannel, bool) { interrupted = true })
+	sel.Select(f.ctx)
+	if interrupted && !fut.IsReady() {
+		cancelActivity()
+	}
+	var result stepResult
+	if err := fut.Get(actx, &result); err != nil {
+		if interrupted || temporal.IsCanceledError(err) {
+			return port.ErrCanceled
+		}
+		se := stepError(name, activityName, so, err)
+		f.lastAttempts = se.Attempts
+		return se
+	}
+	f.lastAttempts = result.Attempt
+	if err := port.DecodePayload(result.Output, out); err != nil {
+		return fmt.Errorf("step %s: decode result of %s: %w", name, activityName, err)
+	}
+	return nil
+}
+
+// stepError turns the activity's final failure into the port's StepError.
+func stepError(name, activityName string, so port.StepOptions, err error) *port.StepError {
+	se := &port.StepError{Step: name, Activity: activityName, Attempts: so.Retry.MaxAttempts, Message: err.Error()}
+	var actErr *temporal.ActivityError
+	if errors.As(err, &actErr) {
+		if cause := errors.Unwrap(actErr); cause != nil {
+			se.Message = cause.Error()
+		}
+		se.NonRetryable = actErr.RetryState() == enumspb.RETRY_STATE_NON_RETRYABLE_FAILURE
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		se.Message = appErr.Message()
+		se.NonRetryable = se.NonRetryable || appErr.NonRetryable()
+		var attempt int
+		if appErr.Type() == stepErrorType && appErr.HasDetails() && appErr.Details(&attempt) == nil {
+			se.Attempts = attempt
+		}
+	}
+	return se
+}
+
+// WaitSignal registers the run in the Postgres waiter table (a local
+// activity) before its first wait on topic, so a Signal that follows finds
+// it. The registration stays until the run ends, so a signal sent while the
+// run is in a later step is accepted and buffered in the topic's channel,
+// and the next wait receives it at once. The channel receive is recorded in
+// history, so replay takes the same branch. A zero timeout only takes a
+// signal already buffered, as on the lease engine; a negative one is refused.
+func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, payload any) (bool, error) {
+	if _, err := f.seq.Next(name); err != nil {
+		return false, err
+	}
+	if err := port.ValidateTopic(topic); err != nil {
+		return false, err
+	}
+	if err := port.ValidateTimeout("timeout", timeout); err != nil {
+		return false, err
+	}
+	if f.ctx.Err() != nil {
+		return false, port.ErrCanceled
+	}
+	if carried := f.pending[topic]; len(carried) > 0 {
+		f.pending[topic] = carried[1:]
+		return true, decodeSignal(name, carried[0], payload)
+	}
+	if timeout == 0 {
+		var raw json.RawMessage
+		if workflow.GetSignalChannel(f.ctx, string(topic)).ReceiveAsync(&raw) {
+			return true, decodeSignal(name, raw, payload)
+		}
+		return false, nil
+	}
+	lctx := workflow.WithLocalActivityOptions(f.ctx, f.laOpts)
+	if err := workflow.ExecuteLocalActivity(lctx, f.books.addWaiter, f.runID, topic, name).Get(lctx, nil); err != nil {
+		if f.ctx.Err() != nil {
+			return false, port.ErrCanceled
+		}
+		return false, fmt.Errorf("wait %s: register waiter: %w", name, err)
+	}
+	f.projected = false // addWaiter projected waiting
+	f.lastStep, f.lastAttempts = name, 0
+	if !slices.Contains(f.topics, topic) {
+		f.topics = append(f.topics, topic)
+	}
+
+	var raw json.RawMessage
+	received, canceled := false, false
+	tctx, cancelTimer := workflow.WithCancel(f.ctx)
+	defer cancelTimer()
+	sel := workflow.NewSelector(f.ctx)
+	sel.AddReceive(workflow.GetSignalChannel(f.ctx, string(topic)), func(c workflow.ReceiveChannel, _ bool) {
+		c.ReceiveAsync(&raw)
+		received = true
+	})
+	sel.AddReceive(f.ctx.Done(), func(workflow.ReceiveChannel, bool) { canceled = true })
+	// Neither received nor canceled after Select means timed out.
+	sel.AddFuture(workflow.NewTimerWithOptions(tctx, timeout, workflow.TimerOptions{Summary: name}), func(workflow.Future) {})
+	sel.Select(f.ctx)
+	switch {
+	case received:
+		return true, decodeSignal(name, raw, payload)
+	case canceled:
+		return false, port.ErrCanceled
+	default:
+		return false, nil
+	}
+}
+
+// unregister removes the run's waiter rows once it ends.
+func (f *flow) unregister(ctx workflow.Context) error {
+	if len(f.topics) == 0 {
+		return nil
+	}
+	return workflow.ExecuteLocalActivity(ctx, f.books.removeWaiters, f.runID, f.topics).Get(ctx, nil)
+}
+
+func decodeSignal(name string, raw json.RawMessage, payload any) error {
+	if err := port.DecodePayload(raw, payload); err != nil {
+		return fmt.Errorf("wait %s: decode signal payload: %w", name, err)
+	}
+	return nil
+}
+
+// drain collects the signals still buffered on the topics this run waited
+// on (and those carried into it and not consumed), so a continue-as-new
+// hands them to the next run instead of dropping them.
+func (f *flow) drain() map[port.Topic][]json.RawMessage {
+	out := map[port.Topic][]json.RawMessage{}
+	for topic, carried := range f.pending {
+		if len(carried) > 0 {
+			out[topic] = append(out[topic], carried...)
+		}
+	}
+	for _, topic := range f.topics {
+		ch := workflow.GetSignalChannel(f.ctx, string(topic))
+		for {
+			var raw json.RawMessage
+			if !ch.ReceiveAsync(&raw) {
+				break
+			}
+			out[topic] = append(out[topic], raw)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// Sleep is a durable timer named by the step name (shown in the UI).
+func (f *flow) Sleep(name string, d time.Duration) error {
+	if _, err := f.seq.Next(name); err != nil {
+		return err
+	}
+	if err := port.ValidateTimeout("sleep", d); err != nil {
+		return err
+	}
+	if f.ctx.Err() != nil {
+		return port.ErrCanceled
+	}
+	f.lastStep, f.lastAttempts = name, 0
+	if err := workflow.NewTimerWithOptions(f.ctx, d, workflow.TimerOptions{Summary: name}).Get(f.ctx, nil); err != nil {
+		if temporal.IsCanceledError(err) {
+			return port.ErrCanceled
+		}
+		return fmt.Errorf("sleep %s: %w", name, err)
+	}
+	return nil
+}
+
+// replayAwareHandler drops log lines while the workflow replays history, so
+// a handler's log line appears once per real execution.
+type replayAwareHandler struct {
+	ctx  workflow.Context
+	next slog.Handler
+}
+
+func (h replayAwareHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return !workflow.IsReplaying(h.ctx) && h.next.Enabled(ctx, l)
+}
+
+func (h replayAwareHandler) Handle(ctx context.Context, r slog.Record) error {
+	return h.next.Handle(ctx, r)
+}
+
+func (h replayAwareHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return replayAwareHandler{ctx: h.ctx, next: h.next.WithAttrs(attrs)}
+}
+
+func (h replayAwareHandler) WithGroup(name string) slog.Handler {
+	return replayAwareHandler{ctx: h.ctx, next: h.next.WithGroup(name)}
+}

@@ -1,0 +1,268 @@
+package temporaladapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/taskport/taskport/port"
+)
+
+// These tests hold the Flow mapping to Temporal with the SDK's testsuite:
+// activities and the adapter's Postgres bookkeeping are mocked, timers are
+// skipped, and signals are sent with delays on the test clock.
+
+const testRunID = "01a22945-0000-7000-8000-000000000001"
+
+var testActivity = port.DeclareActivity[string, string]("unit.echo")
+
+type unitEnv struct {
+	*testsuite.TestWorkflowEnvironment
+	books *bookkeeping
+}
+
+// newUnitEnv registers one kind whose handler is fn and mocks the
+// bookkeeping local activities.
+func newUnitEnv(t *testing.T, def port.Definition) unitEnv {
+	t.Helper()
+	reg := port.NewRegistry()
+	require.NoError(t, reg.Register(def))
+	require.NoError(t, reg.RegisterActivity(port.Bind(testActivity, func(context.Context, string) (string, error) {
+		return "", errors.New("the real body must not run in unit tests")
+	})))
+	logger := slog.New(slog.DiscardHandler)
+	e := &Engine{reg: reg, cfg: Config{Logger: logger}.withDefaults(), logger: logger, books: &bookkeeping{logger: logger}}
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(tlog.NewStructuredLogger(logger))
+	env := s.NewTestWorkflowEnvironment()
+	e.registerWorkflows(env, port.StartOptions{})
+	for _, b := range reg.Activities() {
+		env.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name})
+	}
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(testRunID)})
+	env.OnActivity(e.books.project, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(e.books.addWaiter, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(e.books.removeWaiters, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	return unitEnv{TestWorkflowEnvironment: env, books: e.books}
+}
+
+func (u unitEnv) run(def port.Definition, input any) {
+	raw, err := json.Marshal(input)
+	if err != nil {
+		panic(err)
+	}
+	u.ExecuteWorkflow(WorkflowType(def.Kind, def.Version), runInput{Input: raw})
+}
+
+func TestStepMapsToAnActivityWithTheStepNameAndTheKindsPolicy(t *testing.T) {
+	def := port.Definition{
+		Kind: "unit.steps", Version: 1, Retry: port.NetworkRetry(), StepTimeout: 7 * time.Second, HeartbeatTimeout: 3 * time.Second,
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			out, err := testActivity.Run(f, "greet", in)
+			if err != nil {
+				return err
+			}
+			_, err = testActivity.Run(f, "again", out, port.WithTimeout(time.Second))
+			return err
+		}),
+	}
+	env := newUnitEnv(t, def)
+	var seen []activity.Info
+	env.OnActivity(testActivity.Name(), mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, call stepCall) (stepResult, error) {
+			seen = append(seen, activity.GetInfo(ctx))
+			require.Equal(t, len(seen) == 1, call.Project, "only the first step moves the projection to running")
+			var s string
+			require.NoError(t, json.Unmarshal(call.Input, &s))
+			out, err := json.Marshal(s + "!")
+			return stepResult{Output: out, Attempt: 1}, err
+		})
+	env.run(def, "hi")
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, seen, 2)
+	require.Equal(t, "greet", seen[0].ActivityID)
+	require.Equal(t, "again", seen[1].ActivityID)
+	require.Equal(t, 3*time.Second, seen[0].HeartbeatTimeout)
+	require.Equal(t, 7*time.Second, seen[0].Deadline.Sub(seen[0].StartedTime).Round(time.Second))
+	require.Equal(t, time.Second, seen[1].Deadline.Sub(seen[1].StartedTime).Round(time.Second))
+}
+
+func TestFailedStepReachesTheHandlerAsStepError(t *testing.T) {
+	var got *port.StepError
+	def := port.Definition{
+		Kind: "unit.fail", Version: 1, Retry: port.RetryPolicy{MaxAttempts: 4},
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			_, err := testActivity.Run(f, "doomed", in)
+			errors.As(err, &got)
+			return err
+		}),
+	}
+	env := newUnitEnv(t, def)
+	env.OnActivity(testActivity.Name(), mock.Anything, mock.Anything).Return(stepResult{},
+		temporal.NewApplicationErrorWithOptions("disk full", stepErrorType, temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{2}}))
+	env.run(def, "x")
+	require.Error(t, env.GetWorkflowError())
+	require.NotNil(t, got)
+	require.Equal(t, "doomed", got.Step)
+	require.Equal(t, "disk full", got.Message)
+	require.True(t, got.NonRetryable)
+	require.Equal(t, 2, got.Attempts)
+}
+
+func TestDuplicateStepNameFailsTheRun(t *testing.T) {
+	def := port.Definition{
+		Kind: "unit.dup", Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			if _, err := testActivity.Run(f, "same", in); err != nil {
+				return err
+			}
+			_, err := testActivity.Run(f, "same", in)
+			return err
+		}),
+	}
+	env := newUnitEnv(t, def)
+	env.OnActivity(testActivity.Name(), mock.Anything, mock.Anything).Return(stepResult{Output: json.RawMessage(`"ok"`), Attempt: 1}, nil).Once()
+	env.run(def, "x")
+	require.ErrorContains(t, env.GetWorkflowError(), "reused within one run")
+}
+
+func waitDef(timeout time.Duration, got *[]string) port.Definition {
+	return port.Definition{
+		Kind: "unit.wait", Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, topic port.Topic) error {
+			for i, name := range []string{"first", "second"} {
+				var payload string
+				ok, err := f.WaitSignal(name, topic, timeout, &payload)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					payload = "timeout"
+				}
+				*got = append(*got, payload)
+				if i == 0 && f.RestartSuggested() {
+					return errors.New("restart suggested on a short history")
+				}
+			}
+			return nil
+		}),
+	}
+}
+
+func TestWaitSignalReceivesDelayedAndEarlySignalsAndTimesOut(t *testing.T) {
+	var got []string
+	def := waitDef(time.Hour, &got)
+	env := newUnitEnv(t, def)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow("approval:1", json.RawMessage(`"yes"`))
+	}, 10*time.Minute)
+	env.run(def, "approval:1")
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, []string{"yes", "timeout"}, got, "the second wait timed out on the skipped timer")
+	env.AssertCalled(t, "addWaiter", mock.Anything, port.RunID(testRunID), port.Topic("approval:1"), "first")
+	env.AssertCalled(t, "removeWaiters", mock.Anything, port.RunID(testRunID), []port.Topic{"approval:1"})
+
+	// Two signals at once: the second is buffered and the next wait takes it.
+	got = nil
+	env2 := newUnitEnv(t, def)
+	env2.RegisterDelayedCallback(func() {
+		env2.SignalWorkflow("approval:2", json.RawMessage(`"a"`))
+		env2.SignalWorkflow("approval:2", json.RawMessage(`"b"`))
+	}, time.Minute)
+	env2.run(def, "approval:2")
+	require.NoError(t, env2.GetWorkflowError())
+	require.Equal(t, []string{"a", "b"}, got)
+}
+
+func TestCancelWhileWaitingEndsCanceled(t *testing.T) {
+	var got []string
+	def := waitDef(24*time.Hour, &got)
+	env := newUnitEnv(t, def)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
+	env.run(def, "approval:3")
+	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "got %v", env.GetWorkflowError())
+	require.Empty(t, got)
+	env.AssertCalled(t, "project", mock.Anything, port.RunID(testRunID), projection{Status: port.StatusCanceled, LastError: port.ErrCanceled.Error(), Step: "first"})
+	env.AssertCalled(t, "removeWaiters", mock.Anything, port.RunID(testRunID), []port.Topic{"approval:3"})
+}
+
+func TestContinueAsNewCarriesBufferedSignals(t *testing.T) {
+	def := port.Definition{
+		Kind: "unit.loop", Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, n int) error {
+			if _, err := f.WaitSignal("wait", "loop:1", 24*time.Hour, nil); err != nil {
+				return err
+			}
+			if err := f.Sleep("nap", time.Hour); err != nil {
+				return err
+			}
+			return port.ContinueAsNew(n + 1)
+		}),
+	}
+	env := newUnitEnv(t, def)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow("loop:1", json.RawMessage(`"one"`)) }, time.Minute)
+	// Arrives while the run sleeps, after its wait: buffered, then drained.
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow("loop:1", json.RawMessage(`"two"`)) }, 2*time.Minute)
+	env.run(def, 0)
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	require.Equal(t, "unit.loop@v1", can.WorkflowType.Name)
+	var next runInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.JSONEq(t, `1`, string(next.Input))
+	require.Equal(t, map[port.Topic][]json.RawMessage{"loop:1": {json.RawMessage(`"two"`)}}, next.Pending)
+	require.Equal(t, []port.Topic{"loop:1"}, next.Topics)
+}
+
+func TestSleepUsesADurableTimer(t *testing.T) {
+	def := port.Definition{
+		Kind: "unit.sleep", Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			start := f.Now()
+			if err := f.Sleep("nap", 24*time.Hour); err != nil {
+				return err
+			}
+			if f.Now().Sub(start) < 24*time.Hour {
+				return errors.New("woke early")
+			}
+			return nil
+		}),
+	}
+	env := newUnitEnv(t, def)
+	env.run(def, "x")
+	require.NoError(t, env.GetWorkflowError())
+}
+
+func TestWaitSignalZeroTimeoutOnlyTakesABufferedSignalAndNegativeIsRefused(t *testing.T) {
+	var polled []bool
+	def := port.Definition{
+		Kind: "unit.poll", Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			ok, err := f.WaitSignal("poll", "poll:1", 0, nil)
+			if err != nil {
+				return err
+			}
+			polled = append(polled, ok)
+			_, err = f.WaitSignal("negative", "poll:1", -time.Second, nil)
+			return err
+		}),
+	}
+	env := newUnitEnv(t, def)
+	env.run(def, "x")
+	require.Equal(t, []bool{false}, polled)
+	require.ErrorContains(t, env.GetWorkflowError(), "timeout")
+}

@@ -1,0 +1,96 @@
+package temporaladapter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/taskport/taskport/port"
+)
+
+// Start registers the served versions of every kind (each as its own
+// workflow type) and every activity, and starts polling. Concurrency sets
+// both the activity and the workflow-task slot counts (Config.DefaultConcurrency
+// when zero).
+func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
+	opts, err := port.ValidateStartOptions(opts)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.worker != nil {
+		return port.ErrAlreadyStarted
+	}
+	conc := opts.Concurrency
+	if conc == 0 {
+		conc = e.cfg.DefaultConcurrency
+	}
+	w := worker.New(e.client, e.cfg.TaskQueue, worker.Options{
+		MaxConcurrentActivityExecutionSize:      conc,
+		MaxConcurrentWorkflowTaskExecutionSize:  max(conc, 2), // the SDK needs 2 for sticky polling
+		MaxConcurrentLocalActivityExecutionSize: conc,
+		WorkerStopTimeout:                       e.cfg.WorkerStopTimeout,
+		WorkflowPanicPolicy:                     worker.FailWorkflow,
+		OnFatalError:                            e.onFatal,
+	})
+	served := e.registerWorkflows(w, opts)
+	for _, b := range e.reg.Activities() {
+		w.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name})
+	}
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start temporal worker on %s: %w", e.cfg.TaskQueue, err)
+	}
+	e.worker = w
+	e.logger.InfoContext(ctx, "temporal worker started",
+		slog.String("task_queue", e.cfg.TaskQueue), slog.Int("concurrency", conc), slog.Any("workflow_types", served))
+	return nil
+}
+
+// registerWorkflows adds the workflow types served under opts to r and
+// returns their names.
+func (e *Engine) registerWorkflows(r workflowRegistry, opts port.StartOptions) []string {
+	var served []string
+	for _, def := range e.reg.Definitions() {
+		if !opts.Serves(def.Kind, def.Version) {
+			continue
+		}
+		name := WorkflowType(def.Kind, def.Version)
+		r.RegisterWorkflowWithOptions(e.workflowFunc(def), workflow.RegisterOptions{Name: name})
+		served = append(served, name)
+	}
+	return served
+}
+
+func (e *Engine) onFatal(err error) {
+	e.logger.Error("temporal worker stopped on a fatal error", slog.String("error", err.Error()))
+	select {
+	case e.fatal <- err:
+	default:
+	}
+}
+
+// Err returns a channel that receives the first fatal worker error (e.g.
+// the namespace was deleted). The worker has stopped polling when it fires;
+// the process should exit or restart the engine.
+func (e *Engine) Err() <-chan error { return e.fatal }
+
+// Stop stops polling and waits for in-flight activities up to
+// Config.WorkerStopTimeout; the ones still running then are canceled and
+// handed back to Temporal, which retries them elsewhere. Safe to call twice
+// and without Start.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.worker == nil {
+		return nil
+	}
+	e.worker.Stop()
+	e.worker = nil
+	e.logger.InfoContext(ctx, "temporal worker stopped", slog.String("task_queue", e.cfg.TaskQueue))
+	return nil
+}
