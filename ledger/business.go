@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,12 +14,7 @@ import (
 
 // InsertPlan records a new plan; ID must be set by the caller.
 func InsertPlan(ctx context.Context, q DBTX, p Plan) (Plan, error) {
-	rows, err := q.Query(ctx, insertPlanSQL, p.ID, p.Title, p.SourceType, p.Source, p.InfoHash, p.TargetPath,
-		p.ExpectedSize, p.ExpectedSHA256)
-	if err != nil {
-		return Plan{}, fmt.Errorf("insert plan %s: %w", p.ID, err)
-	}
-	out, err := pgx.CollectExactlyOneRow(rows, scanPlan)
+	out, err := queryOne(ctx, q, insertPlanStmt(p), scanPlan)
 	if err != nil {
 		return Plan{}, fmt.Errorf("insert plan %s: %w", p.ID, err)
 	}
@@ -27,21 +23,17 @@ func InsertPlan(ctx context.Context, q DBTX, p Plan) (Plan, error) {
 
 // GetPlan returns a plan, or an error wrapping port.ErrNotFound.
 func GetPlan(ctx context.Context, q DBTX, id uuid.UUID) (Plan, error) {
-	return onePlan(ctx, q, selectPlanSQL, id)
+	return onePlan(ctx, q, id, false)
 }
 
 // LockPlan returns a plan and locks its row until the transaction q ends, so
 // that a commit and a concurrent cancel request are serialized.
 func LockPlan(ctx context.Context, q DBTX, id uuid.UUID) (Plan, error) {
-	return onePlan(ctx, q, lockPlanSQL, id)
+	return onePlan(ctx, q, id, true)
 }
 
-func onePlan(ctx context.Context, q DBTX, sql string, id uuid.UUID) (Plan, error) {
-	rows, err := q.Query(ctx, sql, id)
-	if err != nil {
-		return Plan{}, fmt.Errorf("get plan %s: %w", id, err)
-	}
-	p, err := pgx.CollectExactlyOneRow(rows, scanPlan)
+func onePlan(ctx context.Context, q DBTX, id uuid.UUID, lock bool) (Plan, error) {
+	p, err := queryOne(ctx, q, selectPlanStmt(id, lock), scanPlan)
 	if err != nil {
 		return Plan{}, notFound(err, "get plan "+id.String())
 	}
@@ -50,20 +42,25 @@ func onePlan(ctx context.Context, q DBTX, sql string, id uuid.UUID) (Plan, error
 
 // PlansByHash returns the plans for an info hash, oldest first.
 func PlansByHash(ctx context.Context, q DBTX, infoHash string) ([]Plan, error) {
-	rows, err := q.Query(ctx, selectPlansByHashSQL, infoHash)
-	if err != nil {
-		return nil, fmt.Errorf("plans by hash %s: %w", infoHash, err)
-	}
-	out, err := pgx.CollectRows(rows, scanPlan)
+	out, err := queryAll(ctx, q, selectPlansByHashStmt(infoHash), scanPlan)
 	if err != nil {
 		return nil, fmt.Errorf("plans by hash %s: %w", infoHash, err)
 	}
 	return out, nil
 }
 
+// ListPlans returns the newest plans first, at most limit of them.
+func ListPlans(ctx context.Context, q DBTX, limit int) ([]Plan, error) {
+	out, err := queryAll(ctx, q, listPlansStmt(limit), scanPlan)
+	if err != nil {
+		return nil, fmt.Errorf("list plans: %w", err)
+	}
+	return out, nil
+}
+
 // SetPlanStatus moves a plan to status.
 func SetPlanStatus(ctx context.Context, q DBTX, id uuid.UUID, status PlanStatus) error {
-	tag, err := q.Exec(ctx, setPlanStatusSQL, id, status)
+	tag, err := execBuilt(ctx, q, setPlanStatusStmt(id, status))
 	if err != nil {
 		return fmt.Errorf("set plan %s status %s: %w", id, status, err)
 	}
@@ -98,7 +95,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 // InsertApproval records the decision on a plan. inserted is false when the
 // plan was already decided; the first decision stands.
 func InsertApproval(ctx context.Context, q DBTX, a Approval) (inserted bool, err error) {
-	tag, err := q.Exec(ctx, insertApprovalSQL, a.ID, a.PlanID, a.Decision, a.DecidedBy, a.Note)
+	tag, err := execBuilt(ctx, q, insertApprovalStmt(a))
 	if err != nil {
 		return false, fmt.Errorf("insert approval of plan %s: %w", a.PlanID, err)
 	}
@@ -107,14 +104,20 @@ func InsertApproval(ctx context.Context, q DBTX, a Approval) (inserted bool, err
 
 // GetApproval returns the decision on a plan; found is false while undecided.
 func GetApproval(ctx context.Context, q DBTX, planID uuid.UUID) (a Approval, found bool, err error) {
-	err = q.QueryRow(ctx, selectApprovalSQL, planID).Scan(&a.ID, &a.PlanID, &a.Decision, &a.DecidedBy, &a.Note, &a.CreatedAt)
-	if err == pgx.ErrNoRows {
+	a, err = queryOne(ctx, q, selectApprovalStmt(planID), scanApproval)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Approval{}, false, nil
 	}
 	if err != nil {
 		return Approval{}, false, fmt.Errorf("get approval of plan %s: %w", planID, err)
 	}
 	return a, true, nil
+}
+
+func scanApproval(row pgx.CollectableRow) (Approval, error) {
+	var a Approval
+	err := row.Scan(&a.ID, &a.PlanID, &a.Decision, &a.DecidedBy, &a.Note, &a.CreatedAt)
+	return a, err
 }
 
 // UpsertDownload records the download of a plan in state. A completed
@@ -141,11 +144,7 @@ func UpsertDownload(ctx context.Context, q DBTX, d DownloadTask) (DownloadTask, 
 // GetDownload returns the download of a plan, or an error wrapping
 // port.ErrNotFound before it was submitted.
 func GetDownload(ctx context.Context, q DBTX, planID uuid.UUID) (DownloadTask, error) {
-	rows, err := q.Query(ctx, selectDownloadSQL, planID)
-	if err != nil {
-		return DownloadTask{}, fmt.Errorf("get download of plan %s: %w", planID, err)
-	}
-	d, err := pgx.CollectExactlyOneRow(rows, scanDownload)
+	d, err := queryOne(ctx, q, selectDownloadStmt(planID), scanDownload)
 	if err != nil {
 		return DownloadTask{}, notFound(err, "get download of plan "+planID.String())
 	}
@@ -156,7 +155,7 @@ func GetDownload(ctx context.Context, q DBTX, planID uuid.UUID) (DownloadTask, e
 // empty when the reporter does not know it). changed is false when it was
 // already recorded, or the download is unknown or removed.
 func CompleteDownload(ctx context.Context, q DBTX, planID uuid.UUID, contentPath string) (changed bool, err error) {
-	tag, err := q.Exec(ctx, completeDownloadSQL, planID, contentPath)
+	tag, err := execBuilt(ctx, q, completeDownloadStmt(planID, contentPath))
 	if err != nil {
 		return false, fmt.Errorf("complete download of plan %s: %w", planID, err)
 	}
@@ -165,7 +164,7 @@ func CompleteDownload(ctx context.Context, q DBTX, planID uuid.UUID, contentPath
 
 // SetDownloadProgress records progress (0..1) of an unfinished download.
 func SetDownloadProgress(ctx context.Context, q DBTX, planID uuid.UUID, progress float64) error {
-	if _, err := q.Exec(ctx, setDownloadProgressSQL, planID, progress); err != nil {
+	if _, err := execBuilt(ctx, q, setDownloadProgressStmt(planID, progress)); err != nil {
 		return fmt.Errorf("set download progress of plan %s: %w", planID, err)
 	}
 	return nil
@@ -174,7 +173,7 @@ func SetDownloadProgress(ctx context.Context, q DBTX, planID uuid.UUID, progress
 // SetDownloadState moves the download of a plan to state; a plan without a
 // download is left alone.
 func SetDownloadState(ctx context.Context, q DBTX, planID uuid.UUID, state DownloadState) error {
-	if _, err := q.Exec(ctx, setDownloadStateSQL, planID, state); err != nil {
+	if _, err := execBuilt(ctx, q, setDownloadStateStmt(planID, state)); err != nil {
 		return fmt.Errorf("set download of plan %s to %s: %w", planID, state, err)
 	}
 	return nil

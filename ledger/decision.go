@@ -19,14 +19,10 @@ func OpenDecision(ctx context.Context, q DBTX, planID uuid.UUID, kind port.Kind,
 	if err != nil {
 		return Decision{}, fmt.Errorf("new decision id: %w", err)
 	}
-	if _, err := q.Exec(ctx, insertDecisionSQL, id, planID, kind, runID, input, reason); err != nil {
+	if _, err := execBuilt(ctx, q, insertDecisionStmt(id, planID, kind, runID, input, reason)); err != nil {
 		return Decision{}, fmt.Errorf("open decision for %s run %s: %w", kind, runID, err)
 	}
-	rows, err := q.Query(ctx, selectDecisionByRunSQL, planID, kind, runID)
-	if err != nil {
-		return Decision{}, fmt.Errorf("open decision for %s run %s: %w", kind, runID, err)
-	}
-	d, err := pgx.CollectExactlyOneRow(rows, scanDecision)
+	d, err := queryOne(ctx, q, selectDecisionByRunStmt(planID, kind, runID), scanDecision)
 	if err != nil {
 		return Decision{}, fmt.Errorf("open decision for %s run %s: %w", kind, runID, err)
 	}
@@ -35,11 +31,7 @@ func OpenDecision(ctx context.Context, q DBTX, planID uuid.UUID, kind port.Kind,
 
 // GetDecision returns a decision, or an error wrapping port.ErrNotFound.
 func GetDecision(ctx context.Context, q DBTX, id uuid.UUID) (Decision, error) {
-	rows, err := q.Query(ctx, selectDecisionSQL, id)
-	if err != nil {
-		return Decision{}, fmt.Errorf("get decision %s: %w", id, err)
-	}
-	d, err := pgx.CollectExactlyOneRow(rows, scanDecision)
+	d, err := queryOne(ctx, q, selectDecisionStmt(id), scanDecision)
 	if err != nil {
 		return Decision{}, notFound(err, "get decision "+id.String())
 	}
@@ -48,11 +40,7 @@ func GetDecision(ctx context.Context, q DBTX, id uuid.UUID) (Decision, error) {
 
 // ListDecisions returns decisions in status (empty: all), oldest first.
 func ListDecisions(ctx context.Context, q DBTX, status DecisionStatus, limit int) ([]Decision, error) {
-	rows, err := q.Query(ctx, listDecisionsSQL, status, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list decisions: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanDecision)
+	out, err := queryAll(ctx, q, listDecisionsStmt(status, limit), scanDecision)
 	if err != nil {
 		return nil, fmt.Errorf("list decisions: %w", err)
 	}
@@ -62,7 +50,7 @@ func ListDecisions(ctx context.Context, q DBTX, status DecisionStatus, limit int
 // ResolveDecision closes an open decision. resolved is false when it was
 // already resolved (the first resolution stands).
 func ResolveDecision(ctx context.Context, q DBTX, id uuid.UUID, status DecisionStatus, by string) (resolved bool, err error) {
-	tag, err := q.Exec(ctx, resolveDecisionSQL, id, status, by)
+	tag, err := execBuilt(ctx, q, resolveDecisionStmt(id, status, by))
 	if err != nil {
 		return false, fmt.Errorf("resolve decision %s: %w", id, err)
 	}

@@ -91,11 +91,7 @@ func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.Fencin
 
 // Read returns the ledger row of (plan, op); found is false before any Begin.
 func Read(ctx context.Context, q DBTX, planID uuid.UUID, op Op) (o Operation, found bool, err error) {
-	rows, err := q.Query(ctx, selectOperationSQL, planID, op)
-	if err != nil {
-		return Operation{}, false, fmt.Errorf("read %s of plan %s: %w", op, planID, err)
-	}
-	o, err = pgx.CollectExactlyOneRow(rows, scanOperation)
+	o, err = queryOne(ctx, q, selectOperationStmt(planID, op), scanOperation)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Operation{}, false, nil
 	}

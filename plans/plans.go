@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stephenafamo/bob"
 
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
@@ -300,8 +301,14 @@ func (s *Service) Cancel(ctx context.Context, planID, reason string) error {
 }
 
 func (s *Service) cancelRuns(ctx context.Context, id uuid.UUID, reason string) error {
-	rows, err := s.pool.Query(ctx, openRunsSQL, id.String(),
-		[]string{string(workflows.KindPlanCancel), string(workflows.KindNotifyWebhook), string(workflows.KindDecisionResolve)})
+	// Compensation and notifications are left to finish: they are what a
+	// cancel starts.
+	stmt := openRunsStmt(id, workflows.KindPlanCancel, workflows.KindNotifyWebhook, workflows.KindDecisionResolve)
+	sql, args, err := bob.Build(ctx, stmt)
+	if err != nil {
+		return fmt.Errorf("cancel plan %s: build open runs query: %w", id, err)
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("cancel plan %s: list open runs: %w", id, err)
 	}
