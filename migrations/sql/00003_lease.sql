@@ -1,10 +1,14 @@
 -- The lease-table engine (ADR appendix, improved): its own schema on the same
 -- database as the business tables. Its runs are also rows of taskport.run
--- (same id), which stays the idempotency authority.
+-- (same id), which stays the idempotency authority and keeps the projection.
 
 -- +goose Up
 CREATE SCHEMA IF NOT EXISTS taskport_lease;
 
+-- One row per run. status 'waiting' holds no lease: the run is parked until
+-- next_run_at (a signal sets it to now). claims counts claims and is the
+-- epoch of the fencing tokens handed to activities; lease_token is fresh for
+-- each claim and every commit of a claim carries it.
 CREATE TABLE taskport_lease.task (
     id                  uuid        PRIMARY KEY REFERENCES taskport.run (id) ON DELETE CASCADE,
     kind                text        NOT NULL,
@@ -18,11 +22,21 @@ CREATE TABLE taskport_lease.task (
     lease_owner         text,
     lease_until         timestamptz,
     lease_token         uuid,
+    -- The kind's retry policy, so that the reaper can back off a lost lease
+    -- without knowing the kind.
+    max_attempts        int         NOT NULL CHECK (max_attempts >= 1),
+    backoff_initial     interval    NOT NULL,
+    backoff_max         interval    NOT NULL,
+    backoff_coefficient float8      NOT NULL,
+    -- The wait or sleep in progress: current_step names it, wait_until is
+    -- its deadline.
     wait_topic          text,
     wait_until          timestamptz,
     cancel_requested_at timestamptz,
     current_step        text        NOT NULL DEFAULT '',
+    -- Failed or lost attempts of the first step not yet completed.
     step_attempts       int         NOT NULL DEFAULT 0,
+    progress            jsonb,
     last_error          text        NOT NULL DEFAULT '',
     dead_letter_at      timestamptz,
     created_at          timestamptz NOT NULL DEFAULT now(),
@@ -33,23 +47,29 @@ CREATE INDEX task_ready ON taskport_lease.task (priority, next_run_at) WHERE sta
 CREATE INDEX task_leased ON taskport_lease.task (lease_until) WHERE status = 'running';
 
 -- Completed steps, waits, sleeps and version markers, by position: replay
--- checks (seq, name) and returns the stored result.
+-- checks (seq, name) and returns the stored result. A step that failed for
+-- good is stored too (failed, with its *port.StepError as result), so that a
+-- replay hands the handler the same error.
 CREATE TABLE taskport_lease.step_result (
     task_id      uuid        NOT NULL REFERENCES taskport_lease.task (id) ON DELETE CASCADE,
     seq          int         NOT NULL,
     name         text        NOT NULL,
     result       jsonb,
+    failed       boolean     NOT NULL DEFAULT false,
     attempts     int         NOT NULL DEFAULT 1,
     completed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (task_id, seq)
 );
 
--- Persisted signals: a waiter consumes unconsumed rows for its topic before it
--- waits, so a signal that arrives early is not lost.
+-- Persisted signals. A signal sent while runs wait on its topic gets one row
+-- per waiter (target set); with no waiter it gets one row with target NULL,
+-- which the first run to wait on the topic consumes, so that an early signal
+-- is not lost.
 CREATE TABLE taskport_lease.task_signal (
     id          bigserial   PRIMARY KEY,
     topic       text        NOT NULL,
     payload     jsonb,
+    target      uuid,
     created_at  timestamptz NOT NULL DEFAULT now(),
     consumed_by uuid,
     consumed_at timestamptz

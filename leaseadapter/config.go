@@ -1,0 +1,141 @@
+package leaseadapter
+
+import (
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/taskport/taskport/port"
+)
+
+// Config tunes an Engine. The zero value of every field means its documented
+// default; New applies the defaults, then validates.
+type Config struct {
+	// WorkerID is written as lease_owner. Default: "<hostname>-<pid>-<random>".
+	WorkerID string
+	// LeaseDuration is how long a claim lives without renewal. Default 10s.
+	// A killed worker's run is claimable again at most LeaseDuration +
+	// PollInterval after its last renewal.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often the worker renews the leases of all its
+	// running runs in one statement, and learns of cancels and lost leases.
+	// Default LeaseDuration/3; it must be below LeaseDuration.
+	HeartbeatInterval time.Duration
+	// PollInterval is the fallback when a notification is lost: the worker
+	// looks for ready runs and the reaper for expired leases at least this
+	// often. Default 1s.
+	PollInterval time.Duration
+	// BatchSize caps how many runs one claim statement takes, and how many
+	// commits one group-commit transaction carries. Default 64.
+	BatchSize int
+	// Prefetch is how many runs a worker claims beyond its concurrency, so
+	// that a freed slot starts the next run without waiting for a claim.
+	// Prefetched runs hold their lease (renewed by the heartbeat) until a
+	// slot frees; Stop hands them back first. Zero means the worker's
+	// concurrency; negative disables prefetching.
+	Prefetch int
+	// Committers is the number of group-commit goroutines, i.e. how many
+	// group transactions can be in flight at once. Default: half the
+	// worker's concurrency, between 1 and 8 (more parallel commits beat
+	// bigger groups until Postgres's own WAL group commit takes over).
+	Committers int
+	// StopTimeout bounds Stop: in-flight runs that have not reached a commit
+	// point by then are handed back (lease released, status pending) and
+	// their step contexts are canceled. Default 10s. A context passed to Stop
+	// with an earlier deadline wins.
+	StopTimeout time.Duration
+	// DefaultConcurrency is used when StartOptions.Concurrency is zero.
+	// Default 8.
+	DefaultConcurrency int
+	// RestartAfterSteps is the history length past which
+	// Flow.RestartSuggested reports true. Default 500.
+	RestartAfterSteps int
+	// Logger receives the engine's logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Metrics receives counters; nil means none.
+	Metrics Metrics
+}
+
+// Metrics is the hook the engine reports through; wire it to Prometheus (or
+// anything) in cmd. Methods are called from the engine's goroutines and must
+// not block.
+type Metrics interface {
+	// Claimed: n runs were claimed by one statement.
+	Claimed(n int)
+	// Finished: a run reached a terminal status (succeeded, failed, canceled).
+	Finished(kind port.Kind, status port.Status)
+	// LeaseLost: a worker learned that one of its claims was gone.
+	LeaseLost(kind port.Kind)
+	// FencedCommit: a commit was refused because its lease_token was stale;
+	// nothing of that attempt was written.
+	FencedCommit(kind port.Kind)
+	// QueueDepth: runs ready to be claimed now, sampled every PollInterval.
+	QueueDepth(n int)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Claimed(int)                     {}
+func (noMetrics) Finished(port.Kind, port.Status) {}
+func (noMetrics) LeaseLost(port.Kind)             {}
+func (noMetrics) FencedCommit(port.Kind)          {}
+func (noMetrics) QueueDepth(int)                  {}
+
+func (c Config) withDefaults() Config {
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		c.WorkerID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:6])
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 10 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.LeaseDuration / 3
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 64
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = 10 * time.Second
+	}
+	if c.DefaultConcurrency == 0 {
+		c.DefaultConcurrency = 8
+	}
+	if c.RestartAfterSteps == 0 {
+		c.RestartAfterSteps = 500
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.LeaseDuration < 100*time.Millisecond:
+		return &port.FieldError{Field: "lease_duration", Reason: fmt.Sprintf("must be at least 100ms, got %s", c.LeaseDuration)}
+	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.LeaseDuration:
+		return &port.FieldError{Field: "heartbeat_interval", Reason: fmt.Sprintf("must lie in (0, lease %s), got %s", c.LeaseDuration, c.HeartbeatInterval)}
+	case c.PollInterval <= 0:
+		return &port.FieldError{Field: "poll_interval", Reason: fmt.Sprintf("must be positive, got %s", c.PollInterval)}
+	case c.BatchSize < 1:
+		return &port.FieldError{Field: "batch_size", Reason: fmt.Sprintf("must be at least 1, got %d", c.BatchSize)}
+	case c.Committers < 0:
+		return &port.FieldError{Field: "committers", Reason: fmt.Sprintf("must not be negative, got %d", c.Committers)}
+	case c.StopTimeout < 0:
+		return &port.FieldError{Field: "stop_timeout", Reason: fmt.Sprintf("must not be negative, got %s", c.StopTimeout)}
+	case c.DefaultConcurrency < 1:
+		return &port.FieldError{Field: "default_concurrency", Reason: fmt.Sprintf("must be at least 1, got %d", c.DefaultConcurrency)}
+	case c.RestartAfterSteps < 1:
+		return &port.FieldError{Field: "restart_after_steps", Reason: fmt.Sprintf("must be at least 1, got %d", c.RestartAfterSteps)}
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+// Package leaseadapter is the Postgres lease-table engine behind
+// port.TaskEngine: the ADR-002 appendix design, fixing the risks the ADR
+// lists for OpenWorkflow 0.10.1 (fixed 30 s lease, no lease state inside a
+// step, lost early signals, 24 h idempotency window). It runs the
+// port.Definition handlers unchanged and is the reference the Temporal
+// adapter is held against.
+//
+// # Tables
+//
+// taskport.run (package runstore) is the idempotency authority,
+// UNIQUE(kind, idempotency_key) with no window, and keeps the projection
+// (status, attempts, last error, current step) that Get and ListRuns read;
+// it is written in the same transactions that change a task's status, except
+// the claim: "running" is transient and a status change rewrites every index
+// of the run row, so Get and ListRuns read it from the task row.
+// taskport_lease.task holds the claim (lease_owner, lease_token, lease_until,
+// claims), step_result the history, task_signal the persisted signals.
+//
+// # Execution
+//
+// A worker claims up to BatchSize ready runs per statement (FOR UPDATE SKIP
+// LOCKED, only the (kind, version) pairs it serves), each with a fresh
+// lease_token, keeping up to Prefetch of them queued beyond its
+// concurrency so that a freed slot starts the next run at once. An executor
+// replays each handler from the start:
+// completed steps return their stored result after their (seq, name) is
+// checked against the history (a mismatch fails the run with a
+// *port.NondeterminismError). A new step's result is committed by a
+// statement that checks lease_token on the task row in the same
+// transaction; nothing of an attempt whose lease is gone is written.
+// Commits from all runs of a worker (and the Enqueue calls of its process
+// while it serves) are grouped by a few committer goroutines into one
+// pipelined transaction each, without a waiting window,
+// and the result of a step is committed when the handler's next move is
+// known (handler code between Flow calls has no side effects), so the last
+// step's result and the run's end share one commit.
+//
+// One heartbeat statement per HeartbeatInterval renews every lease a worker
+// holds. A run missing from its result lost its lease: its context is
+// canceled at once with cause port.ErrLeaseLost. A run whose
+// cancel_requested_at is set gets cause port.ErrCanceled (at once when the
+// Cancel's notification arrives, at the latest at the next heartbeat).
+//
+// Activities see port.StepInfo with the fencing token
+// {Scope: run/step, Epoch: claims, Nonce: lease_token}: every retry and every
+// recovery is a new claim, so a newer attempt always has a larger epoch and
+// the ledger can refuse the older one.
+//
+// Enqueue is one statement (run row + task row); it notifies workers at
+// most once per 5 ms per process (a NOTIFY serializes commits database-wide)
+// with a trailing NOTIFY for the rest, and wakes its own process's worker
+// directly.
+//
+// # Waiting, signals, retries
+//
+// Sleep, WaitSignal and retry backoffs park the run (status waiting or
+// pending, next_run_at set) and release the lease: a parked run holds no
+// worker slot. Signal stores one task_signal row per run waiting on the
+// topic when it is sent, wakes them (next_run_at = now, NOTIFY) and returns
+// their number. With no waiter the signal is stored untargeted, and the
+// first run that waits on the topic consumes it, so an early signal is not
+// lost. Waiters and senders of a topic are serialized by a transaction
+// advisory lock, so a signal is either seen by the waiter's check or finds
+// it registered. The outcome of a wait is recorded as the step's result.
+// LISTEN/NOTIFY only shortens latency: polling every PollInterval finds
+// everything a lost notification would have announced.
+//
+// A failed attempt puts the run back to pending with next_run_at = now +
+// RetryPolicy.Backoff(attempt); a non-retryable error or the last attempt
+// records a failed step, and Flow.Step returns *port.StepError to the
+// handler (again on every replay). A handler error fails the run
+// (dead_letter_at set, last_error kept).
+//
+// # Recovery and Stop
+//
+// Each worker's reaper, every PollInterval, returns expired leases to
+// pending; the n-th lost lease of the same step waits Backoff(n-1) (the
+// first none), and a step out of attempts makes the run dead (read as
+// failed). A killed worker's run is therefore claimable again at most
+// LeaseDuration + PollInterval after its last renewal.
+//
+// Stop stops claiming, lets in-flight runs reach their next Flow call (they
+// then hand themselves back), and after StopTimeout hands back the rest:
+// lease released, status pending, step context canceled.
+package leaseadapter

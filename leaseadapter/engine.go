@@ -1,0 +1,378 @@
+package leaseadapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/runstore"
+)
+
+var (
+	_ port.TaskEngine = (*Engine)(nil)
+	_ port.Admin      = (*Engine)(nil)
+)
+
+// Engine is the Postgres lease-table engine. Enqueue, Signal, Cancel, Get
+// and ListRuns work without Start; Start makes the process a worker.
+type Engine struct {
+	pool *pgxpool.Pool
+	reg  *port.Registry
+	cfg  Config
+
+	mu      sync.Mutex
+	worker  *worker
+	stopped bool
+
+	notifyMu   sync.Mutex
+	lastNotify time.Time
+	trailing   bool // a trailing NOTIFY is scheduled
+}
+
+// New returns an engine over pool (the schema must be migrated; the engine
+// never migrates) running the definitions and activities of reg.
+func New(pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*Engine, error) {
+	if pool == nil || reg == nil {
+		return nil, &port.FieldError{Field: "engine", Reason: "pool and registry are required"}
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("lease engine config: %w", err)
+	}
+	return &Engine{pool: pool, reg: reg, cfg: cfg}, nil
+}
+
+// Enqueue starts a run, or returns the run already recorded for
+// (kind, opts.IdempotencyKey), with no time window.
+func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+	p, err := e.reg.PrepareEnqueue(kind, input, opts)
+	if err != nil {
+		return "", err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("enqueue %s: new run id: %w", kind, err)
+	}
+	var avail *time.Time
+	if !opts.AvailableAt.IsZero() {
+		avail = &opts.AvailableAt
+	}
+	retry := p.Definition.Retry.WithDefaults()
+	var got *uuid.UUID
+	var ready, notified int
+	notify := e.notifyNow()
+	args := []any{id, kind, p.Definition.Version, opts.IdempotencyKey, opts.BusinessKey,
+		opts.Priority, p.Input, avail, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
+		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, e.enqueueHint(), notify}
+	scan := func(row pgx.Row) error { return row.Scan(&got, &ready, &notified) }
+	w := e.serving()
+	if w != nil {
+		// Concurrent enqueues of a worker process share group commits with
+		// its runs.
+		err = w.submit(ctx, enqueueSQL, args, scan)
+	}
+	if w == nil || errors.Is(err, errStopped) {
+		err = scan(e.pool.QueryRow(ctx, enqueueSQL, args...))
+	}
+	if err != nil {
+		return "", fmt.Errorf("enqueue %s: %w", kind, err)
+	}
+	if ready > 0 && !notify {
+		e.notifyLater()
+	}
+	if got == nil {
+		// Lost a race with a concurrent enqueue of the same key: read it
+		// back in a fresh snapshot.
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			rid, err := e.EnqueueTx(ctx, tx, kind, input, opts)
+			if err != nil {
+				return err
+			}
+			u, err := uuid.Parse(string(rid))
+			got = &u
+			return err
+		})
+		if err != nil {
+			return "", fmt.Errorf("enqueue %s: %w", kind, err)
+		}
+	}
+	if ready > 0 {
+		e.pokeLocal()
+	}
+	return port.RunID(got.String()), nil
+}
+
+// notifyWindow bounds how often one process's enqueues NOTIFY. A NOTIFY
+// takes a database-wide lock at commit, which serializes the commits of
+// concurrent enqueues; within the window an enqueue skips it and a single
+// trailing NOTIFY goes out when the window ends, so a remote worker hears of
+// every run at most notifyWindow late.
+const notifyWindow = 5 * time.Millisecond
+
+// notifyNow reports whether this enqueue should notify inline.
+func (e *Engine) notifyNow() bool {
+	e.notifyMu.Lock()
+	defer e.notifyMu.Unlock()
+	if time.Since(e.lastNotify) < notifyWindow {
+		return false
+	}
+	e.lastNotify = time.Now()
+	return true
+}
+
+// notifyLater schedules the trailing NOTIFY of the current window.
+func (e *Engine) notifyLater() {
+	e.notifyMu.Lock()
+	defer e.notifyMu.Unlock()
+	if e.trailing {
+		return
+	}
+	e.trailing = true
+	time.AfterFunc(notifyWindow-time.Since(e.lastNotify), func() {
+		e.notifyMu.Lock()
+		e.trailing = false
+		e.lastNotify = time.Now()
+		e.notifyMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.PollInterval)
+		defer cancel()
+		if _, err := e.pool.Exec(ctx, notifySQL, notifyChannel, e.enqueueHint()); err != nil {
+			// Workers find the runs at their next poll.
+			e.cfg.Logger.Warn("trailing notify failed", slog.Any("error", err))
+		}
+	})
+}
+
+// enqueueHint is the notification payload of this process's enqueues: its
+// own worker, woken directly, ignores it.
+func (e *Engine) enqueueHint() string { return "e:" + e.cfg.WorkerID }
+
+// EnqueueTx is Enqueue inside the caller's transaction: the run exists (and
+// workers hear of it) only if tx commits.
+func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+	p, err := e.reg.PrepareEnqueue(kind, input, opts)
+	if err != nil {
+		return "", err
+	}
+	run, created, err := runstore.Insert(ctx, tx, runstore.NewRun{
+		Engine: runstore.EngineLease, Kind: kind, Version: p.Definition.Version, Key: opts.IdempotencyKey,
+		BusinessKey: opts.BusinessKey, Priority: opts.Priority, Input: p.Input, AvailableAt: opts.AvailableAt,
+	})
+	if err != nil {
+		return "", err
+	}
+	if !created {
+		return run.ID, nil
+	}
+	retry := p.Definition.Retry.WithDefaults()
+	if _, err := tx.Exec(ctx, insertTaskSQL, uuid.MustParse(string(run.ID)), kind, p.Definition.Version, p.Input,
+		opts.Priority, run.AvailableAt, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
+		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, ""); err != nil {
+		return "", fmt.Errorf("insert task %s: %w", run.ID, err)
+	}
+	return run.ID, nil
+}
+
+// Signal stores the signal and wakes the runs waiting on topic.
+//
+// One signal reaches every run registered as waiting on the topic when it is
+// sent (each gets its own copy, consumed when it resumes); delivered counts
+// them. With no waiter the signal is kept, untargeted, and the first run that
+// later waits on the topic consumes it: an early signal is not lost. A waiter
+// consumes one signal per wait, oldest first.
+func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
+	raw, err := port.PrepareSignal(topic, payload)
+	if err != nil {
+		return 0, err
+	}
+	var delivered int
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, topicLockSQL, string(topic)); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, signalSQL, string(topic), raw).Scan(&delivered); err != nil {
+			return err
+		}
+		if delivered == 0 {
+			return nil
+		}
+		_, err := tx.Exec(ctx, notifySQL, notifyChannel, "")
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("signal %s: %w", topic, err)
+	}
+	return delivered, nil
+}
+
+// Cancel writes the cancel flag of taskport.run first (ADR 2.4), then the
+// task's cancel_requested_at. A pending or waiting run is canceled at once; a
+// running one has its step context canceled with port.ErrCanceled (at once
+// through a notification, at the latest at its worker's next heartbeat), and
+// no later step starts. Canceling a finished run is a no-op.
+func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error {
+	u, err := runstore.ParseID(id)
+	if err != nil {
+		return err
+	}
+	if _, err := runstore.RequestCancel(ctx, e.pool, id, reason); err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var old string
+		err := tx.QueryRow(ctx, cancelTaskSQL, u).Scan(&old)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("task %s: %w", id, port.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if old != "running" {
+			return nil
+		}
+		_, err = tx.Exec(ctx, notifySQL, notifyChannel, "c:"+u.String())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	return nil
+}
+
+// serving returns the worker while it runs and is not stopping.
+func (e *Engine) serving() *worker {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped || e.worker == nil {
+		return nil
+	}
+	return e.worker
+}
+
+// pokeLocal wakes this process's own worker, if any, without waiting for
+// the notification to come back from the server.
+func (e *Engine) pokeLocal() {
+	e.mu.Lock()
+	w := e.worker
+	e.mu.Unlock()
+	if w != nil {
+		w.poke()
+	}
+}
+
+// Get returns the run's projection; a dead run (leases lost on every
+// attempt) reads as failed. A claimed run reads as running (see claimSQL).
+func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
+	run, err := runstore.Get(ctx, e.pool, id)
+	if err != nil {
+		return port.RunView{}, err
+	}
+	views := []port.RunView{run.RunView}
+	if err := e.overlayRunning(ctx, views); err != nil {
+		return port.RunView{}, err
+	}
+	return views[0], nil
+}
+
+// ListRuns lists runs for the admin views: dead letters (Statuses: failed)
+// and runs still open on an old version (BelowVersion), including those no
+// worker serves. A claimed run reads as running, but is selected by its
+// projected status (pending).
+func (e *Engine) ListRuns(ctx context.Context, filter port.RunFilter) ([]port.RunView, error) {
+	views, err := runstore.List(ctx, e.pool, filter)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.overlayRunning(ctx, views); err != nil {
+		return nil, err
+	}
+	return views, nil
+}
+
+// overlayRunning sets the status of the pending views whose task is
+// claimed to running, with the step it is in.
+func (e *Engine) overlayRunning(ctx context.Context, views []port.RunView) error {
+	var ids []uuid.UUID
+	at := map[uuid.UUID]int{}
+	for i, v := range views {
+		if v.Status != port.StatusPending {
+			continue
+		}
+		if u, err := uuid.Parse(string(v.ID)); err == nil {
+			ids = append(ids, u)
+			at[u] = i
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := e.pool.Query(ctx, liveStatusSQL, ids)
+	if err != nil {
+		return fmt.Errorf("read claim state: %w", err)
+	}
+	var id uuid.UUID
+	var step string
+	_, err = pgx.ForEachRow(rows, []any{&id, &step}, func() error {
+		v := &views[at[id]]
+		v.Status = port.StatusRunning
+		if step != "" {
+			v.CurrentStep = step
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read claim state: %w", err)
+	}
+	return nil
+}
+
+// Start makes this process a worker: it claims runs of the (kind, version)
+// pairs it serves (opts.Versions; nil: every registered definition), at most
+// opts.Concurrency at once (0: Config.DefaultConcurrency). Waiting runs hold
+// no slot.
+func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
+	opts, err := port.ValidateStartOptions(opts)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.worker != nil || e.stopped {
+		return port.ErrAlreadyStarted
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = e.cfg.DefaultConcurrency
+	}
+	w := newWorker(e, opts)
+	if len(w.kinds) == 0 {
+		return &port.FieldError{Field: "versions", Reason: "the worker serves no registered definition"}
+	}
+	w.start(ctx)
+	e.worker = w
+	return nil
+}
+
+// Stop stops claiming and lets in-flight runs reach their next commit point
+// (the end of the running step). Runs still in flight after
+// Config.StopTimeout (or ctx's deadline, if earlier) are handed back: their
+// lease is released, their status is pending, their step context is canceled
+// and nothing more of their attempt is committed. Stop returns within that
+// bound plus one round trip per handed-back run. Safe to call twice.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	w := e.worker
+	already := e.stopped
+	e.stopped = true
+	e.mu.Unlock()
+	if w == nil || already {
+		return nil
+	}
+	return w.stop(ctx)
+}

@@ -1,0 +1,621 @@
+package leaseadapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/runstore"
+)
+
+// execution is one claim of one run, from the claim to the release.
+type execution struct {
+	id           uuid.UUID
+	kind         string
+	version      int
+	input        json.RawMessage
+	claims       int64
+	token        uuid.UUID
+	stepAttempts int
+	canceled     bool
+	createdAt    time.Time
+	history      []historyEntry
+
+	cancel     context.CancelCauseFunc // the run context: ErrLeaseLost, ErrCanceled, errStopping
+	released   atomic.Bool             // the lease was given up on purpose
+	handedBack atomic.Bool             // Stop released the lease
+
+	mu       sync.Mutex
+	step     string  // the step running now, for the heartbeat
+	progress *string // last Heartbeat progress not yet written
+}
+
+type historyEntry struct {
+	Seq    int             `json:"seq"`
+	Name   string          `json:"name"`
+	Result json.RawMessage `json:"result"`
+	Failed bool            `json:"failed"`
+	At     time.Time       `json:"at"`
+}
+
+func (ex *execution) runID() port.RunID { return port.RunID(ex.id.String()) }
+
+func (ex *execution) setStep(name string) {
+	ex.mu.Lock()
+	ex.step = name
+	ex.mu.Unlock()
+}
+
+func (ex *execution) setProgress(p string) {
+	ex.mu.Lock()
+	ex.progress = &p
+	ex.mu.Unlock()
+}
+
+// beat returns what the heartbeat writes and forgets the progress it takes.
+func (ex *execution) beat() (string, *string) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	p := ex.progress
+	ex.progress = nil
+	return ex.step, p
+}
+
+// unwind is panicked by Flow methods to leave the handler when the run must
+// not go on in this claim: it was parked (waiting, sleeping, backing off),
+// its lease is gone, or the history contradicts the handler. The handler's
+// own code never sees it as an error value.
+type unwind struct {
+	why   string
+	fatal error // non-nil: the run fails with this error
+}
+
+// execute replays the handler from the start and finishes the claim.
+func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
+	log := w.log.With(slog.String("run_id", ex.id.String()), slog.String("kind", ex.kind))
+	if ex.canceled {
+		w.finish(dbCtx, ex, port.StatusCanceled, "", nil)
+		return
+	}
+	def, err := w.e.reg.Lookup(port.Kind(ex.kind), ex.version)
+	if err != nil {
+		// The claim only takes served pairs, so this is a registry changed
+		// under a running worker: hand the run back rather than fail it.
+		log.Error("claimed a run of an unregistered definition", slog.Any("error", err))
+		w.release(dbCtx, ex)
+		return
+	}
+	f := &flow{w: w, ex: ex, def: def, runCtx: runCtx, dbCtx: dbCtx, now: ex.createdAt, replaying: len(ex.history) > 0}
+	f.log = log
+	u, herr := f.run()
+	switch {
+	case u != nil && u.fatal != nil:
+		log.Error("run failed", slog.Any("error", u.fatal))
+		w.finish(dbCtx, ex, port.StatusFailed, u.fatal.Error(), f.held)
+	case u != nil:
+		// Parked or abandoned: the claim is already settled.
+	case f.sawCancel:
+		w.finish(dbCtx, ex, port.StatusCanceled, "", f.held)
+	case herr == nil:
+		w.finish(dbCtx, ex, port.StatusSucceeded, "", f.held)
+	default:
+		var can *port.ContinueAsNewError
+		if errors.As(herr, &can) {
+			w.continueAsNew(dbCtx, ex, can.Input)
+			return
+		}
+		w.finish(dbCtx, ex, port.StatusFailed, herr.Error(), f.held)
+	}
+}
+
+func (w *worker) finish(ctx context.Context, ex *execution, status port.Status, lastErr string, last *heldStep) {
+	ex.released.Store(true)
+	var seq, attempts *int
+	var name *string
+	var result json.RawMessage
+	if last != nil {
+		seq, name, result, attempts = &last.seq, &last.name, last.result, &last.attempt
+	}
+	res, err := w.commit(ctx, finishSQL, ex.id, ex.token, string(status), lastErr, seq, name, result, attempts)
+	if !w.settled(ctx, ex, res, err, "finish") {
+		return
+	}
+	w.e.cfg.Metrics.Finished(port.Kind(ex.kind), status)
+}
+
+func (w *worker) continueAsNew(ctx context.Context, ex *execution, input json.RawMessage) {
+	ex.released.Store(true)
+	res, err := w.commit(ctx, continueAsNewSQL, ex.id, ex.token, input)
+	if w.settled(ctx, ex, res, err, "continue as new") {
+		w.poke()
+	}
+}
+
+// release hands the run back without counting an attempt.
+func (w *worker) release(ctx context.Context, ex *execution) {
+	ex.released.Store(true)
+	if err := w.handBack(ctx, ex); err != nil {
+		w.log.Warn("hand back failed; the lease will expire", slog.String("run_id", ex.id.String()), slog.Any("error", err))
+	}
+}
+
+// settled reports whether a lease-checked commit landed. A fenced commit is
+// counted; an unknown outcome hands the run back (or leaves it to the
+// reaper), and the next claim's replay sees what was written.
+func (w *worker) settled(ctx context.Context, ex *execution, res commitRes, err error, what string) bool {
+	if err != nil {
+		w.log.Warn("commit failed; handing the run back", slog.String("run_id", ex.id.String()),
+			slog.String("commit", what), slog.Any("error", err))
+		if !ex.handedBack.Load() && ctx.Err() == nil {
+			w.release(ctx, ex)
+		}
+		return false
+	}
+	if res.n == 0 {
+		w.e.cfg.Metrics.FencedCommit(port.Kind(ex.kind))
+		w.log.Warn("commit fenced: the lease was lost", slog.String("run_id", ex.id.String()), slog.String("commit", what))
+		return false
+	}
+	return true
+}
+
+// flow is the port.Flow of one execution.
+type flow struct {
+	w         *worker
+	ex        *execution
+	def       port.Definition
+	runCtx    context.Context // canceled on lost lease, cancel, hard stop
+	dbCtx     context.Context // for commits: outlives runCtx
+	log       *slog.Logger
+	seq       port.StepSequence
+	now       time.Time
+	replaying bool
+	newSteps  int  // steps run (not replayed) in this claim
+	sawCancel bool // a Flow method returned port.ErrCanceled
+	// held is a completed step whose commit waits for the handler's next
+	// move: handler code between Flow calls has no side effects, so the
+	// result is committed before anything else starts (flush), or with the
+	// finish when the handler returns, saving a commit per run.
+	held *heldStep
+}
+
+type heldStep struct {
+	seq     int
+	name    string
+	result  json.RawMessage
+	attempt int
+}
+
+// flush commits the held step, if any.
+func (f *flow) flush() {
+	if h := f.held; h != nil {
+		f.held = nil
+		res, err := f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, h.name, h.seq, h.result, h.attempt)
+		f.committed(res, err, "step "+h.name)
+	}
+}
+
+var _ port.Flow = (*flow)(nil)
+
+// run calls the handler and turns an unwind panic back into a value.
+func (f *flow) run() (u *unwind, herr error) {
+	defer func() {
+		switch p := recover().(type) {
+		case nil:
+		case unwind:
+			u = &p
+		default:
+			u = &unwind{why: "panic", fatal: fmt.Errorf("handler panicked: %v", p)}
+		}
+	}()
+	return nil, f.def.Handler.Run(f, f.ex.input)
+}
+
+func (f *flow) RunID() port.RunID { return f.ex.runID() }
+func (f *flow) Kind() port.Kind   { return port.Kind(f.ex.kind) }
+func (f *flow) Version() int      { return f.ex.version }
+
+// Now is the run's creation time until the first step, then the commit time
+// of the latest step: the same values on every replay.
+func (f *flow) Now() time.Time {
+	f.flush() // the held step's commit time is the value a replay sees
+	return f.now
+}
+
+// Logger discards lines while the handler replays recorded history.
+func (f *flow) Logger() *slog.Logger {
+	if f.replaying {
+		return slog.New(slog.DiscardHandler)
+	}
+	return f.log
+}
+
+func (f *flow) RestartSuggested() bool { return f.seq.Len() >= f.w.e.cfg.RestartAfterSteps }
+
+// next numbers a step and returns its recorded entry, if replaying.
+func (f *flow) next(name string) (int, *historyEntry, error) {
+	seq, err := f.seq.Next(name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if seq < len(f.ex.history) {
+		h := &f.ex.history[seq]
+		if err := port.CheckReplay(seq, name, h.Name); err != nil {
+			panic(unwind{why: "nondeterminism", fatal: err})
+		}
+		f.now = h.At
+		f.replaying = seq+1 < len(f.ex.history)
+		return seq, h, nil
+	}
+	f.replaying = false
+	return seq, nil, nil
+}
+
+// gate is checked before anything new starts: a canceled run starts nothing
+// and a stopping worker hands the run back.
+func (f *flow) gate() error {
+	f.flush()
+	if f.sawCancel || errors.Is(context.Cause(f.runCtx), port.ErrCanceled) {
+		f.sawCancel = true
+		return port.ErrCanceled
+	}
+	f.checkLease()
+	if f.w.stopping.Load() {
+		f.w.release(f.dbCtx, f.ex)
+		panic(unwind{why: "stopping"})
+	}
+	return nil
+}
+
+// checkLease abandons the claim once the run context says it is gone.
+func (f *flow) checkLease() {
+	cause := context.Cause(f.runCtx)
+	if errors.Is(cause, port.ErrLeaseLost) || errors.Is(cause, errStopping) {
+		panic(unwind{why: "lease lost"})
+	}
+}
+
+// committed settles a lease-checked commit or abandons the claim.
+func (f *flow) committed(res commitRes, err error, what string) {
+	if !f.w.settled(f.dbCtx, f.ex, res, err, what) {
+		panic(unwind{why: "commit not settled"})
+	}
+	f.now = res.at
+}
+
+func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption) error {
+	seq, h, err := f.next(name)
+	if err != nil {
+		return err
+	}
+	if h != nil {
+		if h.Failed {
+			se := &port.StepError{}
+			if err := json.Unmarshal(h.Result, se); err != nil {
+				return fmt.Errorf("decode recorded failure of step %s: %w", name, err)
+			}
+			return se
+		}
+		return port.DecodePayload(h.Result, out)
+	}
+	if err := f.gate(); err != nil {
+		return err
+	}
+	binding, err := f.w.e.reg.Activity(activity)
+	if err != nil {
+		return fmt.Errorf("step %s: %w", name, err)
+	}
+	o, err := port.ResolveStepOptions(f.def, opts...)
+	if err != nil {
+		return fmt.Errorf("step %s: %w", name, err)
+	}
+	raw, err := port.EncodePayload("input", in)
+	if err != nil {
+		return fmt.Errorf("step %s: %w", name, err)
+	}
+	attempt := 1
+	if f.newSteps == 0 {
+		attempt = f.ex.stepAttempts + 1
+	}
+	f.newSteps++
+
+	var result json.RawMessage
+	var actErr error
+	if attempt > o.Retry.MaxAttempts {
+		actErr = fmt.Errorf("no attempt left after %d lost lease(s)", f.ex.stepAttempts)
+	} else {
+		result, actErr = f.invoke(binding, raw, name, activity, attempt, o)
+		f.checkLease()
+		if errors.Is(context.Cause(f.runCtx), port.ErrCanceled) {
+			// Whatever the step returned, nothing after it starts.
+			f.sawCancel = true
+			return port.ErrCanceled
+		}
+	}
+	if actErr == nil {
+		if f.ex.stepAttempts > 0 {
+			f.record(seq, name, result, attempt)
+		} else {
+			f.held = &heldStep{seq: seq, name: name, result: result, attempt: attempt}
+		}
+		return port.DecodePayload(result, out)
+	}
+	final := port.IsNonRetryable(actErr) || attempt >= o.Retry.MaxAttempts
+	if !final {
+		backoff := o.Retry.Backoff(attempt)
+		f.ex.released.Store(true)
+		res, err := f.w.commit(f.dbCtx, retryStepSQL, f.ex.id, f.ex.token, name, attempt, backoff.Milliseconds(), actErr.Error())
+		f.committed(res, err, "retry "+name)
+		f.w.wakeAt(res.at.Add(backoff), res.at)
+		panic(unwind{why: "retry backoff"})
+	}
+	se := &port.StepError{Step: name, Activity: activity, Attempts: attempt, Message: actErr.Error(),
+		NonRetryable: port.IsNonRetryable(actErr)}
+	enc, err := json.Marshal(se)
+	if err != nil {
+		return fmt.Errorf("encode failure of step %s: %w", name, err)
+	}
+	res, err := f.w.commit(f.dbCtx, commitStepSQL, f.ex.id, f.ex.token, name, seq, enc, true, attempt, se.Error(),
+		f.w.e.cfg.LeaseDuration.Milliseconds())
+	f.committed(res, err, "failure of "+name)
+	return se
+}
+
+// record commits a completed step (or marker) now. The first one of a
+// claim that inherited failed attempts also resets the task's attempt count
+// (commitStepSQL); the others only insert their result (recordStepSQL).
+func (f *flow) record(seq int, name string, result json.RawMessage, attempt int) {
+	var res commitRes
+	var err error
+	if f.ex.stepAttempts > 0 {
+		res, err = f.w.commit(f.dbCtx, commitStepSQL, f.ex.id, f.ex.token, name, seq, result, false, attempt, "",
+			f.w.e.cfg.LeaseDuration.Milliseconds())
+	} else {
+		res, err = f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, name, seq, result, attempt)
+	}
+	f.committed(res, err, "step "+name)
+	f.ex.stepAttempts = 0
+}
+
+// errAttemptTimeout and errHeartbeatTimeout fail one attempt (retryable).
+var (
+	errAttemptTimeout   = errors.New("step attempt timed out")
+	errHeartbeatTimeout = errors.New("step missed its heartbeat timeout")
+)
+
+func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step, activity string, attempt int, o port.StepOptions) (out json.RawMessage, err error) {
+	ctx, cancel := context.WithCancelCause(f.runCtx)
+	defer cancel(nil)
+	ctx, cancelT := context.WithTimeoutCause(ctx, o.Timeout, errAttemptTimeout)
+	defer cancelT()
+	rt := &runtime{ex: f.ex, info: port.StepInfo{
+		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Activity: activity,
+		Attempt: attempt,
+		Token:   port.FencingToken{Scope: string(f.ex.runID()) + "/" + step, Epoch: f.ex.claims, Nonce: f.ex.token.String()},
+	}}
+	if o.HeartbeatTimeout > 0 {
+		rt.watchdog = time.AfterFunc(o.HeartbeatTimeout, func() { cancel(errHeartbeatTimeout) })
+		rt.hbTimeout = o.HeartbeatTimeout
+		defer rt.watchdog.Stop()
+	}
+	f.ex.setStep(step)
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("activity %s panicked: %v", activity, p)
+		}
+	}()
+	out, err = b.Invoke(port.WithActivityRuntime(ctx, rt), raw)
+	if err == nil && ctx.Err() != nil {
+		// The attempt ran past its timeout or heartbeat timeout; its result
+		// is not trusted, like Temporal's.
+		err = context.Cause(ctx)
+	}
+	return out, err
+}
+
+// runtime is the port.ActivityRuntime of one attempt.
+type runtime struct {
+	ex        *execution
+	info      port.StepInfo
+	watchdog  *time.Timer
+	hbTimeout time.Duration
+}
+
+func (r *runtime) Info() port.StepInfo { return r.info }
+
+// Heartbeat keeps the heartbeat timeout from firing and records progress;
+// the worker writes it with its next lease renewal.
+func (r *runtime) Heartbeat(ctx context.Context, progress any) error {
+	if r.watchdog != nil {
+		r.watchdog.Reset(r.hbTimeout)
+	}
+	if progress != nil {
+		if b, err := port.EncodePayload("progress", progress); err == nil {
+			r.ex.setProgress(string(b))
+		}
+	}
+	return port.StopReason(ctx)
+}
+
+// waitOutcome is the recorded result of a WaitSignal.
+type waitOutcome struct {
+	Received bool            `json:"received"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+}
+
+func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, payload any) (bool, error) {
+	seq, h, err := f.next(name)
+	if err != nil {
+		return false, err
+	}
+	if h == nil {
+		if err := port.ValidateTopic(topic); err != nil {
+			return false, err
+		}
+		if err := port.ValidateTimeout("timeout", timeout); err != nil {
+			return false, err
+		}
+		if err := f.gate(); err != nil {
+			return false, err
+		}
+		h = f.wait(seq, name, string(topic), timeout)
+	}
+	var o waitOutcome
+	if err := json.Unmarshal(h.Result, &o); err != nil {
+		return false, fmt.Errorf("decode recorded wait %s: %w", name, err)
+	}
+	if o.Received {
+		if err := port.DecodePayload(o.Payload, payload); err != nil {
+			return true, fmt.Errorf("decode signal payload of %s: %w", name, err)
+		}
+	}
+	return o.Received, nil
+}
+
+func (f *flow) Sleep(name string, d time.Duration) error {
+	seq, h, err := f.next(name)
+	if err != nil {
+		return err
+	}
+	if h != nil {
+		return nil
+	}
+	if err := port.ValidateTimeout("duration", d); err != nil {
+		return err
+	}
+	if err := f.gate(); err != nil {
+		return err
+	}
+	f.wait(seq, name, "", d)
+	return nil
+}
+
+// wait runs a WaitSignal (topic set) or Sleep in one transaction under the
+// topic lock: it consumes a signal, or records the timeout, or parks the run
+// (releasing the claim; the handler unwinds). It returns the recorded entry.
+func (f *flow) wait(seq int, name, topic string, d time.Duration) *historyEntry {
+	// Marked released before the transaction that may park the run, so that
+	// a heartbeat racing with it does not take the park for a lost lease.
+	f.ex.released.Store(true)
+	rec, parkedUntil, dbNow, err := f.w.waitTx(f.dbCtx, f.ex, seq, name, topic, d)
+	switch {
+	case errors.Is(err, port.ErrLeaseLost):
+		f.w.e.cfg.Metrics.FencedCommit(port.Kind(f.ex.kind))
+		panic(unwind{why: "lease lost"})
+	case err != nil:
+		f.w.settled(f.dbCtx, f.ex, commitRes{}, err, "wait "+name)
+		panic(unwind{why: "wait failed"})
+	case rec == nil:
+		f.w.wakeAt(parkedUntil, dbNow)
+		panic(unwind{why: "parked"})
+	}
+	f.ex.released.Store(false)
+	f.now = rec.At
+	return rec
+}
+
+func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic string, d time.Duration) (rec *historyEntry, parkedUntil, dbNow time.Time, err error) {
+	tx, err := w.e.pool.Begin(ctx)
+	if err != nil {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("begin wait %s: %w", name, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after commit
+	if topic != "" {
+		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
+			return nil, time.Time{}, time.Time{}, fmt.Errorf("lock topic %s: %w", topic, err)
+		}
+	}
+	var (
+		curStep   string
+		waitTopic *string
+		waitUntil *time.Time
+	)
+	err = tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, time.Time{}, time.Time{}, port.ErrLeaseLost
+		}
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("check claim for wait %s: %w", name, err)
+	}
+	resumed := curStep == name && waitUntil != nil && (waitTopic == nil) == (topic == "")
+	deadline := dbNow.Add(d)
+	if resumed {
+		deadline = *waitUntil
+	}
+	var outcome any
+	if topic != "" {
+		var payload json.RawMessage
+		err := tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload)
+		switch {
+		case err == nil:
+			outcome = waitOutcome{Received: true, Payload: payload}
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, time.Time{}, time.Time{}, fmt.Errorf("consume signal on %s: %w", topic, err)
+		case !deadline.After(dbNow):
+			outcome = waitOutcome{}
+		}
+	} else if !deadline.After(dbNow) {
+		outcome = struct{}{}
+	}
+	if outcome == nil {
+		if topic != "" {
+			if err := runstore.AddWaiter(ctx, tx, port.Topic(topic), ex.runID(), name); err != nil {
+				return nil, time.Time{}, time.Time{}, err
+			}
+		}
+		var topicArg *string
+		if topic != "" {
+			topicArg = &topic
+		}
+		if _, err := tx.Exec(ctx, parkSQL, ex.id, ex.token, name, deadline, topicArg); err != nil {
+			return nil, time.Time{}, time.Time{}, fmt.Errorf("park at %s: %w", name, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return nil, time.Time{}, time.Time{}, fmt.Errorf("commit park at %s: %w", name, err)
+		}
+		return nil, deadline, dbNow, nil
+	}
+	result, err := json.Marshal(outcome)
+	if err != nil {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("encode outcome of %s: %w", name, err)
+	}
+	var n int64
+	var at time.Time
+	if err := tx.QueryRow(ctx, commitStepSQL, ex.id, ex.token, name, seq, result, false, 1, "",
+		w.e.cfg.LeaseDuration.Milliseconds()).Scan(&n, &at); err != nil {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("record %s: %w", name, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("commit %s: %w", name, err)
+	}
+	return &historyEntry{Seq: seq, Name: name, Result: result, At: at}, time.Time{}, dbNow, nil
+}
+
+// GetVersion records a marker the first time and returns it on replay.
+func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
+	seq, h, err := f.next("version:" + changeID)
+	if err != nil {
+		panic(unwind{why: "bad marker", fatal: fmt.Errorf("version marker %q: %w", changeID, err)})
+	}
+	if h != nil {
+		var v int
+		if err := json.Unmarshal(h.Result, &v); err != nil || v < minSupported || v > maxSupported {
+			panic(unwind{why: "marker", fatal: fmt.Errorf("version marker %q recorded %s, supported [%d, %d]: %w",
+				changeID, h.Result, minSupported, maxSupported, port.ErrNondeterminism)})
+		}
+		return v
+	}
+	f.flush()
+	f.checkLease()
+	f.record(seq, "version:"+changeID, json.RawMessage(fmt.Sprint(maxSupported)), 1)
+	return maxSupported
+}

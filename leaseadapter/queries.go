@@ -1,0 +1,319 @@
+package leaseadapter
+
+// Every statement of the engine, parameterized. Durations are passed as
+// milliseconds (int64) and turned into intervals in SQL.
+//
+// Statements that a worker runs on behalf of a claim carry
+// "id = $1 AND lease_token = $2 AND status = 'running'" on the task row and
+// make every other write of the statement depend on that row (data-modifying
+// CTEs reading from it), so a stale claim writes nothing; they return the
+// number of task rows matched (0 = fenced) and the commit time.
+
+// notifyChannel carries wake-up hints: "e:<worker id>" (a run was enqueued
+// by that process, which woke its own worker already) or an empty payload
+// mean "work may be ready"; "c:<run id>" means "this run was canceled".
+const notifyChannel = "taskport_lease"
+
+const insertTaskSQL = `
+WITH ins AS (
+  INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10)
+  RETURNING next_run_at
+)
+SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
+
+// enqueueSQL is Enqueue in one statement (one round trip, one commit): the
+// taskport.run row (the same insert as runstore.Insert, the idempotency
+// authority) and the task row. On a conflict it returns the existing id when
+// visible, else NULL and Enqueue falls back to runstore.Insert, which sees
+// rows committed concurrently.
+const enqueueSQL = `
+WITH r AS (
+  INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
+  VALUES ($1, 'lease', $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()))
+  ON CONFLICT (kind, idempotency_key) DO NOTHING
+  RETURNING id, available_at
+), t AS (
+  INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient)
+  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12
+  FROM r
+  RETURNING next_run_at
+), n AS (
+  SELECT pg_notify($13, $14) FROM t WHERE next_run_at <= now() AND $15::boolean
+)
+SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2 AND idempotency_key = $4)),
+  (SELECT count(*) FROM t WHERE next_run_at <= now()), (SELECT count(*) FROM n)`
+
+// claimSQL takes up to $3 ready runs of the served (kind, version) pairs in
+// one statement and returns each with its step history. It leaves the
+// taskport.run projection alone: a status change there rewrites every index
+// of the row, and "running" is transient, so Get and ListRuns read it from
+// the task row instead (liveStatusSQL).
+const claimSQL = `
+WITH c AS (
+  SELECT id FROM taskport_lease.task
+  WHERE status IN ('pending', 'waiting') AND next_run_at <= now()
+    AND (kind, handler_version) IN (SELECT * FROM unnest($1::text[], $2::int[]))
+  ORDER BY priority, next_run_at
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED
+), t AS (
+  UPDATE taskport_lease.task t
+  SET status = 'running', lease_owner = $4, lease_token = gen_random_uuid(),
+      lease_until = now() + $5 * interval '1 millisecond', claims = t.claims + 1, updated_at = now()
+  FROM c WHERE t.id = c.id
+  RETURNING t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts,
+    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at
+)
+SELECT t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts, t.canceled, t.created_at,
+  coalesce((SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'result', s.result,
+      'failed', s.failed, 'at', s.completed_at) ORDER BY s.seq)
+    FROM taskport_lease.step_result s WHERE s.task_id = t.id), '[]')
+FROM t`
+
+// commitStepSQL records a completed (or finally failed) step, wait, sleep or
+// version marker. $6 is failed, $7 attempts, $8 the error message to keep.
+const commitStepSQL = `
+WITH t AS (
+  UPDATE taskport_lease.task
+  SET current_step = $3, step_attempts = 0, wait_topic = NULL, wait_until = NULL, progress = NULL,
+      last_error = CASE WHEN $6::boolean THEN $8::text ELSE last_error END,
+      lease_until = now() + $9 * interval '1 millisecond', updated_at = now()
+  WHERE id = $1 AND lease_token = $2 AND status = 'running'
+  RETURNING id
+), s AS (
+  INSERT INTO taskport_lease.step_result (task_id, seq, name, result, failed, attempts)
+  SELECT id, $4::int, $3::text, $5::jsonb, $6::boolean, $7::int FROM t
+), r AS (
+  UPDATE taskport.run SET current_step = $3, attempts = $7,
+    last_error = CASE WHEN $6 THEN $8 ELSE last_error END, updated_at = now()
+  FROM t WHERE taskport.run.id = t.id
+), w AS (
+  DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t)
+)
+SELECT count(*), now() FROM t`
+
+// recordStepSQL is the hot path of commitStepSQL: it only inserts the step
+// result, under a share lock on the task row that holds the claim, so that
+// no reaper or takeover can move the lease until the commit. It is used when
+// the task row has nothing to reset (no failed attempts recorded); the heart
+// beat keeps current_step and the lease fresh.
+const recordStepSQL = `
+WITH t AS (
+  SELECT id FROM taskport_lease.task WHERE id = $1 AND lease_token = $2 AND status = 'running' FOR SHARE
+), s AS (
+  INSERT INTO taskport_lease.step_result (task_id, seq, name, result, attempts)
+  SELECT id, $4::int, $3::text, $5::jsonb, $6::int FROM t
+  RETURNING 1
+)
+SELECT count(*), now() FROM s`
+
+// retryStepSQL puts the run back to pending after a failed attempt; the
+// next claim replays and runs the step again.
+const retryStepSQL = `
+WITH t AS (
+  UPDATE taskport_lease.task
+  SET status = 'pending', next_run_at = now() + $5 * interval '1 millisecond',
+      current_step = $3, step_attempts = $4, last_error = $6, progress = NULL,
+      lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
+  WHERE id = $1 AND lease_token = $2 AND status = 'running'
+  RETURNING id
+), r AS (
+  UPDATE taskport.run SET status = 'pending', current_step = $3, attempts = $4, last_error = $6, updated_at = now()
+  FROM t WHERE taskport.run.id = t.id
+)
+SELECT count(*), now() FROM t`
+
+// finishSQL ends a run: $3 is succeeded, failed or canceled. A failed run
+// is a dead letter. When $5 is not NULL it also records the run's last
+// step ($5 seq, $6 name, $7 result, $8 attempts), whose commit was held back
+// until the handler's next move turned out to be its return.
+const finishSQL = `
+WITH t AS (
+  UPDATE taskport_lease.task
+  SET status = $3, last_error = CASE WHEN $4 = '' THEN last_error ELSE $4 END,
+      dead_letter_at = CASE WHEN $3 = 'failed' THEN now() END, finished_at = now(),
+      wait_topic = NULL, wait_until = NULL, progress = NULL,
+      lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
+  WHERE id = $1 AND lease_token = $2 AND status = 'running'
+  RETURNING id, last_error
+), s AS (
+  INSERT INTO taskport_lease.step_result (task_id, seq, name, result, attempts)
+  SELECT id, $5::int, $6::text, $7::jsonb, $8::int FROM t WHERE $5::int IS NOT NULL
+), l AS (
+  SELECT s.name, s.attempts FROM taskport_lease.step_result s
+  WHERE s.task_id = $1 AND $5::int IS NULL AND EXISTS (SELECT 1 FROM t) ORDER BY s.seq DESC LIMIT 1
+), r AS (
+  UPDATE taskport.run SET status = $3, last_error = t.last_error, updated_at = now(),
+    current_step = coalesce($6::text, (SELECT name FROM l), current_step),
+    attempts = coalesce($8::int, (SELECT attempts FROM l), attempts),
+    finished_at = coalesce(finished_at, now())
+  FROM t WHERE taskport.run.id = t.id
+), w AS (
+  DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t)
+)
+SELECT count(*), now() FROM t`
+
+// continueAsNewSQL clears the history and restarts the run with a new input
+// under the same id.
+const continueAsNewSQL = `
+WITH t AS (
+  UPDATE taskport_lease.task
+  SET status = 'pending', input = $3, next_run_at = now(), current_step = '', step_attempts = 0,
+      wait_topic = NULL, wait_until = NULL, progress = NULL,
+      lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
+  WHERE id = $1 AND lease_token = $2 AND status = 'running'
+  RETURNING id
+), s AS (
+  DELETE FROM taskport_lease.step_result WHERE task_id IN (SELECT id FROM t)
+), r AS (
+  UPDATE taskport.run SET status = 'pending', current_step = '', attempts = 0, updated_at = now()
+  FROM t WHERE taskport.run.id = t.id
+)
+SELECT count(*), now() FROM t`
+
+// handBackSQL releases a claim without counting an attempt (Stop, or a
+// commit whose outcome is unknown).
+const handBackSQL = `
+WITH t AS (
+  UPDATE taskport_lease.task
+  SET status = 'pending', next_run_at = now(), lease_owner = NULL, lease_token = NULL, lease_until = NULL,
+      updated_at = now()
+  WHERE id = $1 AND lease_token = $2 AND status = 'running'
+  RETURNING id
+), r AS (
+  UPDATE taskport.run SET status = 'pending', updated_at = now() FROM t WHERE taskport.run.id = t.id
+)
+SELECT count(*), now() FROM t`
+
+// heartbeatSQL renews every lease of one worker at once and reports which
+// runs were canceled; a run missing from the result lost its lease.
+const heartbeatSQL = `
+WITH h AS (
+  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS h(id, token, step, progress)
+), t AS (
+  UPDATE taskport_lease.task t
+  SET lease_until = now() + $5 * interval '1 millisecond',
+      current_step = CASE WHEN h.step = '' THEN t.current_step ELSE h.step END,
+      progress = coalesce(h.progress::jsonb, t.progress), updated_at = now()
+  FROM h WHERE t.id = h.id AND t.lease_token = h.token AND t.status = 'running'
+  RETURNING t.id, t.current_step, t.cancel_requested_at IS NOT NULL AS canceled
+), r AS (
+  UPDATE taskport.run SET current_step = t.current_step FROM t
+  WHERE taskport.run.id = t.id AND taskport.run.current_step <> t.current_step
+)
+SELECT id, canceled FROM t`
+
+// reapSQL returns expired claims to pending, or marks the run dead when the
+// step has no attempts left. The n-th lost lease of a step waits
+// Backoff(n-1) of the kind's policy, the first one none: a killed worker's
+// run is claimable again at most lease + poll interval after its last renewal.
+const reapSQL = `
+WITH x AS (
+  SELECT id FROM taskport_lease.task
+  WHERE status = 'running' AND lease_until < now()
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), t AS (
+  UPDATE taskport_lease.task t
+  SET status = CASE WHEN t.step_attempts + 1 < t.max_attempts THEN 'pending' ELSE 'dead' END,
+      step_attempts = t.step_attempts + 1,
+      next_run_at = now() + CASE WHEN t.step_attempts = 0 THEN interval '0'
+        ELSE least(t.backoff_max, t.backoff_initial * power(t.backoff_coefficient, t.step_attempts - 1)) END,
+      last_error = 'lease of worker ' || coalesce(t.lease_owner, '?') || ' expired',
+      dead_letter_at = CASE WHEN t.step_attempts + 1 >= t.max_attempts THEN now() END,
+      finished_at = CASE WHEN t.step_attempts + 1 >= t.max_attempts THEN now() END,
+      lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
+  FROM x WHERE t.id = x.id
+  RETURNING t.id, t.status, t.step_attempts, t.last_error
+), r AS (
+  UPDATE taskport.run SET status = CASE WHEN t.status = 'dead' THEN 'failed' ELSE 'pending' END,
+    attempts = t.step_attempts, last_error = t.last_error, updated_at = now(),
+    finished_at = CASE WHEN t.status = 'dead' THEN now() END
+  FROM t WHERE taskport.run.id = t.id
+)
+SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead') FROM t`
+
+// liveStatusSQL reads the claim state of runs whose projection says
+// pending: they may be running.
+const liveStatusSQL = `
+SELECT id, current_step FROM taskport_lease.task WHERE id = ANY($1) AND status = 'running'`
+
+const queueDepthSQL = `
+SELECT count(*) FROM taskport_lease.task WHERE status IN ('pending', 'waiting') AND next_run_at <= now()`
+
+// topicLockSQL serializes a topic's signal senders and waiters, so that a
+// signal is either seen by a waiter's check or finds the waiter registered.
+const topicLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 7454))`
+
+// signalSQL stores the signal once per run waiting on the topic, or once
+// untargeted when none waits, and wakes the waiters.
+const signalSQL = `
+WITH w AS (
+  SELECT w.run_id FROM taskport.waiter w JOIN taskport_lease.task t ON t.id = w.run_id WHERE w.topic = $1
+), ins AS (
+  INSERT INTO taskport_lease.task_signal (topic, payload, target)
+  SELECT $1::text, $2::jsonb, run_id FROM w
+  UNION ALL
+  SELECT $1::text, $2::jsonb, NULL::uuid WHERE NOT EXISTS (SELECT 1 FROM w)
+), wake AS (
+  UPDATE taskport_lease.task t SET next_run_at = now(), updated_at = now()
+  FROM w WHERE t.id = w.run_id AND t.status = 'waiting'
+)
+SELECT count(*) FROM w`
+
+const notifySQL = `SELECT pg_notify($1, $2)`
+
+// lockClaimSQL is the first statement of a wait: it checks the claim and
+// reads the wait in progress, if any.
+const lockClaimSQL = `
+SELECT current_step, wait_topic, wait_until, now()
+FROM taskport_lease.task WHERE id = $1 AND lease_token = $2 AND status = 'running'
+FOR UPDATE`
+
+// consumeSignalSQL takes the oldest signal on the topic addressed to this
+// run or to nobody.
+const consumeSignalSQL = `
+UPDATE taskport_lease.task_signal SET consumed_by = $2, consumed_at = now()
+WHERE id = (
+  SELECT id FROM taskport_lease.task_signal
+  WHERE topic = $1 AND consumed_by IS NULL AND (target IS NULL OR target = $2)
+  ORDER BY id LIMIT 1
+)
+RETURNING payload`
+
+// parkSQL releases the claim and parks the run until $4 (a signal sets
+// next_run_at to now).
+const parkSQL = `
+WITH t AS (
+  UPDATE taskport_lease.task
+  SET status = 'waiting', next_run_at = $4, wait_until = $4, wait_topic = $5, current_step = $3,
+      lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
+  WHERE id = $1 AND lease_token = $2 AND status = 'running'
+  RETURNING id
+)
+UPDATE taskport.run SET status = 'waiting', current_step = $3, updated_at = now()
+FROM t WHERE taskport.run.id = t.id`
+
+const cancelTaskSQL = `
+WITH o AS (
+  SELECT id, status AS old FROM taskport_lease.task WHERE id = $1 FOR UPDATE
+), t AS (
+  UPDATE taskport_lease.task t
+  SET cancel_requested_at = coalesce(t.cancel_requested_at, now()),
+      status = CASE WHEN o.old IN ('pending', 'waiting') THEN 'canceled' ELSE t.status END,
+      finished_at = CASE WHEN o.old IN ('pending', 'waiting') THEN now() ELSE t.finished_at END,
+      wait_topic = CASE WHEN o.old IN ('pending', 'waiting') THEN NULL ELSE t.wait_topic END,
+      wait_until = CASE WHEN o.old IN ('pending', 'waiting') THEN NULL ELSE t.wait_until END,
+      updated_at = now()
+  FROM o WHERE t.id = o.id
+  RETURNING t.id, o.old, t.status
+), r AS (
+  UPDATE taskport.run SET status = 'canceled', updated_at = now(), finished_at = coalesce(finished_at, now())
+  FROM t WHERE taskport.run.id = t.id AND t.status = 'canceled' AND t.old <> 'canceled'
+), w AS (
+  DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t WHERE status = 'canceled')
+)
+SELECT old FROM t`

@@ -1,0 +1,458 @@
+package leaseadapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/port"
+)
+
+// Causes of a canceled background or run context.
+var (
+	errStopping = errors.New("lease engine stopping")
+	errStopped  = errors.New("lease engine stopped")
+)
+
+// worker is the running part of an Engine between Start and Stop: a claim
+// loop, a heartbeater renewing every lease it holds, a reaper for expired
+// leases, a LISTEN connection and the group committers. Each claimed run
+// executes in its own goroutine, holding one slot.
+type worker struct {
+	e           *Engine
+	opts        port.StartOptions
+	log         *slog.Logger
+	kinds       []string
+	versions    []int32
+	concurrency int
+	prefetch    int         // runs claimed beyond concurrency, queued for an executor
+	queue       chan queued // claimed runs in claim order
+
+	wake    chan struct{} // claim now (buffer 1: pokes coalesce)
+	commits chan *commitReq
+
+	saturated atomic.Bool // the last claim was full: a freed slot should claim again
+	stopping  atomic.Bool // no new step starts; runs hand themselves back
+
+	mu      sync.Mutex
+	running map[uuid.UUID]*execution
+
+	cancelLoops     context.CancelCauseFunc // claim, listen, reap
+	cancelRuns      context.CancelCauseFunc // every run context, at the stop bound
+	cancelCommitter context.CancelCauseFunc // heartbeat, committers
+	loops           sync.WaitGroup
+	executors       sync.WaitGroup
+	runs            sync.WaitGroup
+	service         sync.WaitGroup
+	committerDone   chan struct{}
+}
+
+func newWorker(e *Engine, opts port.StartOptions) *worker {
+	w := &worker{
+		e: e, opts: opts, log: e.cfg.Logger.With(slog.String("worker", e.cfg.WorkerID)),
+		concurrency:   opts.Concurrency,
+		wake:          make(chan struct{}, 1),
+		commits:       make(chan *commitReq, 4*e.cfg.BatchSize),
+		running:       map[uuid.UUID]*execution{},
+		committerDone: make(chan struct{}),
+	}
+	switch {
+	case e.cfg.Prefetch < 0:
+		w.prefetch = 0
+	case e.cfg.Prefetch == 0:
+		w.prefetch = opts.Concurrency
+	default:
+		w.prefetch = e.cfg.Prefetch
+	}
+	w.queue = make(chan queued, w.concurrency+w.prefetch)
+	for _, d := range e.reg.Definitions() {
+		if opts.Serves(d.Kind, d.Version) {
+			w.kinds = append(w.kinds, string(d.Kind))
+			w.versions = append(w.versions, int32(d.Version))
+		}
+	}
+	return w
+}
+
+// start launches the loops. Their contexts derive from ctx without its
+// cancellation: the worker lives until Stop, not until Start's caller returns.
+func (w *worker) start(ctx context.Context) {
+	base := context.WithoutCancel(ctx)
+	serviceCtx, cancelService := context.WithCancelCause(base)
+	loopCtx, cancelLoops := context.WithCancelCause(base)
+	runCtx, cancelRuns := context.WithCancelCause(base)
+	w.cancelLoops, w.cancelRuns, w.cancelCommitter = cancelLoops, cancelRuns, cancelService
+
+	committers := w.e.cfg.Committers
+	if committers == 0 {
+		committers = min(max(w.concurrency/2, 1), 8)
+	}
+	for range committers {
+		w.service.Go(func() { w.committer(serviceCtx) })
+	}
+	w.service.Go(func() { w.heartbeater(serviceCtx) })
+	w.loops.Go(func() { w.claimLoop(loopCtx, runCtx) })
+	for range w.concurrency {
+		w.executors.Go(func() { w.executor(serviceCtx) })
+	}
+	w.loops.Go(func() { w.listen(loopCtx) })
+	w.loops.Go(func() { w.reaper(loopCtx) })
+	w.poke()
+}
+
+func (w *worker) stop(ctx context.Context) error {
+	w.stopping.Store(true)
+	w.cancelLoops(errStopping)
+	w.loops.Wait()
+	close(w.queue) // the claim loop was its only sender
+	// Prefetched runs go back at once instead of waiting for a busy
+	// executor; executors and this loop share the queue.
+	for q := range w.queue {
+		w.release(context.WithoutCancel(ctx), q.ex)
+		w.forget(q.ex)
+	}
+
+	bound := time.NewTimer(w.e.cfg.StopTimeout)
+	defer bound.Stop()
+	done := make(chan struct{})
+	go func() { w.runs.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+		w.executors.Wait() // the queue is closed and empty: they return now
+	case <-bound.C:
+		err = w.handBackAll(context.WithoutCancel(ctx))
+	case <-ctx.Done():
+		err = w.handBackAll(context.WithoutCancel(ctx))
+	}
+	w.cancelCommitter(errStopped)
+	w.service.Wait()
+	close(w.committerDone)
+	return err
+}
+
+// handBackAll releases the leases of the runs still in flight and cancels
+// their contexts; whatever they try to commit afterwards is fenced.
+func (w *worker) handBackAll(ctx context.Context) error {
+	w.mu.Lock()
+	exs := make([]*execution, 0, len(w.running))
+	for _, ex := range w.running {
+		exs = append(exs, ex)
+	}
+	w.mu.Unlock()
+	var errs []error
+	for _, ex := range exs {
+		ex.handedBack.Store(true)
+		if err := w.handBack(ctx, ex); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	w.cancelRuns(errStopping)
+	return errors.Join(errs...)
+}
+
+func (w *worker) handBack(ctx context.Context, ex *execution) error {
+	var n int64
+	var at time.Time
+	if err := w.e.pool.QueryRow(ctx, handBackSQL, ex.id, ex.token).Scan(&n, &at); err != nil {
+		return fmt.Errorf("hand back run %s: %w", ex.id, err)
+	}
+	w.log.Info("handed back run", slog.String("run_id", ex.id.String()), slog.Bool("released", n == 1))
+	return nil
+}
+
+// poke asks the claim loop to look for work now.
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) inFlight() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+func (w *worker) claimLoop(ctx, runCtx context.Context) {
+	tick := time.NewTicker(w.e.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-tick.C:
+		}
+		for ctx.Err() == nil {
+			free := w.concurrency + w.prefetch - w.inFlight()
+			if free <= 0 {
+				// Woken with every slot taken: there may be work left, so
+				// the next freed slot claims again.
+				w.saturated.Store(true)
+				break
+			}
+			want := min(free, w.e.cfg.BatchSize)
+			// The claim must not be canceled by Stop: the UPDATE can commit
+			// on the server after the client gave up, leaving runs leased to
+			// nobody until the lease expires (and charged an attempt by the
+			// reaper). Runs it returns after Stop began are handed back by
+			// stop's drain of the queue.
+			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.e.cfg.LeaseDuration)
+			exs, err := w.claim(claimCtx, want)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn("claim failed; retrying at the next poll", slog.Any("error", err))
+				}
+				break
+			}
+			w.saturated.Store(len(exs) == want)
+			for _, ex := range exs {
+				w.launch(runCtx, ex)
+			}
+			if len(exs) < want {
+				break
+			}
+		}
+	}
+}
+
+func (w *worker) claim(ctx context.Context, n int) ([]*execution, error) {
+	rows, err := w.e.pool.Query(ctx, claimSQL, w.kinds, w.versions, n, w.e.cfg.WorkerID,
+		w.e.cfg.LeaseDuration.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
+	}
+	exs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*execution, error) {
+		ex := &execution{}
+		var history []byte
+		if err := row.Scan(&ex.id, &ex.kind, &ex.version, &ex.input, &ex.claims, &ex.token, &ex.stepAttempts,
+			&ex.canceled, &ex.createdAt, &history); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(history, &ex.history); err != nil {
+			return nil, fmt.Errorf("decode history of run %s: %w", ex.id, err)
+		}
+		return ex, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
+	}
+	if len(exs) > 0 {
+		w.e.cfg.Metrics.Claimed(len(exs))
+	}
+	return exs, nil
+}
+
+// launch registers a claimed run (its lease is renewed from now on) and
+// queues it for the executors, in claim order.
+func (w *worker) launch(runCtx context.Context, ex *execution) {
+	ctx, cancel := context.WithCancelCause(runCtx)
+	ex.cancel = cancel
+	w.mu.Lock()
+	w.running[ex.id] = ex
+	w.mu.Unlock()
+	w.runs.Add(1)
+	w.queue <- queued{ctx: ctx, ex: ex} // never blocks: the claim loop keeps at most cap(queue) runs
+}
+
+// queued is a claimed run with its run context, waiting for an executor.
+type queued struct {
+	ctx context.Context
+	ex  *execution
+}
+
+// executor runs queued runs one at a time until the queue is closed. A
+// prefetched run waits in the queue, its lease renewed by the heartbeat.
+func (w *worker) executor(serviceCtx context.Context) {
+	for q := range w.queue {
+		switch {
+		case q.ctx.Err() != nil:
+			// Lease lost or handed back by Stop while queued.
+		case w.stopping.Load():
+			w.release(serviceCtx, q.ex)
+		default:
+			w.execute(q.ctx, serviceCtx, q.ex)
+		}
+		w.forget(q.ex)
+	}
+}
+
+// forget ends a run's stay on this worker.
+func (w *worker) forget(ex *execution) {
+	ex.cancel(errStopped)
+	w.mu.Lock()
+	delete(w.running, ex.id)
+	w.mu.Unlock()
+	w.runs.Done()
+	if w.saturated.Load() {
+		w.poke()
+	}
+}
+
+// heartbeater renews the leases of every run in flight in one statement per
+// interval, and cancels the context of a run that was canceled
+// (port.ErrCanceled) or whose lease is gone (port.ErrLeaseLost).
+func (w *worker) heartbeater(ctx context.Context) {
+	tick := time.NewTicker(w.e.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := w.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			// Unknown outcome: keep going; a lease that did expire shows up
+			// as missing at the next successful heartbeat.
+			w.log.Warn("heartbeat failed", slog.Any("error", err))
+		}
+	}
+}
+
+func (w *worker) heartbeat(ctx context.Context) error {
+	w.mu.Lock()
+	exs := make([]*execution, 0, len(w.running))
+	for _, ex := range w.running {
+		exs = append(exs, ex)
+	}
+	w.mu.Unlock()
+	if len(exs) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(exs))
+	tokens := make([]uuid.UUID, len(exs))
+	steps := make([]string, len(exs))
+	progress := make([]*string, len(exs))
+	for i, ex := range exs {
+		ids[i], tokens[i] = ex.id, ex.token
+		steps[i], progress[i] = ex.beat()
+	}
+	rows, err := w.e.pool.Query(ctx, heartbeatSQL, ids, tokens, steps, progress, w.e.cfg.LeaseDuration.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("renew %d leases: %w", len(exs), err)
+	}
+	live := map[uuid.UUID]bool{}
+	var id uuid.UUID
+	var canceled bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &canceled}, func() error {
+		live[id] = canceled
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("renew %d leases: %w", len(exs), err)
+	}
+	for _, ex := range exs {
+		canceled, ok := live[ex.id]
+		switch {
+		case !ok && !ex.released.Load():
+			w.e.cfg.Metrics.LeaseLost(port.Kind(ex.kind))
+			w.log.Warn("lease lost", slog.String("run_id", ex.id.String()))
+			ex.cancel(port.ErrLeaseLost)
+		case canceled:
+			ex.cancel(port.ErrCanceled)
+		}
+	}
+	return nil
+}
+
+// reaper returns expired leases to pending (or dead) every poll interval and
+// samples the queue depth.
+func (w *worker) reaper(ctx context.Context) {
+	tick := time.NewTicker(w.e.cfg.PollInterval)
+	defer tick.Stop()
+	_, sampleDepth := w.e.cfg.Metrics.(noMetrics)
+	sampleDepth = !sampleDepth
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var requeued, dead int
+		if err := w.e.pool.QueryRow(ctx, reapSQL, w.e.cfg.BatchSize*16).Scan(&requeued, &dead); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("reap expired leases failed", slog.Any("error", err))
+			}
+			continue
+		}
+		if requeued+dead > 0 {
+			w.log.Info("reaped expired leases", slog.Int("requeued", requeued), slog.Int("dead", dead))
+		}
+		if requeued > 0 {
+			w.poke()
+		}
+		if sampleDepth {
+			var depth int
+			if err := w.e.pool.QueryRow(ctx, queueDepthSQL).Scan(&depth); err == nil {
+				w.e.cfg.Metrics.QueueDepth(depth)
+			}
+		}
+	}
+}
+
+// listen holds a dedicated connection on LISTEN. Any loss of it only delays
+// work to the next poll: nothing relies on a notification arriving.
+func (w *worker) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := w.listenOnce(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("listen connection lost; polling until it is back", slog.Any("error", err))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(w.e.cfg.PollInterval):
+		}
+	}
+}
+
+func (w *worker) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, w.e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("listen connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{notifyChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	w.poke() // whatever was notified while we were not listening
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		if len(n.Payload) > 2 && n.Payload[:2] == "c:" {
+			if id, err := uuid.Parse(n.Payload[2:]); err == nil {
+				w.mu.Lock()
+				ex := w.running[id]
+				w.mu.Unlock()
+				if ex != nil {
+					ex.cancel(port.ErrCanceled)
+				}
+			}
+			continue
+		}
+		if n.Payload != w.e.enqueueHint() {
+			w.poke()
+		}
+	}
+}
+
+// wakeAt pokes the claim loop when a run parked by this worker becomes due,
+// so short sleeps and backoffs do not wait for the poll.
+func (w *worker) wakeAt(at time.Time, dbNow time.Time) {
+	d := at.Sub(dbNow)
+	if d > time.Minute {
+		return
+	}
+	time.AfterFunc(max(d, 0), w.poke)
+}
