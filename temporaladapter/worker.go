@@ -89,8 +89,18 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if e.worker == nil {
 		return nil
 	}
-	e.worker.Stop()
+	w := e.worker
 	e.worker = nil
-	e.logger.InfoContext(ctx, "temporal worker stopped", slog.String("task_queue", e.cfg.TaskQueue))
-	return nil
+	// worker.Stop blocks up to WorkerStopTimeout; a caller whose context
+	// ends first gets control back while the SDK finishes draining (its
+	// in-flight activities are canceled when that timeout passes).
+	done := make(chan struct{})
+	go func() { w.Stop(); close(done) }()
+	select {
+	case <-done:
+		e.logger.InfoContext(ctx, "temporal worker stopped", slog.String("task_queue", e.cfg.TaskQueue))
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop temporal worker on %s: still draining: %w", e.cfg.TaskQueue, context.Cause(ctx))
+	}
 }

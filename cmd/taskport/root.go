@@ -29,7 +29,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.DatabaseURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		"Postgres URL for business tables and engine tables (env DATABASE_URL)")
 	root.PersistentFlags().StringVar(&g.LogLevel, "log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
-	root.AddCommand(newMigrateCmd(&g))
+	root.AddCommand(newMigrateCmd(&g), newWorkerCmd(&g), newAdminCmd(&g), newRunCmd(&g), newPlanCmd(&g), newDecisionCmd(&g))
 	return root
 }
 

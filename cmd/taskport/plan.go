@@ -1,0 +1,159 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/plans"
+)
+
+// withPlans runs fn with the business API over a stack that starts no
+// worker: these commands only write business rows and send hints.
+func withPlans(cmd *cobra.Command, g *globalConfig, c *stackConfig, fn func(*plans.Service) error) error {
+	c.secretsFromEnv()
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	s, err := buildStack(cmd.Context(), g, *c, log)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	return fn(s.plans)
+}
+
+func newPlanCmd(g *globalConfig) *cobra.Command {
+	var c stackConfig
+	cmd := &cobra.Command{Use: "plan", Short: "Create, approve, cancel and inspect acquisition plans (the business API)"}
+	c.bind(cmd.PersistentFlags())
+
+	var np plans.NewPlan
+	var torrentFile string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a plan; it then waits for approval",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if torrentFile != "" {
+				b, err := os.ReadFile(torrentFile)
+				if err != nil {
+					return fmt.Errorf("--torrent-file: %w", err)
+				}
+				np.Torrent = b
+			}
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+				p, err := svc.CreatePlan(cmd.Context(), np)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), p.ID)
+				return nil
+			})
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&np.Title, "title", "", "what is acquired")
+	f.StringVar(&np.Magnet, "magnet", "", "magnet link")
+	f.StringVar(&np.TorrentURL, "torrent-url", "", "http(s) URL of a .torrent")
+	f.StringVar(&torrentFile, "torrent-file", "", "a .torrent file")
+	f.StringVar(&np.InfoHash, "info-hash", "", "40 hex digits")
+	f.StringVar(&np.TargetPath, "target", "", "absolute path inside the library root")
+	f.Int64Var(&np.ExpectedSize, "size", 0, "expected size in bytes")
+	f.StringVar(&np.ExpectedSHA256, "sha256", "", "expected SHA-256, 64 hex digits")
+
+	var by, note, reason, contentPath string
+	approve := &cobra.Command{
+		Use: "approve PLAN", Short: "Approve a plan", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error { return svc.Approve(cmd.Context(), args[0], by, note) })
+		},
+	}
+	reject := &cobra.Command{
+		Use: "reject PLAN", Short: "Reject a plan", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error { return svc.Reject(cmd.Context(), args[0], by, note) })
+		},
+	}
+	for _, sub := range []*cobra.Command{approve, reject} {
+		sub.Flags().StringVar(&by, "by", os.Getenv("USER"), "who decides")
+		sub.Flags().StringVar(&note, "note", "", "why")
+	}
+	cancel := &cobra.Command{
+		Use: "cancel PLAN", Short: "Cancel a plan: the flag first, then its runs; compensation cleans up", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error { return svc.Cancel(cmd.Context(), args[0], reason) })
+		},
+	}
+	cancel.Flags().StringVar(&reason, "reason", "canceled from the CLI", "why")
+	complete := &cobra.Command{
+		Use:   "complete PLAN-OR-INFO-HASH",
+		Short: "Report a download complete (qBittorrent's run-on-finish hook: taskport plan complete %I --content-path \"%F\")",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+				return svc.ReportDownloadComplete(cmd.Context(), args[0], contentPath)
+			})
+		},
+	}
+	complete.Flags().StringVar(&contentPath, "content-path", "", "where the payload is")
+	timeline := &cobra.Command{
+		Use: "timeline PLAN", Short: "Print a plan's business timeline", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+				tl, err := svc.Timeline(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "%s\t%s\t%s\n", tl.Plan.ID, tl.Plan.Status, tl.Plan.Title)
+				for _, e := range tl.Entries {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05"), e.Source, e.Event, e.Detail)
+				}
+				return w.Flush()
+			})
+		},
+	}
+	cmd.AddCommand(create, approve, reject, cancel, complete, timeline)
+	return cmd
+}
+
+func newDecisionCmd(g *globalConfig) *cobra.Command {
+	var c stackConfig
+	cmd := &cobra.Command{Use: "decision", Short: "The pending-decision centre: runs that exhausted their retries"}
+	c.bind(cmd.PersistentFlags())
+	var status string
+	list := &cobra.Command{
+		Use: "list", Short: "List decisions", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+				ds, err := svc.ListDecisions(cmd.Context(), ledger.DecisionStatus(status), 0)
+				if err != nil {
+					return err
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				for _, d := range ds {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", d.ID, d.PlanID, d.Kind, d.Status, d.Reason)
+				}
+				return w.Flush()
+			})
+		},
+	}
+	list.Flags().StringVar(&status, "status", string(ledger.DecisionOpen), "open, retry, abandon, or empty for all")
+	var by string
+	resolve := &cobra.Command{
+		Use: "resolve DECISION retry|abandon", Short: "Retry the failed kind, or abandon the plan (with compensation)", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+				return svc.ResolveDecision(cmd.Context(), args[0], ledger.DecisionStatus(args[1]), by)
+			})
+		},
+	}
+	resolve.Flags().StringVar(&by, "by", os.Getenv("USER"), "who decides")
+	cmd.AddCommand(list, resolve)
+	return cmd
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+)
+
+// The plan and decision commands drive the business API: bad input is
+// refused with the field named and nothing written; a good plan is created,
+// approved and shows in its timeline.
+func TestPlanCommands(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	lib := t.TempDir()
+	common := []string{"--database-url", db, "--log-level", "error", "--engine", "lease", "--library-root", lib, "--download-dir", t.TempDir()}
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		root := newRootCmd()
+		root.SetArgs(append(args, common...))
+		root.SetOut(&out)
+		err := root.ExecuteContext(context.Background())
+		return out.String(), err
+	}
+	const hash = "0123456789abcdef0123456789abcdef01234567"
+	good := []string{"plan", "create", "--title", "Film", "--magnet", "magnet:?xt=urn:btih:" + hash, "--info-hash", hash,
+		"--target", lib + "/film.mkv", "--size", "10", "--sha256", strings.Repeat("a", 64)}
+
+	_, err := run(append(slices.Clone(good[:len(good)-1]), "not-a-hash")...)
+	require.ErrorContains(t, err, "sha256")
+	_, err = run("plan", "create", "--title", "Film", "--magnet", "magnet:?xt=urn:btih:"+hash, "--info-hash", hash,
+		"--target", "/elsewhere/film.mkv", "--size", "10", "--sha256", strings.Repeat("a", 64))
+	require.ErrorContains(t, err, "target")
+	pool, err := pgxpool.New(context.Background(), db)
+	require.NoError(t, err)
+	defer pool.Close()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM plan`).Scan(&n))
+	require.Zero(t, n, "refused plans write nothing")
+
+	out, err := run(good...)
+	require.NoError(t, err)
+	id := strings.TrimSpace(out)
+	_, err = run("plan", "approve", id, "--by", "ann")
+	require.NoError(t, err)
+	out, err = run("plan", "timeline", id)
+	require.NoError(t, err)
+	require.Contains(t, out, "approved")
+	_, err = run("plan", "approve", "0190a5c6-0000-7000-8000-000000000000", "--by", "ann")
+	require.ErrorContains(t, err, "not found")
+	out, err = run("decision", "list")
+	require.NoError(t, err)
+	require.Empty(t, strings.TrimSpace(out))
+}

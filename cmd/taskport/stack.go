@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"go.temporal.io/sdk/client"
+
+	"github.com/taskport/taskport/activities"
+	"github.com/taskport/taskport/admin"
+	"github.com/taskport/taskport/app"
+	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/outbox"
+	"github.com/taskport/taskport/plans"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/qbittorrent"
+	"github.com/taskport/taskport/temporaladapter"
+)
+
+// stackConfig is everything a worker or admin process is configured with;
+// every field has a flag with an environment fallback.
+type stackConfig struct {
+	Engine            string
+	TemporalAddress   string
+	TemporalNamespace string
+	TaskQueue         string
+	TemporalAPIKey    string
+	TemporalCA        string
+	TemporalCert      string
+	TemporalKey       string
+	TemporalTLS       bool
+	Concurrency       int
+	StopTimeout       time.Duration
+	LibraryRoot       string
+	DownloadDir       string
+	QBittorrentURL    string
+	QBittorrentUser   string
+	QBittorrentPass   string
+	WebhookURL        string
+}
+
+func (c *stackConfig) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Engine, "engine", envOr("ENGINE", "temporal"), "temporal or lease (env ENGINE)")
+	fs.StringVar(&c.TemporalAddress, "temporal-address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.TemporalNamespace, "temporal-namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	fs.StringVar(&c.TaskQueue, "task-queue", envOr("TEMPORAL_TASK_QUEUE", temporaladapter.DefaultTaskQueue), "Temporal task queue (env TEMPORAL_TASK_QUEUE)")
+	fs.StringVar(&c.TemporalAPIKey, "temporal-api-key", "", "Temporal Cloud API key (env TEMPORAL_API_KEY; never logged)")
+	fs.StringVar(&c.TemporalCA, "temporal-tls-ca", envOr("TEMPORAL_TLS_CA", ""), "CA file to verify the frontend (env TEMPORAL_TLS_CA)")
+	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", envOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
+	fs.StringVar(&c.TemporalKey, "temporal-tls-key", envOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
+	fs.BoolVar(&c.TemporalTLS, "temporal-tls", envOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
+	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default")
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
+	fs.StringVar(&c.LibraryRoot, "library-root", envOr("LIBRARY_ROOT", "/library"), "absolute directory every plan's target must lie in (env LIBRARY_ROOT)")
+	fs.StringVar(&c.DownloadDir, "download-dir", envOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
+	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", envOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
+	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", envOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
+	fs.StringVar(&c.QBittorrentPass, "qbittorrent-password", "", "qBittorrent WebUI password (env QBITTORRENT_PASSWORD; never logged)")
+	fs.StringVar(&c.WebhookURL, "webhook-url", "", "receiver of notify.webhook (env WEBHOOK_URL; never logged)")
+}
+
+// secretsFromEnv fills the secret fields that were not given as flags; they
+// are never defaults of a flag, so `--help` cannot print them.
+func (c *stackConfig) secretsFromEnv() {
+	c.TemporalAPIKey = orEnv(c.TemporalAPIKey, "TEMPORAL_API_KEY")
+	c.QBittorrentPass = orEnv(c.QBittorrentPass, "QBITTORRENT_PASSWORD")
+	c.WebhookURL = orEnv(c.WebhookURL, "WEBHOOK_URL")
+}
+
+func orEnv(v, key string) string {
+	if v != "" {
+		return v
+	}
+	return envOr(key, "")
+}
+
+func (c *stackConfig) validate() error {
+	if c.Engine != "temporal" && c.Engine != "lease" {
+		return fmt.Errorf("--engine must be temporal or lease, got %q", c.Engine)
+	}
+	if c.Concurrency < 0 {
+		return fmt.Errorf("--concurrency must not be negative, got %d", c.Concurrency)
+	}
+	if c.StopTimeout <= 0 {
+		return fmt.Errorf("--stop-timeout must be positive, got %s", c.StopTimeout)
+	}
+	for name, dir := range map[string]string{"--library-root": c.LibraryRoot, "--download-dir": c.DownloadDir} {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("%s must be an absolute path, got %q", name, dir)
+		}
+	}
+	return nil
+}
+
+// stack is one process's wiring: two pools (the engine has its own, ADR
+// 2.8), the registry with the nine kinds, the engine, the dispatcher, the
+// business API and the admin handler.
+type stack struct {
+	log        *slog.Logger
+	bizPool    *pgxpool.Pool
+	enginePool *pgxpool.Pool
+	temporal   client.Client
+	registry   *port.Registry
+	engine     port.TaskEngine
+	dispatcher *outbox.Dispatcher
+	plans      *plans.Service
+	metrics    *prometheus.Registry
+	admin      *admin.Server
+}
+
+func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.Logger) (_ *stack, err error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	s := &stack{log: log, registry: port.NewRegistry(), metrics: newMetricsRegistry()}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if s.bizPool, err = g.pool(ctx, log); err != nil {
+		return nil, err
+	}
+	if s.enginePool, err = g.pool(ctx, log); err != nil {
+		return nil, err
+	}
+	qbt, err := qbittorrent.New(qbittorrent.Config{BaseURL: c.QBittorrentURL, Username: c.QBittorrentUser, Password: c.QBittorrentPass, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("qbittorrent client: %w", err)
+	}
+	err = app.Register(s.registry, app.Deps{
+		Pool: s.bizPool, Downloader: qbt, Files: activities.LocalFiles{},
+		Config: activities.Config{DownloadDir: c.DownloadDir, WebhookURL: c.WebhookURL, Logger: log},
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch c.Engine {
+	case "lease":
+		s.engine, err = leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
+			StopTimeout: c.StopTimeout, Logger: log, Metrics: newLeaseMetrics(s.metrics)})
+	case "temporal":
+		s.temporal, err = temporaladapter.Dial(ctx, temporaladapter.ClientConfig{
+			HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace, APIKey: c.TemporalAPIKey,
+			CAFile: c.TemporalCA, CertFile: c.TemporalCert, KeyFile: c.TemporalKey, TLS: systemTLS(c),
+			Logger: log, MetricsHandler: temporaladapter.PrometheusMetricsHandler(s.metrics, func(err error) {
+				log.Warn("temporal metric", slog.Any("err", err))
+			}),
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.engine, err = temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
+			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, Logger: log})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s engine: %w", c.Engine, err)
+	}
+	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.engine, outbox.Config{Logger: log}); err != nil {
+		return nil, err
+	}
+	if s.plans, err = plans.New(s.bizPool, s.engine, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
+		return nil, err
+	}
+	lister, ok := s.engine.(port.Admin)
+	if !ok {
+		return nil, errors.New("engine does not implement port.Admin")
+	}
+	s.admin, err = admin.New(s.bizPool, s.plans, lister, s.registry, log, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// systemTLS turns TLS on with the system roots when --temporal-tls is set
+// and no CA or client certificate is given (those build their own config).
+func systemTLS(c stackConfig) *tls.Config {
+	if !c.TemporalTLS || c.TemporalCA != "" || c.TemporalCert != "" {
+		return nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12}
+}
+
+func (s *stack) close() {
+	if s.temporal != nil {
+		s.temporal.Close()
+	}
+	if s.enginePool != nil {
+		s.enginePool.Close()
+	}
+	if s.bizPool != nil {
+		s.bizPool.Close()
+	}
+}
+
+// serve runs the admin handler on addr until ctx ends.
+func (s *stack) serve(ctx context.Context, addr string) (string, <-chan error, error) {
+	return listenAndServe(ctx, addr, s.admin)
+}
+
+// listenAndServe serves h on addr until ctx ends and returns the bound
+// address (addr may use port 0) and a channel that reports why serving
+// stopped.
+func listenAndServe(ctx context.Context, addr string, h http.Handler) (string, <-chan error, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			done <- err
+		}
+		close(done)
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	return l.Addr().String(), done, nil
+}
