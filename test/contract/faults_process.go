@@ -1,0 +1,402 @@
+package contract
+
+// Process faults (issue 6): workers run as child processes
+// (test/internal/worker) that a scenario kills (SIGKILL), freezes past their
+// lease or heartbeat timeout (SIGSTOP, then SIGCONT), or replaces with a
+// worker serving more versions. The kinds are faultkinds: every step is a
+// side effect through the real operation ledger, so the scenarios assert on
+// fault_attempt (physical executions, with the pid that ran them),
+// fault_commit (committed effects), fault_fenced (commits the fence refused)
+// and asset_operation.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit/proc"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/test/internal/worker/faultkinds"
+)
+
+var processFaults = []scenario{
+	{"kill_worker_mid_step", killMidStep},
+	{"two_workers_race_200_runs", twoWorkersRace},
+	{"sigstop_past_lease_commit_fenced", stoppedPastLease},
+	{"worker_upgraded_mid_run", upgradedMidRun},
+}
+
+const workerPkg = "github.com/taskport/taskport/test/internal/worker"
+
+// expect records a business-truth check (duplicate effect, lost run,
+// unfenced stale commit). A false one is an anomaly: the test fails, the
+// rest of the checks still run, and soak mode counts it.
+func (w *world) expect(ok bool, format string, args ...any) {
+	w.t.Helper()
+	if !ok {
+		msg := fmt.Sprintf(format, args...)
+		w.anomalies = append(w.anomalies, msg)
+		w.t.Errorf("anomaly: %s", msg)
+	}
+}
+
+// faultTables creates the fault side tables.
+func (w *world) faultTables() {
+	w.t.Helper()
+	_, err := w.pool.Exec(bg, faultkinds.Schema)
+	require.NoError(w.t, err)
+}
+
+// faultClient returns an engine that is never started: it only enqueues,
+// signals and reads, and knows the given versions of faultkinds.Versioned
+// (all when none).
+func (w *world) faultClient(versions ...int) port.TaskEngine {
+	w.t.Helper()
+	reg := port.NewRegistry()
+	require.NoError(w.t, faultkinds.Register(reg, w.pool, versions...))
+	return w.factory(w.t, reg)
+}
+
+// spawn starts a worker subprocess serving this engine for the scenario and
+// waits until it serves. It is killed and reaped when the test ends.
+func (w *world) spawn(name string, extra ...string) *proc.Process {
+	w.t.Helper()
+	require.NotNil(w.t, w.engine.WorkerArgs, "engine %s has no WorkerArgs: no subprocess worker", w.engine.Name)
+	bin := proc.Build(w.t, workerPkg)
+	args := append(w.engine.WorkerArgs(w.pool), extra...)
+	p := proc.Start(w.t, name, bin, args)
+	require.NoError(w.t, p.WaitOutput("ready pid=", 2*time.Minute))
+	return p
+}
+
+func (w *world) newPlan() uuid.UUID {
+	w.t.Helper()
+	id, err := uuid.NewV7()
+	require.NoError(w.t, err)
+	require.NoError(w.t, faultkinds.NewPlan(bg, w.pool, id))
+	return id
+}
+
+func (w *world) openFaultGate(key string) {
+	w.t.Helper()
+	require.NoError(w.t, faultkinds.OpenGate(bg, w.pool, key))
+}
+
+type attempt struct {
+	Token string
+	Pid   int
+}
+
+// attempts returns the physical executions of each step of run id.
+func (w *world) attempts(id port.RunID) map[string][]attempt {
+	w.t.Helper()
+	rows, err := w.pool.Query(bg, `SELECT step, token, pid FROM fault_attempt WHERE run_id = $1 ORDER BY id`, string(id))
+	require.NoError(w.t, err)
+	out := map[string][]attempt{}
+	var step string
+	var a attempt
+	_, err = pgx.ForEachRow(rows, []any{&step, &a.Token, &a.Pid}, func() error { out[step] = append(out[step], a); return nil })
+	require.NoError(w.t, err)
+	return out
+}
+
+type commit struct {
+	Commits int
+	Token   string
+	Pid     int
+}
+
+// commits returns the committed effect of each step of run id.
+func (w *world) commits(id port.RunID) map[string]commit {
+	w.t.Helper()
+	rows, err := w.pool.Query(bg, `SELECT step, commits, token, pid FROM fault_commit WHERE run_id = $1`, string(id))
+	require.NoError(w.t, err)
+	out := map[string]commit{}
+	var step string
+	var c commit
+	_, err = pgx.ForEachRow(rows, []any{&step, &c.Commits, &c.Token, &c.Pid}, func() error { out[step] = c; return nil })
+	require.NoError(w.t, err)
+	return out
+}
+
+// commitCounts reduces commits to step -> number of commits.
+func commitCounts(c map[string]commit) map[string]int {
+	out := make(map[string]int, len(c))
+	for step, v := range c {
+		out[step] = v.Commits
+	}
+	return out
+}
+
+// onceEach is the commit count of a finished faultkinds.Steps run: every
+// step once.
+func onceEach() map[string]int {
+	out := make(map[string]int, len(faultkinds.StepNames))
+	for _, s := range faultkinds.StepNames {
+		out[s] = 1
+	}
+	return out
+}
+
+// ledgerToken returns the attempt token the ledger recorded for a step of
+// plan, and whether the operation has a result.
+func (w *world) ledgerToken(plan uuid.UUID, step string) (string, bool) {
+	w.t.Helper()
+	var tok string
+	var done bool
+	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT attempt_token, result IS NOT NULL FROM asset_operation WHERE plan_id = $1 AND op = $2`,
+		plan, step).Scan(&tok, &done))
+	return tok, done
+}
+
+func (w *world) count(sql string, args ...any) int {
+	w.t.Helper()
+	var n int
+	require.NoError(w.t, w.pool.QueryRow(bg, sql, args...).Scan(&n))
+	return n
+}
+
+// poll reports whether cond held before the suite's wait bound; unlike
+// require.Eventually it lets the caller count a miss as an anomaly.
+func poll(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-time.After(pollEvery)
+	}
+}
+
+// waitAttemptBy waits until the process pid has begun step of run id and
+// returns that attempt.
+func (w *world) waitAttemptBy(id port.RunID, step string, pid int) attempt {
+	w.t.Helper()
+	var got attempt
+	// poll, not require.Eventually: the condition queries with require,
+	// which must run on the test's goroutine.
+	begun := poll(waitFor, func() bool {
+		for _, a := range w.attempts(id)[step] {
+			if a.Pid == pid {
+				got = a
+				return true
+			}
+		}
+		return false
+	})
+	require.Truef(w.t, begun, "pid %d never began step %s of run %s", pid, step, id)
+	return got
+}
+
+// waitFrozen waits until every thread of pid is stopped, so that nothing of
+// it runs once the scenario goes on.
+func (w *world) waitFrozen(pid int) {
+	w.t.Helper()
+	require.Eventuallyf(w.t, func() bool {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return false
+			}
+			s := string(b)
+			if st := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(st) == 0 || st[0] != "T" {
+				return false
+			}
+		}
+		return true
+	}, waitFor, 5*time.Millisecond, "pid %d did not stop", pid)
+}
+
+// waitCommitted waits until the last step of run id has committed, the
+// business sign that the run finished; false if it never did (a lost run).
+func (w *world) waitCommitted(id port.RunID, step string) bool {
+	w.t.Helper()
+	return poll(waitFor, func() bool { _, ok := w.commits(id)[step]; return ok })
+}
+
+// Kill -9 a worker while the second step runs: the first step does not
+// rerun, the killed step reruns on another worker and commits once, the
+// third runs once.
+func killMidStep(w *world) {
+	w.faultTables()
+	client := w.faultClient()
+	a := w.spawn("worker-a")
+	plan := w.newPlan()
+	id := w.enqueue(client, faultkinds.Steps, faultkinds.StepsIn{Plan: plan, HoldAt: "s2", Gate: "kill"}, "kill")
+	killed := w.waitAttemptBy(id, "s2", a.Pid())
+	require.Equal(w.t, 1, w.commits(id)["s1"].Commits, "s1 committed before the kill")
+
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	killedAt := time.Now()
+	require.NoError(w.t, a.Kill(ctx))
+	w.t.Logf("injected: SIGKILL worker-a pid %d during step s2 (attempt %s) of run %s", a.Pid(), killed.Token, id)
+	w.openFaultGate("kill")
+	b := w.spawn("worker-b")
+
+	finished := w.waitCommitted(id, "s3")
+	recovery := time.Since(killedAt)
+	w.expect(finished, "run %s lost: s3 never committed after the kill", id)
+	if finished {
+		w.waitStatus(client, id, port.StatusSucceeded)
+	}
+	att := w.attempts(id)
+	commits := w.commits(id)
+	w.expect(len(att["s1"]) == 1, "s1 ran %d times; a completed step must not rerun", len(att["s1"]))
+	w.expect(len(att["s2"]) >= 2, "s2 ran %d times; the killed step must run again", len(att["s2"]))
+	w.expect(len(att["s3"]) == 1, "s3 ran %d times, want 1", len(att["s3"]))
+	w.expect(maps.Equal(commitCounts(commits), onceEach()), "commits %v, want each step committed exactly once", commitCounts(commits))
+	w.expect(commits["s2"].Pid == b.Pid(), "s2 committed by pid %d, want worker-b pid %d", commits["s2"].Pid, b.Pid())
+	tok, done := w.ledgerToken(plan, "s2")
+	w.expect(done && tok == commits["s2"].Token && tok != killed.Token,
+		"ledger s2: token %s done %v; want the rerun's token %s, not the killed %s", tok, done, commits["s2"].Token, killed.Token)
+	w.t.Logf("checked: s1 executions %d, s2 executions %d (killed + %d rerun), s3 executions %d; commits %v; recovery (kill to s3 committed on worker-b pid %d): %s",
+		len(att["s1"]), len(att["s2"]), len(att["s2"])-1, len(att["s3"]), commitCounts(commits), b.Pid(), recovery.Round(time.Millisecond))
+}
+
+// Two workers race on 200 runs of a 3-step kind: each step's side effect
+// happens exactly once and no run is lost.
+func twoWorkersRace(w *world) {
+	const runs = 200
+	w.faultTables()
+	client := w.faultClient()
+	a := w.spawn("worker-a")
+	b := w.spawn("worker-b")
+	ids := make([]port.RunID, 0, runs)
+	started := time.Now()
+	for i := range runs {
+		ids = append(ids, w.enqueue(client, faultkinds.Steps, faultkinds.StepsIn{Plan: w.newPlan()}, "race-"+strconv.Itoa(i)))
+	}
+	last := faultkinds.StepNames[len(faultkinds.StepNames)-1]
+	poll(3*waitFor, func() bool {
+		return w.count(`SELECT count(*) FROM fault_commit WHERE step = $1`, last) == runs
+	})
+	elapsed := time.Since(started)
+
+	steps := runs * len(faultkinds.StepNames)
+	lost := runs - w.count(`SELECT count(*) FROM fault_commit WHERE step = $1`, last)
+	effects := w.count(`SELECT count(*) FROM (SELECT DISTINCT run_id, step FROM fault_attempt) e`)
+	dupEffects := w.count(`SELECT count(*) FROM (SELECT 1 FROM fault_attempt GROUP BY run_id, step HAVING count(*) > 1) d`)
+	commitRows := w.count(`SELECT count(*) FROM fault_commit WHERE commits = 1`)
+	dupCommits := w.count(`SELECT count(*) FROM fault_commit WHERE commits > 1`)
+	results := w.count(`SELECT count(*) FROM asset_operation WHERE result IS NOT NULL`)
+	fenced := w.count(`SELECT count(*) FROM fault_fenced`)
+	w.expect(lost == 0, "%d of %d runs lost (no committed %s)", lost, runs, last)
+	w.expect(effects == steps && dupEffects == 0, "%d effect rows (want %d), %d executed more than once", effects, steps, dupEffects)
+	w.expect(commitRows == steps && dupCommits == 0, "%d steps committed once (want %d), %d committed more than once", commitRows, steps, dupCommits)
+	w.expect(results == steps, "ledger holds %d results, want %d", results, steps)
+	if lost == 0 {
+		for _, id := range ids {
+			w.waitStatus(client, id, port.StatusSucceeded)
+		}
+	}
+	byA := w.count(`SELECT count(*) FROM fault_attempt WHERE pid = $1`, a.Pid())
+	byB := w.count(`SELECT count(*) FROM fault_attempt WHERE pid = $1`, b.Pid())
+	w.t.Logf("injected: %d runs x %d steps on worker-a pid %d and worker-b pid %d (steps executed: %d by a, %d by b) in %s",
+		runs, len(faultkinds.StepNames), a.Pid(), b.Pid(), byA, byB, elapsed.Round(time.Millisecond))
+	w.t.Logf("checked: effect rows %d (duplicates %d), committed once %d (duplicates %d), ledger results %d, fenced %d, lost runs %d",
+		effects, dupEffects, commitRows, dupCommits, results, fenced, lost)
+}
+
+// Freeze a worker (SIGSTOP) in a stubborn step that has begun its ledger
+// attempt, past its lease or heartbeat timeout; another worker takes the
+// step over with a newer token and commits; after SIGCONT the frozen
+// attempt tries to commit and the ledger's fence refuses it.
+func stoppedPastLease(w *world) {
+	w.faultTables()
+	client := w.faultClient()
+	a := w.spawn("worker-a")
+	plan := w.newPlan()
+	id := w.enqueue(client, faultkinds.Steps, faultkinds.StepsIn{Plan: plan, HoldAt: "s2", Gate: "stop", Stubborn: true}, "stop")
+	stale := w.waitAttemptBy(id, "s2", a.Pid())
+	tok, done := w.ledgerToken(plan, "s2")
+	require.Equal(w.t, stale.Token, tok, "worker-a's attempt is the one the ledger recorded")
+	require.False(w.t, done)
+
+	require.NoError(w.t, a.Stop())
+	w.waitFrozen(a.Pid())
+	stoppedAt := time.Now()
+	// The gate opens only once worker-a is frozen: its attempt cannot
+	// finish before the takeover.
+	w.openFaultGate("stop")
+	b := w.spawn("worker-b")
+	finished := w.waitCommitted(id, "s3")
+	w.expect(finished, "run %s lost: s3 never committed while worker-a was stopped", id)
+	if finished {
+		w.waitStatus(client, id, port.StatusSucceeded)
+	}
+	stopped := time.Since(stoppedAt)
+	require.NoError(w.t, a.Cont())
+	w.t.Logf("injected: SIGSTOP worker-a pid %d during step s2 (attempt %s) of run %s for %s, then SIGCONT",
+		a.Pid(), stale.Token, id, stopped.Round(time.Millisecond))
+
+	staleFenced := poll(waitFor, func() bool {
+		return w.count(`SELECT count(*) FROM fault_fenced WHERE run_id = $1 AND step = 's2' AND token = $2`, string(id), stale.Token) > 0
+	})
+	w.expect(staleFenced, "worker-a's stale commit of s2 (%s) was never refused by the fence", stale.Token)
+	commits := w.commits(id)
+	att := w.attempts(id)
+	fencedAll := w.count(`SELECT count(*) FROM fault_fenced WHERE run_id = $1`, string(id))
+	w.expect(maps.Equal(commitCounts(commits), onceEach()), "commits %v, want each step committed exactly once", commitCounts(commits))
+	w.expect(commits["s2"].Token != stale.Token && commits["s2"].Pid != a.Pid(),
+		"s2 was committed by the stale attempt %s (pid %d)", commits["s2"].Token, commits["s2"].Pid)
+	tok, done = w.ledgerToken(plan, "s2")
+	w.expect(done && tok == commits["s2"].Token, "ledger s2: token %s done %v, want the takeover's %s", tok, done, commits["s2"].Token)
+	w.expect(len(att["s1"]) == 1 && len(att["s3"]) == 1, "s1 ran %d times, s3 %d times; want once each", len(att["s1"]), len(att["s3"]))
+	w.t.Logf("checked: s2 executions %d (stale + takeover on worker-b pid %d with %s); fenced commits %d (stale attempt fenced: %v); commits %v",
+		len(att["s2"]), b.Pid(), commits["s2"].Token, fencedAll, staleFenced, commitCounts(commits))
+}
+
+// A v1 run parked in a wait on a v1 worker; the worker is killed and
+// replaced by one serving v1 and v2: the old run finishes on v1 code, new
+// runs use v2.
+func upgradedMidRun(w *world) {
+	w.faultTables()
+	clientV1 := w.faultClient(1)
+	a := w.spawn("worker-a", "-versions", "1")
+	in := faultkinds.VersionedIn{Plan: w.newPlan(), Topic: "ft:upgrade", TimeoutMS: (10 * time.Minute).Milliseconds()}
+	old := w.enqueue(clientV1, faultkinds.Versioned, in, "old")
+	w.waitStatus(clientV1, old, port.StatusWaiting)
+	require.Equal(w.t, map[string]int{"v1-a": 1}, commitCounts(w.commits(old)))
+
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	require.NoError(w.t, a.Kill(ctx))
+	w.t.Logf("injected: SIGKILL worker-a pid %d (serving v1) while run %s waits on %s", a.Pid(), old, in.Topic)
+	b := w.spawn("worker-b", "-versions", "1,2")
+
+	clientV2 := w.faultClient(1, 2)
+	fresh := w.enqueue(clientV2, faultkinds.Versioned, faultkinds.VersionedIn{Plan: w.newPlan(), Topic: "ft:fresh", TimeoutMS: 1000}, "new")
+	w.waitStatus(clientV2, fresh, port.StatusSucceeded)
+	w.signalUntilDelivered(clientV2, in.Topic)
+	v := w.waitStatus(clientV2, old, port.StatusSucceeded)
+	require.Equal(w.t, 1, v.Version)
+	vf, err := clientV2.Get(bg, fresh)
+	require.NoError(w.t, err)
+	require.Equal(w.t, 2, vf.Version)
+
+	oldCommits, freshCommits := w.commits(old), w.commits(fresh)
+	oldAtt := w.attempts(old)
+	w.expect(maps.Equal(commitCounts(oldCommits), map[string]int{"v1-a": 1, "v1-b": 1}), "old run commits %v, want v1 steps once", commitCounts(oldCommits))
+	w.expect(maps.Equal(commitCounts(freshCommits), map[string]int{"v2-a": 1, "v2-b": 1}), "new run commits %v, want v2 steps once", commitCounts(freshCommits))
+	w.expect(len(oldAtt["v1-a"]) == 1, "v1-a ran %d times; it completed before the upgrade", len(oldAtt["v1-a"]))
+	w.expect(oldCommits["v1-b"].Pid == b.Pid(), "v1-b ran on pid %d, want the upgraded worker-b pid %d", oldCommits["v1-b"].Pid, b.Pid())
+	w.t.Logf("checked: old run %s (v%d) commits %v, v1-b on worker-b pid %d; new run %s (v%d) commits %v",
+		old, v.Version, commitCounts(oldCommits), oldCommits["v1-b"].Pid, fresh, vf.Version, commitCounts(freshCommits))
+}

@@ -1,0 +1,145 @@
+// Command worker serves the fault-test kinds (faultkinds) on either engine,
+// as a child process that the fault scenarios of test/contract kill, stop
+// and continue. It prints "ready pid=<pid>" once it serves; SIGTERM or SIGINT
+// stops it gracefully.
+//
+//	worker -engine lease -db URL [-lease 2s] [-versions 1,2]
+//	worker -engine temporal -db URL -hostport H:P -namespace NS -task-queue Q [-versions 1]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/temporaladapter"
+	"github.com/taskport/taskport/test/internal/worker/faultkinds"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	engine, db, versions       string
+	concurrency                int
+	lease, poll                time.Duration
+	hostPort, namespace, queue string
+}
+
+func run(ctx context.Context, args []string) error {
+	var o options
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.StringVar(&o.engine, "engine", "", "lease or temporal (required)")
+	fs.StringVar(&o.db, "db", "", "Postgres URL of the scenario database (required)")
+	fs.StringVar(&o.versions, "versions", "", "versions of "+string(faultkinds.Versioned)+" registered and served, e.g. 1,2; empty: all")
+	fs.IntVar(&o.concurrency, "concurrency", 8, "steps run at once")
+	fs.DurationVar(&o.lease, "lease", 2*time.Second, "lease engine: lease duration")
+	fs.DurationVar(&o.poll, "poll", 100*time.Millisecond, "lease engine: poll interval")
+	fs.StringVar(&o.hostPort, "hostport", "", "temporal: frontend host:port")
+	fs.StringVar(&o.namespace, "namespace", "default", "temporal: namespace")
+	fs.StringVar(&o.queue, "task-queue", "", "temporal: task queue of the scenario")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.db == "" {
+		return errors.New("-db is required")
+	}
+	versions, err := parseVersions(o.versions)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	pool, err := pgxpool.New(ctx, o.db)
+	if err != nil {
+		return fmt.Errorf("open pool: %w", err)
+	}
+	defer pool.Close()
+	reg := port.NewRegistry()
+	if err := faultkinds.Register(reg, pool, versions...); err != nil {
+		return err
+	}
+	eng, fatal, closeEngine, err := open(ctx, o, pool, reg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeEngine()
+	if err := eng.Start(ctx, port.StartOptions{Concurrency: o.concurrency}); err != nil {
+		return fmt.Errorf("start %s worker: %w", o.engine, err)
+	}
+	fmt.Printf("ready pid=%d\n", os.Getpid())
+	select {
+	case <-ctx.Done():
+	case err := <-fatal:
+		return fmt.Errorf("worker: %w", err)
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := eng.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stop %s worker: %w", o.engine, err)
+	}
+	return nil
+}
+
+// open builds the engine named by o.engine. fatal delivers an error that
+// ends the worker (Temporal's fatal worker errors); closeEngine releases
+// what open acquired besides the engine.
+func open(ctx context.Context, o options, pool *pgxpool.Pool, reg *port.Registry, logger *slog.Logger) (eng port.TaskEngine, fatal <-chan error, closeEngine func(), err error) {
+	switch o.engine {
+	case "lease":
+		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{
+			LeaseDuration: o.lease, PollInterval: o.poll, StopTimeout: 5 * time.Second, Logger: logger})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("lease engine: %w", err)
+		}
+		return e, nil, func() {}, nil
+	case "temporal":
+		if o.hostPort == "" || o.queue == "" {
+			return nil, nil, nil, errors.New("-hostport and -task-queue are required with -engine temporal")
+		}
+		c, err := temporaladapter.Dial(ctx, temporaladapter.ClientConfig{HostPort: o.hostPort, Namespace: o.namespace, Logger: logger})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		e, err := temporaladapter.New(c, pool, reg, temporaladapter.Config{TaskQueue: o.queue, WorkerStopTimeout: 5 * time.Second, Logger: logger})
+		if err != nil {
+			c.Close()
+			return nil, nil, nil, fmt.Errorf("temporal engine: %w", err)
+		}
+		return e, e.Err(), c.Close, nil
+	}
+	return nil, nil, nil, fmt.Errorf("-engine %q: want lease or temporal", o.engine)
+}
+
+func parseVersions(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("-versions %q: %w", s, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
