@@ -26,8 +26,10 @@ export TEST_DATABASE_URL
 
 TEST_FLAGS ?= -race -count=1 -timeout 40m
 # Separate Go modules (deploy checks, tools, the DBOS comparison) keep their
-# heavy dependencies out of the main module's go.mod.
+# heavy dependencies out of the main module's go.mod. bench/ holds no tests:
+# it is vetted by lint and run on demand (`make bench`).
 SUBMODULES := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
+TEST_SUBMODULES := $(filter-out ./bench,$(SUBMODULES))
 
 .PHONY: help
 help: ## list the targets
@@ -55,7 +57,7 @@ apt-packages:
 test: tools ## run every test against real Postgres, a Temporal dev server and qBittorrent
 	@if [ -z "$$TEST_DATABASE_URL" ]; then echo "TEST_DATABASE_URL unset and no server on 127.0.0.1:5432: tests will try testcontainers"; fi
 	$(GO) test $(TEST_FLAGS) ./...
-	@for m in $(SUBMODULES); do echo "== $$m"; (cd $$m && $(GO) test -count=1 ./...); done
+	@for m in $(TEST_SUBMODULES); do echo "== $$m"; (cd $$m && $(GO) test -count=1 ./...); done
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, flowcheck (handler determinism)
@@ -71,6 +73,13 @@ lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, flowcheck (handler determini
 # first use.
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/taskport?sslmode=disable
 export DATABASE_URL
+
+.PHONY: bench
+bench: ## benchmarks: lease engine, Temporal adapter vs raw SDK, outbox latency, lease engine vs DBOS (prints tables)
+	$(GO) test -run '^$$' -bench . -benchtime 2000x ./leaseadapter/
+	$(GO) test -run '^$$' -bench AdapterVsRawSDK -benchtime 20x ./temporaladapter/
+	$(GO) test -run '^$$' -bench CommitToRunStart -benchtime 200x ./outbox/ ./app/
+	cd bench && $(GO) run ./cmd/compare -n 1500 -rounds 3 -db "$$TEST_DATABASE_URL"
 
 .PHONY: run
 run: $(TEMPORAL) apt-packages ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo

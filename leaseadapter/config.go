@@ -38,7 +38,7 @@ type Config struct {
 	Prefetch int
 	// Committers is the number of group-commit goroutines, i.e. how many
 	// group transactions can be in flight at once. Default: half the
-	// worker's concurrency, between 1 and 8 (more parallel commits beat
+	// worker's concurrency, between 2 and 8 (more parallel commits beat
 	// bigger groups until Postgres's own WAL group commit takes over).
 	Committers int
 	// StopTimeout bounds Stop: in-flight runs that have not reached a commit

@@ -93,7 +93,7 @@ func (w *worker) start(ctx context.Context) {
 
 	committers := w.e.cfg.Committers
 	if committers == 0 {
-		committers = min(max(w.concurrency/2, 1), 8)
+		committers = min(max(w.concurrency/2, 2), 8)
 	}
 	for range committers {
 		w.service.Go(func() { w.committer(serviceCtx) })

@@ -1,0 +1,312 @@
+// Command compare runs the lease-table engine and DBOS Transact Go side by
+// side on the same Postgres server, in one run, and prints a table: runs/s
+// and Postgres commits per run of a 3-step no-op workflow at each
+// concurrency.
+//
+// DBOS runs in its fastest mode: the workflow is started directly with
+// dbos.RunWorkflow (no queue) by `concurrency` goroutines, each waiting for
+// its result before starting the next. The lease engine gets the same work:
+// `concurrency` goroutines enqueue the runs while a worker with
+// Concurrency=`concurrency` executes them. Both timings cover start to last
+// completion; commits are the pg_stat_database xact_commit delta of each
+// engine's own fresh database (every statement of the engine counted).
+//
+//	go run ./cmd/compare -db postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/migrations"
+	"github.com/taskport/taskport/port"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	engine      string
+	concurrency int
+	runsPerSec  float64
+	commitsRun  float64
+}
+
+func run(ctx context.Context) error {
+	var (
+		dbURL  = flag.String("db", os.Getenv("TEST_DATABASE_URL"), "Postgres server URL (an admin database: fresh databases are created beside it)")
+		runs   = flag.Int("n", 2000, "workflows per measurement")
+		conc   = flag.String("c", "1,8,32", "concurrencies")
+		rounds = flag.Int("rounds", 3, "alternating rounds per engine and concurrency; the median is reported")
+	)
+	flag.Parse()
+	if *dbURL == "" {
+		return errors.New("-db (or TEST_DATABASE_URL) is required")
+	}
+	var levels []int
+	for f := range strings.SplitSeq(*conc, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			return fmt.Errorf("bad concurrency %q", f)
+		}
+		levels = append(levels, c)
+	}
+	var results []result
+	for _, c := range levels {
+		// Rounds alternate between the engines so that both see the same
+		// swings of a shared machine; the median of each is kept.
+		var lease, dbosRounds []result
+		for range max(*rounds, 1) {
+			r, err := measure(ctx, *dbURL, "lease", c, *runs, runLease)
+			if err != nil {
+				return err
+			}
+			lease = append(lease, r)
+			r, err = measure(ctx, *dbURL, "dbos", c, *runs, runDBOS)
+			if err != nil {
+				return err
+			}
+			dbosRounds = append(dbosRounds, r)
+		}
+		results = append(results, median(lease), median(dbosRounds))
+	}
+	fmt.Printf("\n%-8s %12s %10s %12s %14s\n", "engine", "concurrency", "runs/s", "commits/run", "lease/dbos")
+	for i, r := range results {
+		ratio := ""
+		if r.engine == "lease" && i+1 < len(results) {
+			ratio = fmt.Sprintf("%.2fx", r.runsPerSec/results[i+1].runsPerSec)
+		}
+		fmt.Printf("%-8s %12d %10.1f %12.2f %14s\n", r.engine, r.concurrency, r.runsPerSec, r.commitsRun, ratio)
+	}
+	return nil
+}
+
+// median returns the round with the median runs/s.
+func median(rs []result) result {
+	slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.runsPerSec, b.runsPerSec) })
+	return rs[len(rs)/2]
+}
+
+// runner executes n workflows at concurrency c on the database at url and
+// returns how long that took (setup excluded).
+type runner func(ctx context.Context, url string, c, n int) (time.Duration, error)
+
+// measure gives the engine a fresh database and reads its commit counter
+// around the run.
+func measure(ctx context.Context, server, engine string, c, n int, fn runner) (result, error) {
+	name := fmt.Sprintf("tp_compare_%s_%d_%s", engine, c, strings.ToLower(rand.Text()[:8]))
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		return result{}, fmt.Errorf("connect: %w", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return result{}, fmt.Errorf("create database: %w", err)
+	}
+	defer admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)") //nolint:errcheck // best effort
+	u, err := url.Parse(server)
+	if err != nil {
+		return result{}, fmt.Errorf("parse url: %w", err)
+	}
+	u.Path = "/" + name
+	before, err := commits(ctx, admin, name)
+	if err != nil {
+		return result{}, err
+	}
+	elapsed, err := fn(ctx, u.String(), c, n)
+	if err != nil {
+		return result{}, fmt.Errorf("%s at concurrency %d: %w", engine, c, err)
+	}
+	fmt.Fprintf(os.Stderr, "%s concurrency=%d: %d workflows in %s (%.1f/s)\n", engine, c, n,
+		elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
+	after, err := commits(ctx, admin, name)
+	if err != nil {
+		return result{}, err
+	}
+	return result{engine: engine, concurrency: c, runsPerSec: float64(n) / elapsed.Seconds(),
+		commitsRun: float64(after-before) / float64(n)}, nil
+}
+
+// commits reads xact_commit of database name once it is stable: backends
+// flush their statistics when they exit, and the runners close their pools.
+func commits(ctx context.Context, admin *pgx.Conn, name string) (int64, error) {
+	last := int64(-1)
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int64
+		err := admin.QueryRow(ctx, `SELECT coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = $1), 0)`, name).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("read commits: %w", err)
+		}
+		if n == last {
+			return n, nil
+		}
+		last = n
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// spread runs n calls of fn on c goroutines.
+func spread(c, n int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, c)
+	for g := range c {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					errs[g] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+var noop = port.DeclareActivity[int, int]("compare.noop")
+
+const noopKind port.Kind = "compare.noop3"
+
+func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return 0, fmt.Errorf("open pool: %w", err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return 0, err
+	}
+	reg := port.NewRegistry()
+	if err := reg.RegisterActivity(port.Bind(noop, func(_ context.Context, i int) (int, error) { return i, nil })); err != nil {
+		return 0, err
+	}
+	err = reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
+		Handler: port.Handle(func(f port.Flow, _ struct{}) error {
+			for i := range 3 {
+				if _, err := noop.Run(f, "s"+strconv.Itoa(i), i); err != nil {
+					return err
+				}
+			}
+			return nil
+		})})
+	if err != nil {
+		return 0, err
+	}
+	done := &finished{want: int64(n), all: make(chan struct{})}
+	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Logger: slog.New(slog.DiscardHandler), Metrics: done})
+	if err != nil {
+		return 0, err
+	}
+	if err := eng.Start(ctx, port.StartOptions{Concurrency: c}); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	err = spread(c, n, func(i int) error {
+		_, err := eng.Enqueue(ctx, noopKind, struct{}{}, port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)})
+		return err
+	})
+	if err != nil {
+		_ = eng.Stop(ctx)
+		return 0, err
+	}
+	select {
+	case <-done.all:
+	case <-ctx.Done():
+	}
+	elapsed := time.Since(start)
+	if err := eng.Stop(ctx); err != nil {
+		return 0, err
+	}
+	return elapsed, ctx.Err()
+}
+
+// finished closes all once want runs have succeeded.
+type finished struct {
+	want int64
+	n    atomic.Int64
+	all  chan struct{}
+}
+
+func (f *finished) Finished(_ port.Kind, s port.Status) {
+	if s == port.StatusSucceeded && f.n.Add(1) == f.want {
+		close(f.all)
+	}
+}
+func (*finished) Claimed(int)            {}
+func (*finished) LeaseLost(port.Kind)    {}
+func (*finished) FencedCommit(port.Kind) {}
+func (*finished) QueueDepth(int)         {}
+
+func dbosNoop(_ context.Context) (int, error) { return 0, nil }
+
+func dbosWorkflow(ctx dbos.Context, _ int) (int, error) {
+	for i := range 3 {
+		if _, err := dbos.RunAsStep(ctx, dbosNoop, dbos.WithStepName("s"+strconv.Itoa(i))); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
+
+func runDBOS(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+	dctx, err := dbos.NewContext(ctx, dbos.Config{AppName: "taskport-compare", DatabaseURL: dbURL,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 0, fmt.Errorf("dbos context: %w", err)
+	}
+	dbos.RegisterWorkflow(dctx, dbosWorkflow)
+	if err := dbos.Launch(dctx); err != nil {
+		return 0, fmt.Errorf("dbos launch: %w", err)
+	}
+	start := time.Now()
+	err = spread(c, n, func(i int) error {
+		h, err := dbos.RunWorkflow(dctx, dbosWorkflow, i)
+		if err != nil {
+			return err
+		}
+		_, err = h.GetResult()
+		return err
+	})
+	elapsed := time.Since(start)
+	if serr := dbos.Shutdown(dctx, 10*time.Second); serr != nil && err == nil {
+		err = serr
+	}
+	return elapsed, err
+}
