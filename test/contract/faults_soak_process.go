@@ -24,7 +24,7 @@ const SoakEnv = "TASKPORT_SOAK"
 // TestX/<engine>/<scenario>[/repNN].
 func RunFaults(t *testing.T, engines ...Engine) {
 	s := newSoak(t)
-	eachCell(t, engines, slices.Concat(processFaults, dbFaults), func(t *testing.T, eng Engine, sc scenario) {
+	eachCell(t, engines, slices.Concat(processFaults, dbFaults, businessFaults), func(t *testing.T, eng Engine, sc scenario) {
 		s.cell(t, eng.Name, sc.name, func(w *world) {
 			w.pool = newScenarioDB(w.t)
 			w.engine = eng
