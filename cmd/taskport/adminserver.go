@@ -16,27 +16,19 @@ func newAdminCmd(g *globalConfig) *cobra.Command {
 		Short: "Serve /admin: plans and their business timeline, pending decisions, dead letters, runs on old versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c.secretsFromEnv()
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			s, err := buildStack(cmd.Context(), g, c, log)
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			bound, served, err := s.serve(cmd.Context(), addr)
-			if err != nil {
-				return err
-			}
-			log.Info("admin serving", slog.String("url", "http://"+bound+"/admin"))
-			select {
-			case <-cmd.Context().Done():
-				return nil
-			case err := <-served:
-				return err
-			}
+			return withStack(cmd, g, &c, func(s *stack) error {
+				bound, served, err := s.serve(cmd.Context(), addr)
+				if err != nil {
+					return err
+				}
+				s.log.Info("admin serving", slog.String("url", "http://"+bound+"/admin"))
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case err := <-served:
+					return err
+				}
+			})
 		},
 	}
 	c.bind(cmd.Flags())

@@ -14,17 +14,7 @@ import (
 // withPlans runs fn with the business API over a stack that starts no
 // worker: these commands only write business rows and send hints.
 func withPlans(cmd *cobra.Command, g *globalConfig, c *stackConfig, fn func(*plans.Service) error) error {
-	c.secretsFromEnv()
-	log, err := g.logger()
-	if err != nil {
-		return err
-	}
-	s, err := buildStack(cmd.Context(), g, *c, log)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	return fn(s.plans)
+	return withStack(cmd, g, c, func(s *stack) error { return fn(s.plans) })
 }
 
 func newPlanCmd(g *globalConfig) *cobra.Command {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/client"
 
@@ -117,6 +118,22 @@ type stack struct {
 	plans      *plans.Service
 	metrics    *prometheus.Registry
 	admin      *admin.Server
+}
+
+// withStack builds the wiring from the flags (secrets from the
+// environment), runs fn and closes the wiring.
+func withStack(cmd *cobra.Command, g *globalConfig, c *stackConfig, fn func(*stack) error) error {
+	c.secretsFromEnv()
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	s, err := buildStack(cmd.Context(), g, *c, log)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	return fn(s)
 }
 
 func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.Logger) (_ *stack, err error) {

@@ -27,17 +27,7 @@ func newWorkerCmd(g *globalConfig) *cobra.Command {
 			"The schema must be migrated first (taskport migrate up): workers never migrate.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c.secretsFromEnv()
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			s, err := buildStack(cmd.Context(), g, c, log)
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			return s.runWorker(cmd.Context(), c, metricsAddr, dispatch)
+			return withStack(cmd, g, &c, func(s *stack) error { return s.runWorker(cmd.Context(), c, metricsAddr, dispatch) })
 		},
 	}
 	c.bind(cmd.Flags())

@@ -6,7 +6,6 @@
 package qbtnox
 
 import (
-	"bytes"
 	"context"
 	"crypto/pbkdf2"
 	"crypto/rand"
@@ -25,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/taskport/taskport/internal/syncbuf"
 	"github.com/taskport/taskport/qbittorrent"
 )
 
@@ -44,7 +44,7 @@ type Server struct {
 	BaseURL string
 	cmd     *exec.Cmd
 	exited  chan struct{}
-	log     *lockedBuffer
+	log     *syncbuf.Buffer
 	once    sync.Once
 }
 
@@ -107,7 +107,7 @@ WebUI\Password_PBKDF2="%s"
 		return nil, fmt.Errorf("qbtnox: write config: %w", err)
 	}
 
-	s := &Server{BaseURL: "http://127.0.0.1:" + strconv.Itoa(webPort), exited: make(chan struct{}), log: &lockedBuffer{}}
+	s := &Server{BaseURL: "http://127.0.0.1:" + strconv.Itoa(webPort), exited: make(chan struct{}), log: &syncbuf.Buffer{}}
 	s.cmd = exec.Command(bin, "--profile="+profile, "--webui-port="+strconv.Itoa(webPort))
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -187,21 +187,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskport/taskport/internal/syncbuf"
 )
 
 var builds struct {
@@ -58,7 +60,7 @@ func Build(tb testing.TB, pkg string) string {
 type Process struct {
 	Name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 	err  error // set before done is closed
 }
@@ -67,7 +69,7 @@ type Process struct {
 // captured (Output) and logged if the test fails.
 func Start(tb testing.TB, name, bin string, args []string, env ...string) *Process {
 	tb.Helper()
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout = out
@@ -166,21 +168,4 @@ func (p *Process) WaitOutput(s string, timeout time.Duration) error {
 		case <-tick.C:
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
