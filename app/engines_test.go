@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/app/apptest"
-	"github.com/taskport/taskport/internal/devserver"
+	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
@@ -28,15 +28,8 @@ import (
 var temporalServer *devserver.Server
 
 func TestMain(m *testing.M) {
-	srv, err := devserver.Launch(context.Background(), devserver.Options{SearchAttributes: temporaladapter.SearchAttributes()})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "app tests: temporal dev server:", err)
-		os.Exit(1)
-	}
-	temporalServer = srv
-	code := m.Run()
-	_ = srv.Stop()
-	os.Exit(code)
+	os.Exit(devserver.Main(m, devserver.Options{SearchAttributes: temporaladapter.SearchAttributes()},
+		func(s *devserver.Server) { temporalServer = s }))
 }
 
 // engines builds each engine over a world's registry and pool.

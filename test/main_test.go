@@ -1,12 +1,10 @@
 package test
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"testing"
 
-	"github.com/taskport/taskport/internal/devserver"
+	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/temporaladapter"
 )
 
@@ -15,15 +13,6 @@ import (
 var temporalServer *devserver.Server
 
 func TestMain(m *testing.M) {
-	srv, err := devserver.Launch(context.Background(), devserver.Options{SearchAttributes: temporaladapter.SearchAttributes()})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test: temporal dev server:", err)
-		os.Exit(1)
-	}
-	temporalServer = srv
-	code := m.Run()
-	if err := srv.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "test: stop dev server:", err)
-	}
-	os.Exit(code)
+	os.Exit(devserver.Main(m, devserver.Options{SearchAttributes: temporaladapter.SearchAttributes()},
+		func(s *devserver.Server) { temporalServer = s }))
 }

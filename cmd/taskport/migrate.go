@@ -13,38 +13,38 @@ func newMigrateCmd(g *globalConfig) *cobra.Command {
 		Use:   "migrate",
 		Short: "Apply, roll back or list the schema migrations (business, ledger, outbox and both engines' tables)",
 	}
-	open := func(cmd *cobra.Command) (*migrations.Migrator, func(), error) {
+	// withMigrator opens the database, runs fn on a migrator over it and
+	// closes both.
+	withMigrator := func(cmd *cobra.Command, fn func(*migrations.Migrator) error) error {
 		log, err := g.logger()
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		pool, err := g.pool(cmd.Context(), log)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
+		defer pool.Close()
 		m, err := migrations.New(pool, log)
 		if err != nil {
-			pool.Close()
-			return nil, nil, err
+			return err
 		}
-		return m, func() { m.Close(); pool.Close() }, nil
+		defer m.Close()
+		return fn(m)
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "up",
 		Short: "Apply every pending migration",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, closeFn, err := open(cmd)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			applied, err := m.Up(cmd.Context())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "applied %d migration(s): %v\n", len(applied), applied)
-			return nil
+			return withMigrator(cmd, func(m *migrations.Migrator) error {
+				applied, err := m.Up(cmd.Context())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "applied %d migration(s): %v\n", len(applied), applied)
+				return nil
+			})
 		},
 	})
 	var to int64
@@ -56,17 +56,14 @@ func newMigrateCmd(g *globalConfig) *cobra.Command {
 			if to < 0 {
 				return fmt.Errorf("--to must not be negative, got %d", to)
 			}
-			m, closeFn, err := open(cmd)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			rolled, err := m.DownTo(cmd.Context(), to)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rolled back %d migration(s): %v\n", len(rolled), rolled)
-			return nil
+			return withMigrator(cmd, func(m *migrations.Migrator) error {
+				rolled, err := m.DownTo(cmd.Context(), to)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "rolled back %d migration(s): %v\n", len(rolled), rolled)
+				return nil
+			})
 		},
 	}
 	down.Flags().Int64Var(&to, "to", 0, "version to roll back to")
@@ -76,23 +73,20 @@ func newMigrateCmd(g *globalConfig) *cobra.Command {
 		Short: "List every migration and whether it is applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, closeFn, err := open(cmd)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			st, err := m.Status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			for _, s := range st {
-				state := "pending"
-				if s.Applied {
-					state = "applied"
+			return withMigrator(cmd, func(m *migrations.Migrator) error {
+				st, err := m.Status(cmd.Context())
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%05d  %-8s %s\n", s.Version, state, s.Name)
-			}
-			return nil
+				for _, s := range st {
+					state := "pending"
+					if s.Applied {
+						state = "applied"
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%05d  %-8s %s\n", s.Version, state, s.Name)
+				}
+				return nil
+			})
 		},
 	})
 	return cmd

@@ -4,6 +4,8 @@ package devserver
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/taskport/taskport/internal/devserver"
@@ -28,4 +30,21 @@ func Start(tb testing.TB, opts Options) *Server {
 		}
 	})
 	return s
+}
+
+// Main runs a test binary's tests against one dev server shared by them all
+// (tests isolate themselves with a task queue each): use receives it before
+// the first test. It returns the exit code for os.Exit.
+func Main(m *testing.M, opts Options, use func(*Server)) int {
+	s, err := devserver.Launch(context.Background(), opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "devserver:", err)
+		return 1
+	}
+	use(s)
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "devserver: stop: %v (log %s)\n", err, s.LogFile)
+	}
+	return code
 }
