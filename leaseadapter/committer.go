@@ -2,7 +2,6 @@ package leaseadapter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -77,7 +76,21 @@ func (w *worker) committer(ctx context.Context) {
 }
 
 func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
-	err := w.sendBatch(ctx, group)
+	// A group whose transaction has places to fill in the prefetch queue
+	// claims too, while there may be a backlog: the claim rides on a commit
+	// that happens anyway.
+	var claimed []*execution
+	var n int
+	if w.backlog.Load() {
+		n = w.reserve(w.e.cfg.BatchSize, false)
+	}
+	err := w.sendBatch(ctx, group, n, &claimed)
+	if n > 0 {
+		if err != nil {
+			claimed = nil // the transaction did not commit
+		}
+		w.claimed(claimed, n)
+	}
 	if err == nil || len(group) == 1 {
 		for _, r := range group {
 			r.done <- err
@@ -89,31 +102,25 @@ func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 	// (After an error at COMMIT the outcome is unknown; a retried run
 	// statement then finds its step row present or its status changed and
 	// fails or reports fenced, which the run treats like a lost lease; a
-	// retried enqueue finds its row and returns it.)
+	// retried enqueue finds its row and returns it. Runs the claim may have
+	// taken are not known; their leases expire.)
 	for _, r := range group {
-		r.done <- w.sendBatch(ctx, []*commitReq{r})
+		r.done <- w.sendBatch(ctx, []*commitReq{r}, 0, nil)
 	}
 }
 
-// sendBatch runs the statements as one pipelined batch, which Postgres
-// executes as one implicit transaction.
-func (w *worker) sendBatch(ctx context.Context, group []*commitReq) error {
+// sendBatch runs the statements, and a claim of up to claim runs when claim
+// > 0, as one pipelined batch, which Postgres executes as one implicit
+// transaction.
+func (w *worker) sendBatch(ctx context.Context, group []*commitReq, claim int, claimed *[]*execution) error {
 	b := &pgx.Batch{}
 	for _, r := range group {
-		b.Queue(r.sql, r.args...)
+		b.Queue(r.sql, r.args...).QueryRow(r.scan)
 	}
-	br := w.e.pool.SendBatch(ctx, b)
-	var errs []error
-	for _, r := range group {
-		if err := r.scan(br.QueryRow()); err != nil {
-			errs = append(errs, err)
-			break
-		}
+	if claim > 0 {
+		w.queueClaim(b, claim, claimed)
 	}
-	if err := br.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := w.e.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("group commit of %d: %w", len(group), err)
 	}
 	return nil

@@ -19,24 +19,29 @@
 // # Execution
 //
 // A worker claims up to BatchSize ready runs per statement (FOR UPDATE SKIP
-// LOCKED, only the (kind, version) pairs it serves), each with a fresh
-// lease_token, keeping up to Prefetch of them queued beyond its
-// concurrency so that a freed slot starts the next run at once. An executor
-// replays each handler from the start:
+// LOCKED, only the (kind, version) pairs it serves, in index order whatever
+// the table statistics say), each with a fresh lease_token, keeping up to
+// Prefetch of them queued beyond its concurrency so that a freed slot starts
+// the next run at once. While runs flow, the claims that refill that queue
+// ride in the group commits described below (a claim costs no commit of its
+// own); the claim loop claims on its own only when an executor would
+// otherwise go idle. An executor replays each handler from the start:
 // completed steps return their stored result after their (seq, name) is
 // checked against the history (a mismatch fails the run with a
 // *port.NondeterminismError). A new step's result is committed by a
 // statement that checks lease_token on the task row in the same
 // transaction; nothing of an attempt whose lease is gone is written.
 // Commits from all runs of a worker (and the Enqueue calls of its process
-// while it serves) are grouped by a few committer goroutines into one
-// pipelined transaction each, without a waiting window,
+// while it serves) are grouped by the committer goroutines (two by default:
+// one group commits while the next gathers) into one pipelined transaction
+// each, without a waiting window,
 // and the result of a step is committed when the handler's next move is
 // known (handler code between Flow calls has no side effects), so the last
 // step's result and the run's end share one commit.
 //
 // One heartbeat statement per HeartbeatInterval renews every lease a worker
-// holds. A run missing from its result lost its lease: its context is
+// holds; it skips rows locked by a commit in progress rather than wait (and
+// deadlock) behind it. A run missing from its result lost its lease: its context is
 // canceled at once with cause port.ErrLeaseLost. A run whose
 // cancel_requested_at is set gets cause port.ErrCanceled (at once when the
 // Cancel's notification arrives, at the latest at the next heartbeat).

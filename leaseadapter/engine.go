@@ -351,7 +351,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		opts.Concurrency = e.cfg.DefaultConcurrency
 	}
 	w := newWorker(e, opts)
-	if len(w.kinds) == 0 {
+	if len(w.served) == 0 {
 		return &port.FieldError{Field: "versions", Reason: "the worker serves no registered definition"}
 	}
 	w.start(ctx)

@@ -46,8 +46,18 @@ WITH r AS (
 SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2 AND idempotency_key = $4)),
   (SELECT count(*) FROM t WHERE next_run_at <= now()), (SELECT count(*) FROM n)`
 
-// claimSQL takes up to $3 ready runs of the served (kind, version) pairs in
-// one statement and returns each with its step history. It leaves the
+// claimPlanSQL precedes claimSQL in its transaction. Without it the planner,
+// trusting statistics taken while the table was small or the backlog empty
+// (a fresh table is never analyzed in its first minute; a burst outgrows the
+// last ANALYZE), picks a bitmap scan of every ready run plus a sort, so each
+// claim costs O(backlog): with 500 runs queued, 3-15 ms per claim instead of
+// 0.1. Turning off bitmap and sequential scans leaves the ordered index scan
+// of task_ready, which stops after LIMIT rows whatever the backlog.
+const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+
+// claimSQL takes up to $2 ready runs of the served "<kind>@<version>" pairs
+// ($1; a filter, not a join, so that the rows keep the index order) in one
+// statement and returns each with its step history. It leaves the
 // taskport.run projection alone: a status change there rewrites every index
 // of the row, and "running" is transient, so Get and ListRuns read it from
 // the task row instead (liveStatusSQL).
@@ -55,14 +65,14 @@ const claimSQL = `
 WITH c AS (
   SELECT id FROM taskport_lease.task
   WHERE status IN ('pending', 'waiting') AND next_run_at <= now()
-    AND (kind, handler_version) IN (SELECT * FROM unnest($1::text[], $2::int[]))
+    AND kind || '@' || handler_version = ANY($1::text[])
   ORDER BY priority, next_run_at
-  LIMIT $3
+  LIMIT $2
   FOR UPDATE SKIP LOCKED
 ), t AS (
   UPDATE taskport_lease.task t
-  SET status = 'running', lease_owner = $4, lease_token = gen_random_uuid(),
-      lease_until = now() + $5 * interval '1 millisecond', claims = t.claims + 1, updated_at = now()
+  SET status = 'running', lease_owner = $3, lease_token = gen_random_uuid(),
+      lease_until = now() + $4 * interval '1 millisecond', claims = t.claims + 1, updated_at = now()
   FROM c WHERE t.id = c.id
   RETURNING t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts,
     t.cancel_requested_at IS NOT NULL AS canceled, t.created_at
@@ -190,21 +200,41 @@ SELECT count(*), now() FROM t`
 
 // heartbeatSQL renews every lease of one worker at once and reports which
 // runs were canceled; a run missing from the result lost its lease.
+//
+// It never waits for a row lock: a run whose task or projection row is locked
+// right now is being committed by its own worker (or canceled), so its renewal
+// is skipped this round rather than queued behind the commit. Waiting would
+// also deadlock: a group commit locks several runs' rows in one transaction,
+// in its own order, while this statement locks the same rows in another
+// (Postgres breaks the cycle only after deadlock_timeout, 1 s, stalling both).
+// The liveness answer comes from the statement's snapshot, locked or not.
 const heartbeatSQL = `
 WITH h AS (
   SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS h(id, token, step, progress)
+), live AS (
+  SELECT t.id, t.cancel_requested_at IS NOT NULL AS canceled
+  FROM taskport_lease.task t JOIN h ON t.id = h.id AND t.lease_token = h.token
+  WHERE t.status = 'running'
+), l AS (
+  SELECT t.id FROM taskport_lease.task t JOIN h ON t.id = h.id AND t.lease_token = h.token
+  WHERE t.status = 'running'
+  FOR UPDATE OF t SKIP LOCKED
 ), t AS (
   UPDATE taskport_lease.task t
   SET lease_until = now() + $5 * interval '1 millisecond',
       current_step = CASE WHEN h.step = '' THEN t.current_step ELSE h.step END,
       progress = coalesce(h.progress::jsonb, t.progress), updated_at = now()
-  FROM h WHERE t.id = h.id AND t.lease_token = h.token AND t.status = 'running'
-  RETURNING t.id, t.current_step, t.cancel_requested_at IS NOT NULL AS canceled
+  FROM h JOIN l ON l.id = h.id WHERE t.id = h.id
+  RETURNING t.id, t.current_step
+), rl AS (
+  SELECT r.id FROM taskport.run r JOIN t ON r.id = t.id
+  WHERE r.current_step <> t.current_step
+  FOR UPDATE OF r SKIP LOCKED
 ), r AS (
-  UPDATE taskport.run SET current_step = t.current_step FROM t
-  WHERE taskport.run.id = t.id AND taskport.run.current_step <> t.current_step
+  UPDATE taskport.run SET current_step = t.current_step FROM t JOIN rl ON rl.id = t.id
+  WHERE taskport.run.id = t.id
 )
-SELECT id, canceled FROM t`
+SELECT id, canceled FROM live`
 
 // reapSQL returns expired claims to pending, or marks the run dead when the
 // step has no attempts left. The n-th lost lease of a step waits

@@ -30,8 +30,7 @@ type worker struct {
 	e           *Engine
 	opts        port.StartOptions
 	log         *slog.Logger
-	kinds       []string
-	versions    []int32
+	served      []string // "<kind>@<version>" of every definition this worker runs
 	concurrency int
 	prefetch    int         // runs claimed beyond concurrency, queued for an executor
 	queue       chan queued // claimed runs in claim order
@@ -40,10 +39,20 @@ type worker struct {
 	commits chan *commitReq
 
 	saturated atomic.Bool // the last claim was full: a freed slot should claim again
-	stopping  atomic.Bool // no new step starts; runs hand themselves back
+	// backlog: ready runs may be waiting (a wake-up came, or the last claim
+	// was full). Group commits add a claim only then, so that a worker whose
+	// queue is drained does not probe in every transaction.
+	backlog  atomic.Bool
+	stopping atomic.Bool // no new step starts; runs hand themselves back
 
-	mu      sync.Mutex
-	running map[uuid.UUID]*execution
+	mu       sync.Mutex
+	running  map[uuid.UUID]*execution
+	reserved int            // places taken by claims in flight, not yet in running
+	claiming bool           // a claim is in flight: one at a time
+	missed   bool           // the claim loop was turned away by a claim in flight
+	noClaims bool           // Stop began: no claim starts
+	claims   sync.WaitGroup // claims in flight, waited for before the queue closes
+	runCtx   context.Context
 
 	cancelLoops     context.CancelCauseFunc // claim, listen, reap
 	cancelRuns      context.CancelCauseFunc // every run context, at the stop bound
@@ -75,8 +84,7 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 	w.queue = make(chan queued, w.concurrency+w.prefetch)
 	for _, d := range e.reg.Definitions() {
 		if opts.Serves(d.Kind, d.Version) {
-			w.kinds = append(w.kinds, string(d.Kind))
-			w.versions = append(w.versions, int32(d.Version))
+			w.served = append(w.served, fmt.Sprintf("%s@%d", d.Kind, d.Version))
 		}
 	}
 	return w
@@ -90,16 +98,21 @@ func (w *worker) start(ctx context.Context) {
 	loopCtx, cancelLoops := context.WithCancelCause(base)
 	runCtx, cancelRuns := context.WithCancelCause(base)
 	w.cancelLoops, w.cancelRuns, w.cancelCommitter = cancelLoops, cancelRuns, cancelService
+	w.runCtx = runCtx
 
 	committers := w.e.cfg.Committers
-	if committers == 0 {
-		committers = min(max(w.concurrency/2, 2), 8)
+	// Committers, the claim loop, the heartbeat and the reaper each hold a
+	// pool connection while they work (LISTEN has its own). A smaller pool
+	// still works, but every commit then queues for a connection.
+	if need := int32(committers + 3); w.e.pool.Config().MaxConns < need {
+		w.log.Warn("database pool smaller than the worker needs; commits will queue for connections",
+			slog.Int("pool_max_conns", int(w.e.pool.Config().MaxConns)), slog.Int("needed", int(need)))
 	}
 	for range committers {
 		w.service.Go(func() { w.committer(serviceCtx) })
 	}
 	w.service.Go(func() { w.heartbeater(serviceCtx) })
-	w.loops.Go(func() { w.claimLoop(loopCtx, runCtx) })
+	w.loops.Go(func() { w.claimLoop(loopCtx) })
 	for range w.concurrency {
 		w.executors.Go(func() { w.executor(serviceCtx) })
 	}
@@ -110,9 +123,13 @@ func (w *worker) start(ctx context.Context) {
 
 func (w *worker) stop(ctx context.Context) error {
 	w.stopping.Store(true)
+	w.mu.Lock()
+	w.noClaims = true
+	w.mu.Unlock()
 	w.cancelLoops(errStopping)
 	w.loops.Wait()
-	close(w.queue) // the claim loop was its only sender
+	w.claims.Wait()
+	close(w.queue) // claims were its only senders
 	// Prefetched runs go back at once instead of waiting for a busy
 	// executor; executors and this loop share the queue.
 	for q := range w.queue {
@@ -171,19 +188,19 @@ func (w *worker) handBack(ctx context.Context, ex *execution) error {
 
 // poke asks the claim loop to look for work now.
 func (w *worker) poke() {
+	w.backlog.Store(true)
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (w *worker) inFlight() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.running)
-}
-
-func (w *worker) claimLoop(ctx, runCtx context.Context) {
+// claimLoop claims when an executor would otherwise go idle: at start, on a
+// notification, at the poll, when a slot frees after a full claim. While the
+// executors are busy, the group committers top up the prefetch queue instead,
+// each claim riding in a transaction that commits steps anyway (see
+// commitGroup), so a claim costs no commit of its own.
+func (w *worker) claimLoop(ctx context.Context) {
 	tick := time.NewTicker(w.e.cfg.PollInterval)
 	defer tick.Stop()
 	for {
@@ -192,16 +209,16 @@ func (w *worker) claimLoop(ctx, runCtx context.Context) {
 			return
 		case <-w.wake:
 		case <-tick.C:
+			w.backlog.Store(true) // runs made ready by another process may have gone unheard
 		}
 		for ctx.Err() == nil {
-			free := w.concurrency + w.prefetch - w.inFlight()
-			if free <= 0 {
-				// Woken with every slot taken: there may be work left, so
-				// the next freed slot claims again.
+			want := w.reserve(w.e.cfg.BatchSize, true)
+			if want == 0 {
+				// Every executor busy (or a claim in flight): the next freed
+				// slot pokes again.
 				w.saturated.Store(true)
 				break
 			}
-			want := min(free, w.e.cfg.BatchSize)
 			// The claim must not be canceled by Stop: the UPDATE can commit
 			// on the server after the client gave up, leaving runs leased to
 			// nobody until the lease expires (and charged an attempt by the
@@ -210,6 +227,7 @@ func (w *worker) claimLoop(ctx, runCtx context.Context) {
 			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.e.cfg.LeaseDuration)
 			exs, err := w.claim(claimCtx, want)
 			cancel()
+			w.claimed(exs, want)
 			if err != nil {
 				if ctx.Err() == nil {
 					w.log.Warn("claim failed; retrying at the next poll", slog.Any("error", err))
@@ -217,9 +235,6 @@ func (w *worker) claimLoop(ctx, runCtx context.Context) {
 				break
 			}
 			w.saturated.Store(len(exs) == want)
-			for _, ex := range exs {
-				w.launch(runCtx, ex)
-			}
 			if len(exs) < want {
 				break
 			}
@@ -227,31 +242,89 @@ func (w *worker) claimLoop(ctx, runCtx context.Context) {
 	}
 }
 
-func (w *worker) claim(ctx context.Context, n int) ([]*execution, error) {
-	rows, err := w.e.pool.Query(ctx, claimSQL, w.kinds, w.versions, n, w.e.cfg.WorkerID,
-		w.e.cfg.LeaseDuration.Milliseconds())
-	if err != nil {
-		return nil, fmt.Errorf("claim runs: %w", err)
+// reserve books up to limit free places (executor slots plus prefetch) for
+// one claim and returns how many; 0 means no claim now. Only one claim is in
+// flight at a time. idleOnly (the claim loop) books only when an executor has
+// nothing queued, so that while runs flow the committers' claims refill the
+// queue. Every reserve > 0 is followed by one claimed.
+func (w *worker) reserve(limit int, idleOnly bool) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	taken := len(w.running) + w.reserved
+	if w.noClaims || (idleOnly && taken >= w.concurrency) {
+		return 0
 	}
-	exs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*execution, error) {
-		ex := &execution{}
-		var history []byte
-		if err := row.Scan(&ex.id, &ex.kind, &ex.version, &ex.input, &ex.claims, &ex.token, &ex.stepAttempts,
-			&ex.canceled, &ex.createdAt, &history); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(history, &ex.history); err != nil {
-			return nil, fmt.Errorf("decode history of run %s: %w", ex.id, err)
-		}
-		return ex, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim runs: %w", err)
+	if w.claiming {
+		w.missed = w.missed || idleOnly
+		return 0
 	}
+	n := min(w.concurrency+w.prefetch-taken, limit)
+	if n <= 0 {
+		return 0
+	}
+	w.claiming = true
+	w.reserved += n
+	w.claims.Add(1)
+	return n
+}
+
+// claimed launches the runs of a claim that booked n places (none if it
+// failed) and frees the booking.
+func (w *worker) claimed(exs []*execution, n int) {
 	if len(exs) > 0 {
 		w.e.cfg.Metrics.Claimed(len(exs))
 	}
+	for _, ex := range exs {
+		w.launch(w.runCtx, ex)
+	}
+	w.backlog.Store(len(exs) == n)
+	w.mu.Lock()
+	w.reserved -= n
+	w.claiming = false
+	missed := w.missed
+	w.missed = false
+	w.mu.Unlock()
+	w.claims.Done()
+	if missed {
+		w.poke()
+	}
+}
+
+// claim takes up to n runs in a transaction of its own. One round trip: the
+// claim with its plan pinned (claimPlanSQL), between BEGIN and COMMIT.
+func (w *worker) claim(ctx context.Context, n int) ([]*execution, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	var exs []*execution
+	w.queueClaim(b, n, &exs)
+	b.Queue("COMMIT")
+	if err := w.e.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
+	}
 	return exs, nil
+}
+
+// queueClaim adds a claim of up to n runs to b; when b's results are read
+// (Close), the claimed runs are stored in *exs. Run it last in a
+// transaction: claimPlanSQL holds until the transaction ends.
+func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
+	b.Queue(claimPlanSQL)
+	b.Queue(claimSQL, w.served, n, w.e.cfg.WorkerID, w.e.cfg.LeaseDuration.Milliseconds()).Query(func(rows pgx.Rows) error {
+		got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*execution, error) {
+			ex := &execution{}
+			var history []byte
+			if err := row.Scan(&ex.id, &ex.kind, &ex.version, &ex.input, &ex.claims, &ex.token, &ex.stepAttempts,
+				&ex.canceled, &ex.createdAt, &history); err != nil {
+				return nil, err
+			}
+			if err := json.Unmarshal(history, &ex.history); err != nil {
+				return nil, fmt.Errorf("decode history of run %s: %w", ex.id, err)
+			}
+			return ex, nil
+		})
+		*exs = got
+		return err
+	})
 }
 
 // launch registers a claimed run (its lease is renewed from now on) and
@@ -263,7 +336,7 @@ func (w *worker) launch(runCtx context.Context, ex *execution) {
 	w.running[ex.id] = ex
 	w.mu.Unlock()
 	w.runs.Add(1)
-	w.queue <- queued{ctx: ctx, ex: ex} // never blocks: the claim loop keeps at most cap(queue) runs
+	w.queue <- queued{ctx: ctx, ex: ex} // never blocks: reserve keeps at most cap(queue) runs
 }
 
 // queued is a claimed run with its run context, waiting for an executor.

@@ -1,0 +1,135 @@
+package leaseadapter
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+)
+
+// insertTasks adds n tasks of kind "k" version 1 with the given status
+// (no run rows: the task table carries no foreign key since 00004).
+func insertTasks(t *testing.T, pool *pgxpool.Pool, n int, status string) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `
+INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max, backoff_coefficient)
+SELECT gen_random_uuid(), 'k', 1, '{}', $2, 3, '1s', '1m', 2 FROM generate_series(1, $1)`, n, status)
+	require.NoError(t, err)
+}
+
+// The claim must walk task_ready in order and stop after LIMIT rows, even
+// when the table has no statistics yet (never analyzed: its first minute, or
+// autovacuum behind a burst). The planner then guesses a handful of ready
+// runs and, unpinned, picks a bitmap scan of every ready run plus a sort, so
+// that each claim costs O(backlog).
+func TestClaimPlanWalksTheIndexWhateverTheStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	insertTasks(t, pool, 200, "succeeded")
+	insertTasks(t, pool, 5000, "pending")
+
+	explain := func(pinned bool) string {
+		var plan []byte
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if pinned {
+				if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
+					return err
+				}
+			}
+			return tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+claimSQL, []string{"k@1"}, 8, "w", int64(10000)).Scan(&plan)
+		})
+		require.NoError(t, err)
+		require.True(t, json.Valid(plan))
+		return string(plan)
+	}
+	t.Logf("plan without the pin (depends on the planner): %s", compactPlan(explain(false)))
+	plan := explain(true)
+	require.Contains(t, plan, `"Index Name": "task_ready"`, plan)
+	require.NotContains(t, plan, `"Node Type": "Sort"`, plan)
+	require.NotContains(t, plan, `Bitmap`, plan)
+	require.NotContains(t, plan, `"Node Type": "Seq Scan"`, plan)
+}
+
+// compactPlan keeps the node types of an EXPLAIN (FORMAT JSON) for a log line.
+func compactPlan(plan string) string {
+	var types []string
+	for _, line := range strings.Split(plan, "\n") {
+		if i := strings.Index(line, `"Node Type": `); i >= 0 {
+			types = append(types, strings.Trim(line[i+len(`"Node Type": `):], `",`))
+		}
+	}
+	return strings.Join(types, " > ")
+}
+
+// A heartbeat must not wait for a row lock held by a commit in progress (it
+// would deadlock with group commits): it skips that renewal and still
+// reports the run as held, not as lost. Once the lock is gone it renews.
+func TestHeartbeatSkipsLockedRowsAndKeepsThemLive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	id, token := uuid.New(), uuid.New()
+	_, err := pool.Exec(ctx, `
+INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, lease_owner, lease_token, lease_until,
+  max_attempts, backoff_initial, backoff_max, backoff_coefficient)
+VALUES ($1, 'k', 1, '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1s', '1m', 2)`, id, token)
+	require.NoError(t, err)
+	leaseUntil := func() time.Time {
+		var at time.Time
+		require.NoError(t, pool.QueryRow(ctx, `SELECT lease_until FROM taskport_lease.task WHERE id = $1`, id).Scan(&at))
+		return at
+	}
+	before := leaseUntil()
+
+	beat := func() (map[uuid.UUID]bool, error) {
+		rows, err := pool.Query(ctx, heartbeatSQL, []uuid.UUID{id}, []uuid.UUID{token}, []string{"s1"}, []*string{nil},
+			int64(time.Hour/time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		live := map[uuid.UUID]bool{}
+		var rid uuid.UUID
+		var canceled bool
+		_, err = pgx.ForEachRow(rows, []any{&rid, &canceled}, func() error { live[rid] = canceled; return nil })
+		return live, err
+	}
+
+	// A step commit in progress: FOR SHARE on the task row, held.
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(ctx) //nolint:errcheck // released below; this unblocks a stuck heartbeat on failure
+	_, err = lock.Exec(ctx, `SELECT 1 FROM taskport_lease.task WHERE id = $1 FOR SHARE`, id)
+	require.NoError(t, err)
+	type result struct {
+		live map[uuid.UUID]bool
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		live, err := beat()
+		done <- result{live, err}
+	}()
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		require.Contains(t, r.live, id, "a locked run is still held, not lost")
+	case <-time.After(time.Minute):
+		t.Fatal("the heartbeat waited for the row lock")
+	}
+	require.Equal(t, before, leaseUntil(), "the locked row was skipped")
+	require.NoError(t, lock.Rollback(ctx))
+
+	live, err := beat()
+	require.NoError(t, err)
+	require.Contains(t, live, id)
+	require.True(t, leaseUntil().After(before), "renewed once the lock is gone")
+}
