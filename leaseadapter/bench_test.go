@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -106,6 +107,21 @@ func benchEngine(b *testing.B, pool *pgxpool.Pool, reg *port.Registry) *leaseada
 	return eng
 }
 
+// sizedPool sets the worker's pool to 20 connections (what cmd/taskport
+// and DBOS use by default) instead of pgxpool's max(4, CPUs), which would
+// make the group committers queue for connections on a small machine.
+func sizedPool(b *testing.B, raw string) string {
+	b.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "20")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // xactCommits reads the database's commit counter once every backend has
 // flushed its statistics (they do at exit; the caller closed its pools).
 func xactCommits(b *testing.B, url string) int64 {
@@ -153,7 +169,7 @@ func BenchmarkThroughput(b *testing.B) {
 			loader.Close()
 			before := xactCommits(b, url)
 
-			pool, err := pgxpool.New(ctx, url)
+			pool, err := pgxpool.New(ctx, sizedPool(b, url))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -214,7 +230,7 @@ func percentiles(b *testing.B, samples []time.Duration) {
 // stopped when the benchmark ends.
 func latencyEngine(b *testing.B) (*pgxpool.Pool, *benchProbe, *leaseadapter.Engine) {
 	b.Helper()
-	pool := pgtest.NewPool(b)
+	pool := pgtest.Connect(b, sizedPool(b, pgtest.NewDatabase(b)))
 	probe := &benchProbe{first: map[port.RunID]chan struct{}{}}
 	eng := benchEngine(b, pool, benchRegistry(b, probe))
 	if err := eng.Start(context.Background(), port.StartOptions{Concurrency: 8}); err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -48,10 +49,23 @@ func (g *globalConfig) logger() (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), nil
 }
 
+// defaultPoolSize is the pool size when the URL sets no pool_max_conns.
+// pgxpool's own default (the larger of 4 and the CPU count) starves a lease
+// worker, whose group committers, claim loop, heartbeat and reaper each want
+// a connection besides the application's own queries.
+const defaultPoolSize = 20
+
 // pool opens a pool and checks the connection, logging the URL with its
 // password masked.
 func (g *globalConfig) pool(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, error) {
-	pool, err := pgxpool.New(ctx, g.DatabaseURL)
+	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if !strings.Contains(g.DatabaseURL, "pool_max_conns") {
+		cfg.MaxConns = defaultPoolSize
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}

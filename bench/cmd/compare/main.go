@@ -10,6 +10,8 @@
 // Concurrency=`concurrency` executes them. Both timings cover start to last
 // completion; commits are the pg_stat_database xact_commit delta of each
 // engine's own fresh database (every statement of the engine counted).
+// Each engine reaches it through a pool of the same size (-pool, default 20,
+// which is what DBOS sets for itself; pgxpool's own default is 4 here).
 //
 //	go run ./cmd/compare -db postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 package main
@@ -64,6 +66,7 @@ func run(ctx context.Context) error {
 		runs   = flag.Int("n", 2000, "workflows per measurement")
 		conc   = flag.String("c", "1,8,32", "concurrencies")
 		rounds = flag.Int("rounds", 3, "alternating rounds per engine and concurrency; the median is reported")
+		pool   = flag.Int("pool", 20, "connections per engine (pool_max_conns); 20 is DBOS's own default")
 	)
 	flag.Parse()
 	if *dbURL == "" {
@@ -83,12 +86,12 @@ func run(ctx context.Context) error {
 		// swings of a shared machine; the median of each is kept.
 		var lease, dbosRounds []result
 		for range max(*rounds, 1) {
-			r, err := measure(ctx, *dbURL, "lease", c, *runs, runLease)
+			r, err := measure(ctx, *dbURL, *pool, "lease", c, *runs, runLease)
 			if err != nil {
 				return err
 			}
 			lease = append(lease, r)
-			r, err = measure(ctx, *dbURL, "dbos", c, *runs, runDBOS)
+			r, err = measure(ctx, *dbURL, *pool, "dbos", c, *runs, runDBOS)
 			if err != nil {
 				return err
 			}
@@ -117,9 +120,9 @@ func median(rs []result) result {
 // returns how long that took (setup excluded).
 type runner func(ctx context.Context, url string, c, n int) (time.Duration, error)
 
-// measure gives the engine a fresh database and reads its commit counter
-// around the run.
-func measure(ctx context.Context, server, engine string, c, n int, fn runner) (result, error) {
+// measure gives the engine a fresh database, reached through a pool of
+// poolSize connections, and reads its commit counter around the run.
+func measure(ctx context.Context, server string, poolSize int, engine string, c, n int, fn runner) (result, error) {
 	name := fmt.Sprintf("tp_compare_%s_%d_%s", engine, c, strings.ToLower(rand.Text()[:8]))
 	admin, err := pgx.Connect(ctx, server)
 	if err != nil {
@@ -135,6 +138,11 @@ func measure(ctx context.Context, server, engine string, c, n int, fn runner) (r
 		return result{}, fmt.Errorf("parse url: %w", err)
 	}
 	u.Path = "/" + name
+	// Both pgxpool.New and DBOS (which otherwise sets 20) take the pool size
+	// from the URL, so the engines get the same number of connections.
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(poolSize))
+	u.RawQuery = q.Encode()
 	before, err := commits(ctx, admin, name)
 	if err != nil {
 		return result{}, err
