@@ -79,7 +79,7 @@ bench: ## benchmarks: lease engine, Temporal adapter vs raw SDK, outbox latency,
 	$(GO) test -run '^$$' -bench . -benchtime 2000x ./leaseadapter/
 	$(GO) test -run '^$$' -bench AdapterVsRawSDK -benchtime 20x ./temporaladapter/
 	$(GO) test -run '^$$' -bench CommitToRunStart -benchtime 200x ./outbox/ ./app/
-	cd bench && $(GO) run ./cmd/compare -n 1500 -rounds 3 -db "$$TEST_DATABASE_URL"
+	cd bench && $(GO) run ./cmd/compare -n 3000 -rounds 5 -db "$$TEST_DATABASE_URL"
 
 .PHONY: run
 run: $(TEMPORAL) apt-packages ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
