@@ -152,3 +152,53 @@ func TestPostgresRestartMidRun(t *testing.T) {
 		require.Equal(t, []string{"s1", "s2", "s3"}, stepResults(t, pool, id))
 	}
 }
+
+// The reaper, on leases left by dead workers: a step with attempts left goes
+// back to pending after Backoff(n-1) of its policy (the first loss waits
+// none); a step out of attempts makes the run dead, a dead letter. The
+// lost claims are simulated on runs enqueued normally, as a crashed worker
+// leaves them: running, lease expired.
+func TestReaperBacksOffThenDeadLetters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	eng := newEngine(t, pool, fastConfig())
+	retrying := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "lost-again")
+	exhausted := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "lost-last")
+	// A backoff of an hour keeps the requeued run parked while the test reads it.
+	crashed := `UPDATE taskport_lease.task SET status = 'running', lease_owner = 'gone', lease_token = gen_random_uuid(),
+  lease_until = now() - interval '1 second', claims = claims + 1, step_attempts = $2, max_attempts = 3,
+  backoff_initial = interval '1 hour', backoff_max = interval '2 hours'
+WHERE id = $1`
+	_, err := pool.Exec(ctx, crashed, retrying, 1)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, crashed, exhausted, 2)
+	require.NoError(t, err)
+	startEngine(t, eng, port.StartOptions{Concurrency: 2})
+
+	waitTaskStatus(t, pool, exhausted, "dead")
+	waitTaskStatus(t, pool, retrying, "pending")
+
+	var attempts int
+	var wait time.Duration
+	var owner *string
+	require.NoError(t, pool.QueryRow(ctx, `
+SELECT step_attempts, next_run_at - now(), lease_owner FROM taskport_lease.task WHERE id = $1`, retrying).
+		Scan(&attempts, &wait, &owner))
+	require.Equal(t, 2, attempts)
+	require.Greater(t, wait, 50*time.Minute, "the second loss of the step waits Backoff(1) = 1 h")
+	require.Nil(t, owner)
+
+	var deadAt *time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT dead_letter_at FROM taskport_lease.task WHERE id = $1`, exhausted).Scan(&deadAt))
+	require.NotNil(t, deadAt)
+	view, err := eng.Get(ctx, exhausted)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusFailed, view.Status)
+	require.Contains(t, view.LastError, "lease of worker gone expired")
+	letters, err := eng.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	require.Equal(t, exhausted, letters[0].ID)
+	require.Empty(t, effects(t, pool, exhausted), "no step of the dead run ran again")
+}
