@@ -365,10 +365,18 @@ func TestRetryExhaustionFailsRun(t *testing.T) {
 	require.Contains(t, lastErr, "retries exhausted")
 	require.Equal(t, 1, dead)
 	require.Equal(t, testkinds.Retry.MaxAttempts, claims, "each retry is a new claim (a new fencing epoch)")
+	requireDeadLetter(t, eng, id, "retries exhausted")
+}
+
+// requireDeadLetter checks that the run reads as failed with lastErr in its
+// error, and is the one dead letter ListRuns returns.
+func requireDeadLetter(t *testing.T, eng *leaseadapter.Engine, id port.RunID, lastErr string) {
+	t.Helper()
+	ctx := context.Background()
 	view, err := eng.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, port.StatusFailed, view.Status)
-	require.Contains(t, view.LastError, "retries exhausted")
+	require.Contains(t, view.LastError, lastErr)
 	failed, err := eng.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
 	require.NoError(t, err)
 	require.Len(t, failed, 1)

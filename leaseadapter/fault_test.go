@@ -192,13 +192,6 @@ SELECT step_attempts, next_run_at - now(), lease_owner FROM taskport_lease.task 
 	var deadAt *time.Time
 	require.NoError(t, pool.QueryRow(ctx, `SELECT dead_letter_at FROM taskport_lease.task WHERE id = $1`, exhausted).Scan(&deadAt))
 	require.NotNil(t, deadAt)
-	view, err := eng.Get(ctx, exhausted)
-	require.NoError(t, err)
-	require.Equal(t, port.StatusFailed, view.Status)
-	require.Contains(t, view.LastError, "lease of worker gone expired")
-	letters, err := eng.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
-	require.NoError(t, err)
-	require.Len(t, letters, 1)
-	require.Equal(t, exhausted, letters[0].ID)
+	requireDeadLetter(t, eng, exhausted, "lease of worker gone expired")
 	require.Empty(t, effects(t, pool, exhausted), "no step of the dead run ran again")
 }
