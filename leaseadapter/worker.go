@@ -47,12 +47,11 @@ type worker struct {
 
 	mu       sync.Mutex
 	running  map[uuid.UUID]*execution
-	reserved int            // places taken by claims in flight, not yet in running
-	claiming bool           // a claim is in flight: one at a time
-	missed   bool           // the claim loop was turned away by a claim in flight
-	noClaims bool           // Stop began: no claim starts
-	claims   sync.WaitGroup // claims in flight, waited for before the queue closes
-	runCtx   context.Context
+	reserved int             // places booked by the claim in flight (0: none in flight)
+	missed   bool            // the claim loop was turned away by a claim in flight
+	noClaims bool            // Stop began: no claim starts
+	claims   sync.WaitGroup  // claims in flight, waited for before the queue closes
+	runCtx   context.Context // parent of every run context; canceled at the stop bound
 
 	cancelLoops     context.CancelCauseFunc // claim, listen, reap
 	cancelRuns      context.CancelCauseFunc // every run context, at the stop bound
@@ -250,20 +249,18 @@ func (w *worker) claimLoop(ctx context.Context) {
 func (w *worker) reserve(limit int, idleOnly bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	taken := len(w.running) + w.reserved
-	if w.noClaims || (idleOnly && taken >= w.concurrency) {
+	if w.noClaims || (idleOnly && len(w.running) >= w.concurrency) {
 		return 0
 	}
-	if w.claiming {
+	if w.reserved > 0 {
 		w.missed = w.missed || idleOnly
 		return 0
 	}
-	n := min(w.concurrency+w.prefetch-taken, limit)
+	n := min(w.concurrency+w.prefetch-len(w.running), limit)
 	if n <= 0 {
 		return 0
 	}
-	w.claiming = true
-	w.reserved += n
+	w.reserved = n
 	w.claims.Add(1)
 	return n
 }
@@ -275,12 +272,11 @@ func (w *worker) claimed(exs []*execution, n int) {
 		w.e.cfg.Metrics.Claimed(len(exs))
 	}
 	for _, ex := range exs {
-		w.launch(w.runCtx, ex)
+		w.launch(ex)
 	}
 	w.backlog.Store(len(exs) == n)
 	w.mu.Lock()
-	w.reserved -= n
-	w.claiming = false
+	w.reserved = 0
 	missed := w.missed
 	w.missed = false
 	w.mu.Unlock()
@@ -329,8 +325,8 @@ func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
 
 // launch registers a claimed run (its lease is renewed from now on) and
 // queues it for the executors, in claim order.
-func (w *worker) launch(runCtx context.Context, ex *execution) {
-	ctx, cancel := context.WithCancelCause(runCtx)
+func (w *worker) launch(ex *execution) {
+	ctx, cancel := context.WithCancelCause(w.runCtx)
 	ex.cancel = cancel
 	w.mu.Lock()
 	w.running[ex.id] = ex
