@@ -17,17 +17,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/port"
 )
 
-// DBTX is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DBTX is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx, so every write
+// also works inside the caller's transaction.
+type DBTX = dbtx.DBTX
 
 // Beginner opens transactions; *pgxpool.Pool satisfies it.
 type Beginner interface {
