@@ -10,6 +10,13 @@
 // time.Sleep, ...); math/rand and crypto/rand; I/O through os, net, net/http,
 // os/exec, io/ioutil, syscall, the log package and fmt.Print*. Calls into
 // other packages are checked against that list only, not followed.
+//
+// Also reported: constructs that defeat the engines' unwinding. The lease
+// engine parks a run, and gives up a run whose lease is lost, by unwinding
+// the handler with a panic that it recovers itself; Temporal's SDK does the
+// same to end a workflow task. A recover() in a handler (or a function it
+// calls) would swallow that unwinding and let the handler run on as if the
+// step had returned; runtime.Goexit ends the goroutine under the engine.
 package flowcheck
 
 import (
@@ -62,6 +69,7 @@ var forbiddenFuncs = map[string]string{
 	"fmt.Print":      "I/O (use Flow.Logger)",
 	"fmt.Printf":     "I/O (use Flow.Logger)",
 	"fmt.Println":    "I/O (use Flow.Logger)",
+	"runtime.Goexit": "ends the engine's goroutine: return an error instead",
 }
 
 func run(pass *analysis.Pass) (any, error) {
@@ -153,11 +161,11 @@ func (c *checker) check(body *ast.BlockStmt, path []string) {
 }
 
 func (c *checker) call(call *ast.CallExpr, path []string) {
-	if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "make" && len(call.Args) > 0 {
-		if _, isChan := c.pass.TypesInfo.TypeOf(call.Args[0]).Underlying().(*types.Chan); isChan {
-			c.report(call, path, "make(chan): handlers must not use channels")
+	if id, ok := ast.Unparen(call.Fun).(*ast.Ident); ok {
+		if _, builtin := c.pass.TypesInfo.Uses[id].(*types.Builtin); builtin {
+			c.builtin(call, id.Name, path)
+			return
 		}
-		return
 	}
 	fn := callee(c.pass.TypesInfo, call)
 	if fn == nil || fn.Pkg() == nil {
@@ -174,6 +182,21 @@ func (c *checker) call(call *ast.CallExpr, path []string) {
 	}
 	if fd, ok := c.decls[fn]; ok {
 		c.check(fd.Body, append(path[:len(path):len(path)], fn.Name()))
+	}
+}
+
+// builtin reports the built-in calls a handler must not make.
+func (c *checker) builtin(call *ast.CallExpr, name string, path []string) {
+	switch name {
+	case "make":
+		if len(call.Args) == 0 {
+			return
+		}
+		if _, isChan := c.pass.TypesInfo.TypeOf(call.Args[0]).Underlying().(*types.Chan); isChan {
+			c.report(call, path, "make(chan): handlers must not use channels")
+		}
+	case "recover":
+		c.report(call, path, "recover(): it would swallow the engine's unwinding of the handler (a park, a lost lease); let panics through")
 	}
 }
 

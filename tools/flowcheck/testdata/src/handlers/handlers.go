@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"net/http"
 	"os"
+	"runtime"
 	"sort"
 	"time"
 
@@ -64,3 +65,23 @@ var Closure = func(f port.Flow, n int) error {
 
 // NotAHandler has no Flow parameter: its clock use is not reported.
 func NotAHandler() time.Time { return time.Now() }
+
+// Unwinding: the engines unwind a handler with a panic they recover
+// themselves; a handler must neither catch it nor end the goroutine.
+func Recovers(f port.Flow) (err error) {
+	defer func() {
+		if r := recover(); r != nil { // want `recover\(\): it would swallow the engine's unwinding`
+			err = fmt.Errorf("recovered: %v", r)
+		}
+	}()
+	return f.Sleep("nap", time.Second)
+}
+
+func Exits(f port.Flow) {
+	runtime.Goexit() // want `call to runtime.Goexit: ends the engine's goroutine`
+}
+
+// A recover outside anything a handler reaches is not reported.
+func NotAHandlerRecovers() {
+	defer func() { _ = recover() }()
+}
