@@ -4,7 +4,8 @@
 // hash, and what resolving a pending decision does to a plan. This file is
 // the whole lifecycle; the other files apply it to the plan rows.
 //
-// Every status change goes through Move (or RequestCancel), a guarded
+// Every status change goes through Move (RequestCancel for CancelRequest,
+// which also sets the business cancel flag), a guarded
 //
 //	UPDATE plan SET status = $to WHERE id = $1 AND status = ANY($from)
 //
@@ -14,12 +15,14 @@
 //
 // # The lifecycle
 //
-//	awaiting_approval -approve-> approved -submit-> downloading -finish download-> downloaded
-//	  -import-> imported -verify-> verified -clean up-> completed
-//	awaiting_approval -reject-> rejected
-//	any main-chain status but completed -fail-> failed -retry(kind)-> the status kind runs in
-//	any status that is not final -request a cancel-> canceling -end canceled-> canceled
-//	                                                         -end abandoned-> abandoned
+// The transitions, by the names of the variables below:
+//
+//	awaiting_approval -Approve-> approved -Submit-> downloading -FinishDownload-> downloaded
+//	  -Import-> imported -Verify-> verified -Complete-> completed
+//	awaiting_approval -Reject-> rejected
+//	any main-chain status but completed -Fail-> failed -Retry(kind)-> the status kind runs in
+//	any status not final, not canceling -CancelRequest-> canceling -EndCanceled-> canceled
+//	                                                               -EndAbandoned-> abandoned
 //
 // Each main-chain status has one kind that runs while the plan is in it and
 // moves it on (Next); canceling runs plan.cancel; the final statuses

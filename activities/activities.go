@@ -8,6 +8,11 @@
 // (never another torrent with the same hash), and a library file that its
 // import created (never one it found there).
 //
+// Lock order: a transaction that changes a plan's download row and its
+// status locks the plan row first (ledger.LockPlan), then the download row,
+// as compensation does; the opposite order could deadlock a step's commit
+// with a concurrent compensation of the same plan.
+//
 // Activities are methods on Activities, which carries the dependencies; the
 // downloader and the file importer are small interfaces declared here so
 // that tests can use fakes and the real clients plug in unchanged.

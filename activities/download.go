@@ -56,6 +56,9 @@ func (a *Activities) SubmitDownload(ctx context.Context, ref workflows.PlanRef) 
 			return workflows.Outcome{}, err
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
+			if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+				return err
+			}
 			_, err := ledger.UpsertDownload(ctx, tx, ledger.DownloadTask{
 				PlanID: p.ID, InfoHash: p.InfoHash, Tag: qbittorrent.ManagedTag(p.ID.String()), SavePath: req.SavePath, State: ledger.DownloadSubmitted,
 			})
@@ -187,6 +190,9 @@ func (a *Activities) CheckDownload(ctx context.Context, ref workflows.PlanRef) (
 		return workflows.DownloadState{Progress: progress}, nil
 	}
 	err = ledger.InTx(ctx, a.pool, func(tx pgx.Tx) error {
+		if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+			return err
+		}
 		if _, err := ledger.CompleteDownload(ctx, tx, p.ID, contentPath); err != nil {
 			return err
 		}
@@ -214,6 +220,9 @@ func (a *Activities) CleanupDownload(ctx context.Context, ref workflows.PlanRef)
 			return workflows.Outcome{}, a.removeTorrents(ctx, p)
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
+			if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+				return err
+			}
 			if err := ledger.SetDownloadState(ctx, tx, p.ID, ledger.DownloadRemoved); err != nil {
 				return err
 			}
