@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"context"
+	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
@@ -91,4 +94,48 @@ func apiProcess(t *testing.T, w *apptest.World) *plans.Service {
 	api, err := plans.New(pool, plans.Config{LibraryRoot: w.LibraryDir})
 	require.NoError(t, err)
 	return api
+}
+
+// Defect 10 on both engines: a compensation that exhausted its attempts (the
+// downloader was down) waits on a decision; a second cancel says so instead
+// of doing nothing; retrying the decision runs the compensation, which ends
+// the plan canceled and notifies it.
+func TestRetryFailedCompensationOnEngines(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			w := engineWorld(t, e.new, apptest.Options{})
+			a := apptest.NewAsset("compensate.mkv", 10_000)
+			id := w.CreatePlan(t, a).ID.String()
+			apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
+			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Downloading },
+				60*time.Second, 20*time.Millisecond)
+
+			w.QBT.FailNext(1_000_000, http.StatusServiceUnavailable)
+			apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
+			var d ledger.Decision
+			require.Eventually(t, func() bool {
+				open, err := ledger.OpenDecisionsOf(ctx, w.Pool, w.Plan(t, id).ID)
+				require.NoError(t, err)
+				if len(open) == 1 {
+					d = open[0]
+				}
+				return len(open) == 1
+			}, 2*time.Minute, 50*time.Millisecond, "the compensation never gave up")
+			require.Equal(t, workflows.KindPlanCancel, d.Kind)
+			require.Equal(t, acquisition.Canceling, w.Plan(t, id).Status)
+			_, err := w.Plans.Cancel(ctx, id, "again")
+			require.ErrorContains(t, err, d.ID.String(), "a second cancel names the decision to resolve")
+
+			w.QBT.FailNext(0, 0)
+			apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), ledger.DecisionRetry, "ann"))
+			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Canceled },
+				2*time.Minute, 50*time.Millisecond)
+			deleted, _ := w.QBT.Deleted(a.Hash)
+			require.True(t, deleted, "the retried compensation removed the torrent")
+			require.Eventually(t, func() bool { return slices.Contains(w.Webhooks.Keys(), "plan:"+id+":plan.canceled") },
+				60*time.Second, 20*time.Millisecond)
+		})
+	}
 }
