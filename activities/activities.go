@@ -1,7 +1,17 @@
 // Package activities holds the step bodies of the task kinds: every side
 // effect (downloader calls, file copies, webhooks) goes through the
 // operation ledger (ADR 2.3), and every hand-over to the next kind is an
-// outbox row written in the same transaction as the business state change.
+// outbox row written in the same transaction as the business state change,
+// by acquisition.HandOff, which also moves the plan through its lifecycle.
+//
+// A plan acts only on what is its own: torrents that carry its managed tag
+// (never another torrent with the same hash), and a library file that its
+// import created (never one it found there).
+//
+// Lock order: a transaction that changes a plan's download row and its
+// status locks the plan row first (ledger.LockPlan), then the download row,
+// as compensation does; the opposite order could deadlock a step's commit
+// with a concurrent compensation of the same plan.
 //
 // Activities are methods on Activities, which carries the dependencies; the
 // downloader and the file importer are small interfaces declared here so
@@ -19,14 +29,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/ledger"
-	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
-	"github.com/taskport/taskport/workflows"
 )
 
 // Downloader is what the steps need of a qBittorrent client
@@ -62,7 +69,10 @@ type ImportResult struct {
 // app/).
 type Files interface {
 	Import(ctx context.Context, req ImportRequest) (ImportResult, error)
-	// Verify returns nil when path has exactly size bytes hashing to sha256.
+	// Verify returns nil when path has exactly size bytes hashing to sha256;
+	// a missing file is an error wrapping fs.ErrNotExist, a different one
+	// (or not a regular file) one wrapping fileimport.ErrMismatch or
+	// fileimport.ErrInvalidRequest.
 	Verify(path string, size int64, sha256 string) error
 	// RemoveTemps removes temp files an import of target left behind.
 	RemoveTemps(target string) error
@@ -142,35 +152,6 @@ func (a *Activities) plan(ctx context.Context, ref string) (ledger.Plan, error) 
 func (a *Activities) active(ctx context.Context, ref string) (p ledger.Plan, canceled bool, err error) {
 	p, err = a.plan(ctx, ref)
 	return p, err == nil && p.CancelRequested(), err
-}
-
-// handOff is the tail of a step's commit: unless the plan was canceled in
-// the meantime (the row lock orders this against plans.Cancel), it moves the
-// plan to status and writes the next kind's outbox row.
-func handOff(ctx context.Context, tx pgx.Tx, planID uuid.UUID, status ledger.PlanStatus, next outbox.Event) (canceled bool, err error) {
-	p, err := ledger.LockPlan(ctx, tx, planID)
-	if err != nil {
-		return false, err
-	}
-	if p.CancelRequested() {
-		return true, nil
-	}
-	if err := ledger.SetPlanStatus(ctx, tx, planID, status); err != nil {
-		return false, err
-	}
-	_, err = outbox.Write(ctx, tx, next)
-	return false, err
-}
-
-// nextKind is the outbox row handing a plan on to kind.
-func nextKind(planID uuid.UUID, kind port.Kind, payload any) outbox.Event {
-	return outbox.Event{Kind: kind, IdempotencyKey: workflows.PlanKey(planID.String(), kind), BusinessKey: planID.String(), Payload: payload}
-}
-
-// notification is the outbox row of a notify.webhook run for a plan event.
-func notification(planID uuid.UUID, event string, status ledger.PlanStatus) outbox.Event {
-	in := workflows.NotifyInput{PlanID: planID.String(), Event: event, Status: string(status)}
-	return outbox.Event{Kind: workflows.KindNotifyWebhook, IdempotencyKey: in.IdempotencyKey(), BusinessKey: in.PlanID, Payload: in}
 }
 
 // saveDir is the plan's own download directory.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/workflows"
 )
@@ -27,8 +28,9 @@ func (a *Activities) CheckApproval(ctx context.Context, ref workflows.PlanRef) (
 	return workflows.ApprovalState{Decided: found, Approved: found && ap.Decision == ledger.Approved}, nil
 }
 
-// HandOffApproved writes the outbox row of download.submit. It is a plain
-// idempotent DB write (the outbox key is unique), so it needs no ledger row.
+// HandOffApproved writes the outbox row of download.submit for an approved
+// plan (plans.Approve moved it to approved). It is a plain idempotent DB
+// write (the outbox key is unique), so it needs no ledger row.
 func (a *Activities) HandOffApproved(ctx context.Context, ref workflows.PlanRef) (workflows.Outcome, error) {
 	id, err := parsePlanID(ref.PlanID)
 	if err != nil {
@@ -36,7 +38,7 @@ func (a *Activities) HandOffApproved(ctx context.Context, ref workflows.PlanRef)
 	}
 	var out workflows.Outcome
 	err = ledger.InTx(ctx, a.pool, func(tx pgx.Tx) error {
-		out.Canceled, err = handOff(ctx, tx, id, ledger.PlanApproved, nextKind(id, workflows.KindDownloadSubmit, ref))
+		out.Canceled, err = acquisition.HandOff(ctx, tx, id, acquisition.Approve)
 		return err
 	})
 	if err != nil {

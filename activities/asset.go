@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/fileimport"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/qbittorrent"
 	"github.com/taskport/taskport/workflows"
 )
 
@@ -21,27 +23,39 @@ type ImportProgress struct {
 	Percent float64 `json:"percent"`
 }
 
-// ImportAsset copies the download into the library through the ledger. After
-// an interrupted attempt it reconciles by target path, size and hash. Between
-// chunks it checks the business cancel flag (and the heartbeat's verdict)
-// and stops itself; a canceled import leaves neither temp nor library file.
+// ImportAsset copies the download into the library through the ledger.
+// Before it writes anything to the target it records (claimTarget) whether
+// it creates the file or adopts an identical one already there; a different
+// file at the target is never overwritten. After an interrupted attempt it
+// reconciles by that record and the file's size and hash. Between chunks it
+// checks the business cancel flag (and the heartbeat's verdict) and stops
+// itself; a canceled import leaves neither a temp file nor a library file it
+// created.
 func (a *Activities) ImportAsset(ctx context.Context, ref workflows.PlanRef) (workflows.ImportOutcome, error) {
 	p, canceled, err := a.active(ctx, ref.PlanID)
 	if err != nil || canceled {
 		return workflows.ImportOutcome{Canceled: canceled}, err
 	}
-	res := func(r ImportResult) workflows.ImportOutcome {
-		return workflows.ImportOutcome{Size: r.Size, SHA256: r.SHA256, Reconciled: r.Reconciled}
-	}
 	out, err := ledger.Run(ctx, a.pool, ledger.Fenced[workflows.ImportOutcome]{
 		PlanID: p.ID, Op: ledger.OpImport,
-		Reconcile: func(context.Context, ledger.Operation) (workflows.ImportOutcome, bool, error) {
-			if err := a.files.Verify(p.TargetPath, p.ExpectedSize, p.ExpectedSHA256); err != nil {
+		Reconcile: func(ctx context.Context, _ ledger.Operation) (workflows.ImportOutcome, bool, error) {
+			n, noted, err := a.importNote(ctx, p)
+			if err != nil || !noted {
+				return workflows.ImportOutcome{}, false, err
+			}
+			if err := a.files.Verify(p.TargetPath, n.Size, n.SHA256); err != nil {
 				return workflows.ImportOutcome{}, false, nil //nolint:nilerr // not in place yet: import again
 			}
-			return workflows.ImportOutcome{Size: p.ExpectedSize, SHA256: p.ExpectedSHA256, Reconciled: true}, true, nil
+			return workflows.ImportOutcome{Size: n.Size, SHA256: n.SHA256, Reconciled: true, Origin: n.Origin}, true, nil
 		},
-		Do: func(ctx context.Context, _ ledger.Operation) (workflows.ImportOutcome, error) {
+		Do: func(ctx context.Context, o ledger.Operation) (workflows.ImportOutcome, error) {
+			origin, err := a.claimTarget(ctx, p, o)
+			if err != nil {
+				return workflows.ImportOutcome{}, err
+			}
+			if origin == originAdopted {
+				return workflows.ImportOutcome{Size: p.ExpectedSize, SHA256: p.ExpectedSHA256, Reconciled: true, Origin: origin}, nil
+			}
 			source, err := a.contentPath(ctx, p)
 			if err != nil {
 				return workflows.ImportOutcome{}, err
@@ -61,12 +75,12 @@ func (a *Activities) ImportAsset(ctx context.Context, ref workflows.PlanRef) (wo
 				}
 				return workflows.ImportOutcome{}, err
 			}
-			return res(r), nil
+			return workflows.ImportOutcome{Size: r.Size, SHA256: r.SHA256, Reconciled: r.Reconciled, Origin: origin}, nil
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.ImportOutcome) error {
 			// Canceled since the last check: roll back, so the ledger never
 			// records a file that the step is about to remove.
-			canceled, err := handOff(ctx, tx, p.ID, ledger.PlanImported, nextKind(p.ID, workflows.KindAssetVerify, ref))
+			canceled, err := acquisition.HandOff(ctx, tx, p.ID, acquisition.Import)
 			if canceled {
 				return errPlanCanceled
 			}
@@ -74,12 +88,62 @@ func (a *Activities) ImportAsset(ctx context.Context, ref workflows.PlanRef) (wo
 		},
 	})
 	if errors.Is(err, errPlanCanceled) {
-		if derr := a.discard(p); derr != nil {
+		if derr := a.discard(ctx, p); derr != nil {
 			return workflows.ImportOutcome{}, derr
 		}
 		return workflows.ImportOutcome{Canceled: true}, nil
 	}
 	return out, err
+}
+
+// Where a plan's library file came from (importNote.Origin).
+const (
+	originCreated = "created" // the plan's import wrote it
+	originAdopted = "adopted" // the identical file was there already
+)
+
+// importNote is what an import attempt records in the ledger, fenced by its
+// token, before it writes anything to the target: whether it creates the
+// file or adopts the identical one already there, and the size and hash the
+// file has then. Compensation removes the library file only when its plan
+// created it and it still has that size and hash.
+type importNote struct {
+	Origin string `json:"origin"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+func (a *Activities) importNote(ctx context.Context, p ledger.Plan) (n importNote, noted bool, err error) {
+	noted, err = ledger.ReadNote(ctx, a.pool, p.ID, ledger.OpImport, &n)
+	return n, noted, err
+}
+
+// claimTarget decides, before anything is written to the plan's target,
+// whether the import creates the file or adopts the identical file already
+// there, and notes it in the ledger under the attempt's token. An identical
+// file that an earlier attempt of this plan created stays created. A
+// different file at the target is never overwritten: that cannot heal by
+// retrying, so it is non-retryable (a decision).
+func (a *Activities) claimTarget(ctx context.Context, p ledger.Plan, o ledger.Operation) (string, error) {
+	prev, noted, err := a.importNote(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	n := importNote{Origin: originCreated, Size: p.ExpectedSize, SHA256: p.ExpectedSHA256}
+	err = a.files.Verify(p.TargetPath, p.ExpectedSize, p.ExpectedSHA256)
+	switch {
+	case err == nil && !(noted && prev.Origin == originCreated):
+		n.Origin = originAdopted
+	case err == nil, errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fileimport.ErrMismatch), errors.Is(err, fileimport.ErrInvalidRequest):
+		return "", port.NonRetryable(fmt.Errorf("import plan %s: the target already holds a different file, which is never overwritten: %w", p.ID, err))
+	default:
+		return "", fmt.Errorf("import plan %s: check the target: %w", p.ID, err)
+	}
+	if err := ledger.Note(ctx, a.pool, o, n); err != nil {
+		return "", err
+	}
+	return n.Origin, nil
 }
 
 // importRequest wires the business cancel flag and the heartbeat into the
@@ -125,9 +189,26 @@ func (a *Activities) canceled(ctx context.Context, p ledger.Plan) (bool, error) 
 	return cur.CancelRequested(), nil
 }
 
-// discard removes what an import of the plan may have left in the library.
-func (a *Activities) discard(p ledger.Plan) error {
-	return errors.Join(a.files.RemoveTemps(p.TargetPath), removeTarget(p.TargetPath))
+// discard removes what the plan's import left in the library: its temp
+// files, and the target file only when this plan created it (its ledger
+// note says so) and the file still has the size and hash noted. A file the
+// plan adopted, or one changed since, is left alone.
+func (a *Activities) discard(ctx context.Context, p ledger.Plan) error {
+	if err := a.files.RemoveTemps(p.TargetPath); err != nil {
+		return fmt.Errorf("remove temp files of plan %s: %w", p.ID, err)
+	}
+	n, noted, err := a.importNote(ctx, p)
+	if err != nil || !noted || n.Origin != originCreated {
+		return err
+	}
+	err = a.files.Verify(p.TargetPath, n.Size, n.SHA256)
+	switch {
+	case err == nil:
+		return removeTarget(p.TargetPath)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fileimport.ErrMismatch), errors.Is(err, fileimport.ErrInvalidRequest):
+		return nil // gone, or no longer the file this plan created
+	}
+	return fmt.Errorf("check library file of plan %s: %w", p.ID, err)
 }
 
 // contentPath is where the downloader put the payload: recorded at
@@ -140,14 +221,14 @@ func (a *Activities) contentPath(ctx context.Context, p ledger.Plan) (string, er
 	if d.ContentPath != "" {
 		return d.ContentPath, nil
 	}
-	ts, err := a.dl.Torrents(ctx, qbittorrent.Filter{Hashes: []string{p.InfoHash}})
+	t, found, err := a.ownTorrent(ctx, p)
 	if err != nil {
 		return "", fmt.Errorf("content path of plan %s: %w", p.ID, err)
 	}
-	if len(ts) == 0 || ts[0].ContentPath == "" {
+	if !found || t.ContentPath == "" {
 		return "", fmt.Errorf("content path of plan %s: torrent %s unknown to the downloader", p.ID, p.InfoHash)
 	}
-	return ts[0].ContentPath, nil
+	return t.ContentPath, nil
 }
 
 // VerifyAsset checks the library file against the plan's size and hash; a
@@ -166,7 +247,7 @@ func (a *Activities) VerifyAsset(ctx context.Context, ref workflows.PlanRef) (wo
 			return workflows.Outcome{}, nil
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
-			_, err := handOff(ctx, tx, p.ID, ledger.PlanVerified, nextKind(p.ID, workflows.KindDownloadCleanup, ref))
+			_, err := acquisition.HandOff(ctx, tx, p.ID, acquisition.Verify)
 			return err
 		},
 	})

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
@@ -15,7 +16,7 @@ import (
 )
 
 // OpenDecision records a run that failed for good in the pending-decision
-// centre (ADR 2.6) and marks a plan still in progress as failed. Opening the
+// centre (ADR 2.6) and fails a plan whose main chain it was on. Opening the
 // same run's decision twice is a no-op.
 func (a *Activities) OpenDecision(ctx context.Context, req workflows.DecisionRequest) (workflows.DecisionOpened, error) {
 	id, err := parsePlanID(req.PlanID)
@@ -31,13 +32,12 @@ func (a *Activities) OpenDecision(ctx context.Context, req workflows.DecisionReq
 		if d, err = ledger.OpenDecision(ctx, tx, id, req.Kind, req.RunID, req.Input, req.Reason); err != nil {
 			return err
 		}
-		// Only a failure on the plan's main chain fails the plan: a finished
-		// or canceling plan keeps its status, and so does any plan whose
-		// webhook or compensation failed.
-		if _, chain := resumeStatus(req.Kind); !chain || p.Status.Final() || p.CancelRequested() {
+		// A webhook or compensation failure, or one on a plan that ended or
+		// is being canceled, leaves the plan's status alone.
+		if _, chain := acquisition.MainChain(req.Kind); !chain || !acquisition.Fail.Allows(p.Status) {
 			return nil
 		}
-		return ledger.SetPlanStatus(ctx, tx, id, ledger.PlanFailed)
+		return acquisition.Move(ctx, tx, id, acquisition.Fail)
 	})
 	if err != nil {
 		return workflows.DecisionOpened{}, fmt.Errorf("open decision for plan %s: %w", id, err)
@@ -45,31 +45,15 @@ func (a *Activities) OpenDecision(ctx context.Context, req workflows.DecisionReq
 	return workflows.DecisionOpened{DecisionID: d.ID.String()}, nil
 }
 
-// resumeStatus is the plan status while kind runs, restored when a decision
-// is resolved as retry; ok is false for kinds that do not move the plan.
-func resumeStatus(kind port.Kind) (status ledger.PlanStatus, ok bool) {
-	switch kind {
-	case workflows.KindApprovalAwait:
-		return ledger.PlanAwaitingApproval, true
-	case workflows.KindDownloadSubmit:
-		return ledger.PlanApproved, true
-	case workflows.KindDownloadAwait:
-		return ledger.PlanDownloading, true
-	case workflows.KindAssetImport:
-		return ledger.PlanDownloaded, true
-	case workflows.KindAssetVerify:
-		return ledger.PlanImported, true
-	case workflows.KindDownloadCleanup:
-		return ledger.PlanVerified, true
-	}
-	return "", false
-}
-
-// ResolveDecision carries out a resolved decision. Retry re-enqueues the
-// failed kind with its original input under a key derived from the decision
-// (a new run, whose ledger Begin takes the operation over and reconciles).
-// Abandon sets the cancel flag and enqueues plan.cancel with the abandoned
-// outcome.
+// ResolveDecision carries out a resolved decision, by the rules of
+// acquisition.RetryEffect and AbandonEffect. Retry re-enqueues the failed
+// kind with its original input under a key derived from the decision (a new
+// run, whose ledger Begin takes the operation over and reconciles); a failed
+// plan resumes in the status that kind runs in. Abandon gives up a
+// notification, leaves a plan that ended (or is being canceled) alone, and
+// otherwise requests the cancel and enqueues plan.cancel with the abandoned
+// outcome. A retry that a cancel overtook since it was resolved reports
+// Canceled and enqueues nothing.
 func (a *Activities) ResolveDecision(ctx context.Context, ref workflows.DecisionRef) (workflows.Outcome, error) {
 	id, err := uuid.Parse(ref.DecisionID)
 	if err != nil {
@@ -88,31 +72,38 @@ func (a *Activities) ResolveDecision(ctx context.Context, ref workflows.Decision
 		if err != nil {
 			return err
 		}
+		state := acquisition.Plan{ID: p.ID.String(), Status: p.Status, CancelRequested: p.CancelRequested()}
 		switch d.Status {
 		case ledger.DecisionRetry:
-			if p.CancelRequested() {
-				out.Canceled = true
+			if _, _, err := acquisition.RetryEffect(d.Kind, state); err != nil {
+				out.Canceled = true // overtaken by a cancel (or the plan's end) since the retry was resolved
 				return nil
 			}
-			if st, ok := resumeStatus(d.Kind); ok && p.Status == ledger.PlanFailed {
-				if err := ledger.SetPlanStatus(ctx, tx, p.ID, st); err != nil {
+			if t, ok := acquisition.Retry(d.Kind); ok && t.Allows(p.Status) {
+				if err := acquisition.Move(ctx, tx, p.ID, t); err != nil {
 					return err
 				}
 			}
-			_, err = outbox.Write(ctx, tx, outbox.Event{
-				Kind: d.Kind, IdempotencyKey: "decision:" + d.ID.String() + ":retry", BusinessKey: p.ID.String(), Payload: d.Input,
-			})
+			_, err = outbox.Write(ctx, tx, acquisition.Enqueue(d.Kind, "decision:"+d.ID.String()+":retry", p.ID.String(), d.Input))
 			return err
 		case ledger.DecisionAbandon:
-			if err := ledger.RequestPlanCancel(ctx, tx, p.ID, "abandoned after decision "+d.ID.String()); err != nil {
+			if effect, _ := acquisition.AbandonEffect(d.Kind, state); effect != acquisition.Compensate {
+				return nil
+			}
+			reason := "abandoned after decision " + d.ID.String()
+			if _, err := acquisition.RequestCancel(ctx, tx, p.ID, reason); err != nil {
 				return err
 			}
 			// Keyed by the decision, not the plan: abandoning a failed
 			// compensation must start a new one.
-			_, err = outbox.Write(ctx, tx, outbox.Event{
-				Kind: workflows.KindPlanCancel, IdempotencyKey: "decision:" + d.ID.String() + ":abandon", BusinessKey: p.ID.String(),
-				Payload: workflows.CancelInput{PlanID: p.ID.String(), Outcome: workflows.OutcomeAbandoned},
-			})
+			if _, err := outbox.Write(ctx, tx, acquisition.Compensation(p.ID.String(), "decision:"+d.ID.String()+":abandon", workflows.OutcomeAbandoned)); err != nil {
+				return err
+			}
+			cancelRuns, err := acquisition.CancelRuns(p.ID.String(), reason)
+			if err != nil {
+				return err
+			}
+			_, err = outbox.Write(ctx, tx, cancelRuns)
 			return err
 		}
 		return port.NonRetryable(fmt.Errorf("decision %s is %s, not resolved", d.ID, d.Status))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
@@ -37,8 +38,9 @@ func (a *Activities) SubmitDownload(ctx context.Context, ref workflows.PlanRef) 
 		Do: func(ctx context.Context, _ ledger.Operation) (workflows.Outcome, error) {
 			err := a.dl.Add(ctx, req)
 			if errors.Is(err, qbittorrent.ErrAddRejected) {
-				// "Fails." also means "already present": only a torrent
-				// that is not there is a real rejection.
+				// "Fails." also means "already present": only the plan's own
+				// torrent (carrying its tag) is a success; the same hash
+				// without the tag belongs to someone else.
 				found, ferr := a.present(ctx, p)
 				switch {
 				case ferr != nil:
@@ -54,13 +56,16 @@ func (a *Activities) SubmitDownload(ctx context.Context, ref workflows.PlanRef) 
 			return workflows.Outcome{}, err
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
+			if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+				return err
+			}
 			_, err := ledger.UpsertDownload(ctx, tx, ledger.DownloadTask{
 				PlanID: p.ID, InfoHash: p.InfoHash, Tag: qbittorrent.ManagedTag(p.ID.String()), SavePath: req.SavePath, State: ledger.DownloadSubmitted,
 			})
 			if err != nil {
 				return err
 			}
-			_, err = handOff(ctx, tx, p.ID, ledger.PlanDownloading, nextKind(p.ID, workflows.KindDownloadAwait, workflows.WaitInput{PlanID: ref.PlanID}))
+			_, err = acquisition.HandOff(ctx, tx, p.ID, acquisition.Submit)
 			return err
 		},
 	})
@@ -93,31 +98,45 @@ func addRequest(p ledger.Plan, saveDir string) (qbittorrent.AddRequest, error) {
 	return req, nil
 }
 
-// present reports whether the downloader holds the plan's torrent, by hash
-// or by managed tag.
+// present reports whether the downloader holds the plan's torrent: its info
+// hash carrying its managed tag. The same hash without the tag belongs to
+// someone else (another program, or a person): that is a non-retryable
+// error, since adding it again cannot change it, and the plan never touches
+// that torrent.
 func (a *Activities) present(ctx context.Context, p ledger.Plan) (bool, error) {
-	ts, err := a.owned(ctx, p)
-	return len(ts) > 0, err
+	ts, err := a.dl.Torrents(ctx, qbittorrent.Filter{Hashes: []string{p.InfoHash}})
+	if err != nil {
+		return false, fmt.Errorf("list torrents of plan %s by hash: %w", p.ID, err)
+	}
+	tag := qbittorrent.ManagedTag(p.ID.String())
+	for _, t := range ts {
+		if !t.HasTag(tag) {
+			return false, port.NonRetryable(fmt.Errorf("plan %s: torrent %s is in the downloader without the tag %s (tags %q): it is not this plan's",
+				p.ID, t.Hash, tag, t.Tags))
+		}
+	}
+	return len(ts) > 0, nil
 }
 
-// owned lists the torrents of a plan: its info hash and anything carrying
-// its managed tag.
+// owned lists the plan's torrents: those carrying its managed tag, and only
+// those, whatever their hash.
 func (a *Activities) owned(ctx context.Context, p ledger.Plan) ([]qbittorrent.Torrent, error) {
-	byHash, err := a.dl.Torrents(ctx, qbittorrent.Filter{Hashes: []string{p.InfoHash}})
-	if err != nil {
-		return nil, fmt.Errorf("list torrents of plan %s by hash: %w", p.ID, err)
-	}
-	byTag, err := a.dl.Torrents(ctx, qbittorrent.Filter{Tag: qbittorrent.ManagedTag(p.ID.String())})
+	ts, err := a.dl.Torrents(ctx, qbittorrent.Filter{Tag: qbittorrent.ManagedTag(p.ID.String())})
 	if err != nil {
 		return nil, fmt.Errorf("list torrents of plan %s by tag: %w", p.ID, err)
 	}
-	out := byHash
-	for _, t := range byTag {
-		if t.Hash != p.InfoHash {
-			out = append(out, t)
-		}
+	return ts, nil
+}
+
+// ownTorrent is the plan's torrent of its info hash, if the downloader has
+// it: filtered by hash and managed tag, so a torrent of the same hash that
+// another owner added is never read as the plan's.
+func (a *Activities) ownTorrent(ctx context.Context, p ledger.Plan) (qbittorrent.Torrent, bool, error) {
+	ts, err := a.dl.Torrents(ctx, qbittorrent.Filter{Hashes: []string{p.InfoHash}, Tag: qbittorrent.ManagedTag(p.ID.String())})
+	if err != nil || len(ts) == 0 {
+		return qbittorrent.Torrent{}, false, err
 	}
-	return out, nil
+	return ts[0], true, nil
 }
 
 // removeTorrents pauses, then deletes with their files, the plan's torrents.
@@ -155,14 +174,14 @@ func (a *Activities) CheckDownload(ctx context.Context, ref workflows.PlanRef) (
 		return workflows.DownloadState{}, err
 	}
 	done, contentPath, progress := !d.CompletedAt.IsZero(), "", d.Progress
-	if ts, err := a.dl.Torrents(ctx, qbittorrent.Filter{Hashes: []string{p.InfoHash}}); err != nil {
+	if t, found, err := a.ownTorrent(ctx, p); err != nil {
 		// The business DB stays the truth; an unreachable downloader only
 		// means this turn learns nothing new from it.
 		a.cfg.Logger.WarnContext(ctx, "check download: downloader unreachable",
 			slog.String("plan_id", p.ID.String()), slog.String("error", err.Error()))
-	} else if len(ts) > 0 {
-		contentPath, progress = ts[0].ContentPath, ts[0].Progress
-		done = done || ts[0].Complete()
+	} else if found {
+		contentPath, progress = t.ContentPath, t.Progress
+		done = done || t.Complete()
 	}
 	if !done {
 		if err := ledger.SetDownloadProgress(ctx, a.pool, p.ID, progress); err != nil {
@@ -171,10 +190,13 @@ func (a *Activities) CheckDownload(ctx context.Context, ref workflows.PlanRef) (
 		return workflows.DownloadState{Progress: progress}, nil
 	}
 	err = ledger.InTx(ctx, a.pool, func(tx pgx.Tx) error {
+		if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+			return err
+		}
 		if _, err := ledger.CompleteDownload(ctx, tx, p.ID, contentPath); err != nil {
 			return err
 		}
-		canceled, err = handOff(ctx, tx, p.ID, ledger.PlanDownloaded, nextKind(p.ID, workflows.KindAssetImport, ref))
+		canceled, err = acquisition.HandOff(ctx, tx, p.ID, acquisition.FinishDownload)
 		return err
 	})
 	if err != nil {
@@ -198,10 +220,13 @@ func (a *Activities) CleanupDownload(ctx context.Context, ref workflows.PlanRef)
 			return workflows.Outcome{}, a.removeTorrents(ctx, p)
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
+			if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+				return err
+			}
 			if err := ledger.SetDownloadState(ctx, tx, p.ID, ledger.DownloadRemoved); err != nil {
 				return err
 			}
-			_, err := handOff(ctx, tx, p.ID, ledger.PlanCompleted, notification(p.ID, "plan.completed", ledger.PlanCompleted))
+			_, err := acquisition.HandOff(ctx, tx, p.ID, acquisition.Complete)
 			return err
 		},
 	})

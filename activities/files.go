@@ -13,14 +13,15 @@ type LocalFiles struct{}
 
 var _ Files = LocalFiles{}
 
-// Import implements Files. A size or hash mismatch of the copy cannot heal by
-// retrying, so it is non-retryable and goes to the decision centre.
+// Import implements Files. A size or hash mismatch of the copy, or a
+// different file at the target, cannot heal by retrying, so it is
+// non-retryable and goes to the decision centre.
 func (LocalFiles) Import(ctx context.Context, req ImportRequest) (ImportResult, error) {
 	r, err := fileimport.Import(ctx, fileimport.Request{
 		Source: req.Source, Target: req.Target, ExpectedSize: req.ExpectedSize, ExpectedSHA256: req.ExpectedSHA256,
 		ChunkSize: req.ChunkSize, ShouldStop: req.ShouldStop, Progress: req.Progress,
 	})
-	if errors.Is(err, fileimport.ErrMismatch) || errors.Is(err, fileimport.ErrInvalidRequest) {
+	if errors.Is(err, fileimport.ErrMismatch) || errors.Is(err, fileimport.ErrInvalidRequest) || errors.Is(err, fileimport.ErrTargetTaken) {
 		return ImportResult{}, port.NonRetryable(err)
 	}
 	if err != nil {

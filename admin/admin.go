@@ -1,8 +1,10 @@
 // Package admin serves the operator surface: recent plans with their
-// business timeline, the pending-decision centre, dead letters (failed runs)
-// and runs still open on an old version of their kind. The plan views read
-// business tables only (ADR 2.7); the run lists come from the engine's
-// port.Admin, which both engines serve from Postgres.
+// business timeline, the pending-decision centre, dead letters (failed runs),
+// outbox rows given up as failed (with a retry action), and runs still open
+// on an old version of their kind. The plan views read business tables only
+// (ADR 2.7); the run lists come from the engine's port.Admin, which both
+// engines serve from Postgres. Every action shows what it did (the plans
+// API's Ack) or why it did nothing.
 package admin
 
 import (
@@ -14,11 +16,15 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 )
@@ -66,6 +72,7 @@ func New(pool *pgxpool.Pool, svc *plans.Service, runs port.Admin, reg *port.Regi
 	s.router.HandleFunc("POST /admin/plans/{id}/approve", s.sameOrigin(s.approve))
 	s.router.HandleFunc("POST /admin/plans/{id}/cancel", s.sameOrigin(s.cancel))
 	s.router.HandleFunc("POST /admin/decisions/{id}/{action}", s.sameOrigin(s.resolve))
+	s.router.HandleFunc("POST /admin/outbox/{id}/retry", s.sameOrigin(s.retryOutbox))
 	if metrics != nil {
 		s.router.Handle("GET /metrics", metrics)
 	}
@@ -79,20 +86,25 @@ type Overview struct {
 	Plans     []PlanRow         `json:"plans"`
 	Decisions []ledger.Decision `json:"open_decisions"`
 	Dead      []port.RunView    `json:"dead_letters"`
-	OldRuns   []port.RunView    `json:"runs_on_old_versions"`
+	// FailedOutbox are the outbox rows given up as failed: a hand-off, a
+	// wake-up or a cancel that did not happen until an operator retries it.
+	FailedOutbox []outbox.FailedRow `json:"failed_outbox"`
+	OldRuns      []port.RunView     `json:"runs_on_old_versions"`
+	// Done is the result of the action that redirected here, if any.
+	Done string `json:"-"`
 }
 
 // PlanRow is a plan as the overview lists it: not its source, which for an
 // uploaded .torrent is the whole file.
 type PlanRow struct {
-	ID         string            `json:"id"`
-	Title      string            `json:"title"`
-	Status     ledger.PlanStatus `json:"status"`
-	TargetPath string            `json:"target_path"`
-	UpdatedAt  time.Time         `json:"updated_at"`
+	ID         string             `json:"id"`
+	Title      string             `json:"title"`
+	Status     acquisition.Status `json:"status"`
+	TargetPath string             `json:"target_path"`
+	UpdatedAt  time.Time          `json:"updated_at"`
 }
 
-// Overview gathers the four lists.
+// Overview gathers the lists.
 func (s *Server) Overview(ctx context.Context) (Overview, error) {
 	var o Overview
 	recent, err := ledger.ListPlans(ctx, s.pool, 50)
@@ -107,6 +119,9 @@ func (s *Server) Overview(ctx context.Context) (Overview, error) {
 	}
 	if o.Dead, err = s.runs.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 100}); err != nil {
 		return o, fmt.Errorf("dead letters: %w", err)
+	}
+	if o.FailedOutbox, err = outbox.Failed(ctx, s.pool, 100); err != nil {
+		return o, err
 	}
 	open := []port.Status{port.StatusPending, port.StatusRunning, port.StatusWaiting}
 	seen := map[port.Kind]bool{}
@@ -134,6 +149,7 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	o.Done = r.URL.Query().Get("done")
 	s.render(w, "overview.html", o)
 }
 
@@ -147,17 +163,25 @@ func (s *Server) overviewJSON(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(o)
 }
 
+// planView is the plan page: the timeline and the result of the action that
+// redirected here, if any.
+type planView struct {
+	plans.Timeline
+	Done string
+}
+
 func (s *Server) planPage(w http.ResponseWriter, r *http.Request) {
 	tl, err := s.plans.Timeline(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.render(w, "plan.html", tl)
+	s.render(w, "plan.html", planView{Timeline: tl, Done: r.URL.Query().Get("done")})
 }
 
 func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
-	s.act(w, r, "/admin/plans/"+r.PathValue("id"), s.plans.Approve(r.Context(), r.PathValue("id"), "admin", r.FormValue("note")))
+	ack, err := s.plans.Approve(r.Context(), r.PathValue("id"), "admin", r.FormValue("note"))
+	s.act(w, r, "/admin/plans/"+r.PathValue("id"), ack.Message, err)
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
@@ -165,20 +189,35 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	if reason == "" {
 		reason = "canceled from /admin"
 	}
-	s.act(w, r, "/admin/plans/"+r.PathValue("id"), s.plans.Cancel(r.Context(), r.PathValue("id"), reason))
+	ack, err := s.plans.Cancel(r.Context(), r.PathValue("id"), reason)
+	s.act(w, r, "/admin/plans/"+r.PathValue("id"), ack.Message, err)
 }
 
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
-	err := s.plans.ResolveDecision(r.Context(), r.PathValue("id"), ledger.DecisionStatus(r.PathValue("action")), "admin")
-	s.act(w, r, "/admin", err)
+	ack, err := s.plans.ResolveDecision(r.Context(), r.PathValue("id"), ledger.DecisionStatus(r.PathValue("action")), "admin")
+	s.act(w, r, "/admin", ack.Message, err)
 }
 
-func (s *Server) act(w http.ResponseWriter, r *http.Request, next string, err error) {
+// retryOutbox hands a failed outbox row back to the dispatchers; the row
+// records that "admin" retried it.
+func (s *Server) retryOutbox(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, &port.FieldError{Field: "id", Reason: fmt.Sprintf("not a UUID: %q", r.PathValue("id"))})
+		return
+	}
+	err = outbox.Retry(r.Context(), s.pool, id, "admin")
+	s.act(w, r, "/admin", "outbox row "+id.String()+" handed back to the dispatchers", err)
+}
+
+// act redirects to next with the action's result shown there, or reports
+// why the action did nothing.
+func (s *Server) act(w http.ResponseWriter, r *http.Request, next, done string, err error) {
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	http.Redirect(w, r, next+"?"+url.Values{"done": {done}}.Encode(), http.StatusSeeOther)
 }
 
 // sameOrigin refuses cross-site form posts (browsers send Sec-Fetch-Site),

@@ -16,6 +16,7 @@ import (
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/runstore"
 )
@@ -109,4 +110,60 @@ func readAll(t *testing.T, resp *http.Response) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// A failed outbox row shows on /admin (page and JSON) with a retry action;
+// retrying it hands it back to the dispatchers, records who did it, and the
+// page says what happened.
+func TestFailedOutboxRowsAndRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w, srv := newServer(t)
+	// A hand-off whose input the kind refuses under every version: the
+	// dispatcher gives it up as failed.
+	_, err := outbox.Write(ctx, w.Pool, outbox.Event{Kind: "asset.import", IdempotencyKey: "broken", BusinessKey: "plan-x",
+		Payload: map[string]string{"not_a_field": "x"}})
+	require.NoError(t, err)
+	_, err = w.Dispatcher.DispatchOnce(ctx)
+	require.NoError(t, err)
+
+	resp, err := http.Get(srv.URL + "/admin/api/overview")
+	require.NoError(t, err)
+	var o admin.Overview
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&o))
+	resp.Body.Close()
+	require.Len(t, o.FailedOutbox, 1)
+	row := o.FailedOutbox[0]
+	require.Equal(t, "broken", row.IdempotencyKey)
+	require.Contains(t, row.LastError, "invalid input")
+	resp, err = http.Get(srv.URL + "/admin")
+	require.NoError(t, err)
+	body := readAll(t, resp)
+	require.Contains(t, body, "/admin/outbox/"+row.ID.String()+"/retry")
+
+	post := func(path string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, http.NoBody)
+		require.NoError(t, err)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	resp = post("/admin/outbox/" + row.ID.String() + "/retry")
+	body = readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "redirected to the overview")
+	require.Contains(t, body, "handed back to the dispatchers")
+	var status, by string
+	var attempts int
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT status, attempts, retried_by FROM outbox_event WHERE id = $1`, row.ID).Scan(&status, &attempts, &by))
+	require.Equal(t, "pending", status)
+	require.Zero(t, attempts)
+	require.Equal(t, "admin", by)
+
+	resp = post("/admin/outbox/" + row.ID.String() + "/retry")
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a row that is not failed is not retried")
+	resp = post("/admin/outbox/not-a-uuid/retry")
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 }

@@ -10,19 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows/flowtest"
 )
-
-func plan(t *testing.T, w *apptest.World, id string) ledger.Plan {
-	t.Helper()
-	tl, err := w.Plans.Timeline(context.Background(), id)
-	require.NoError(t, err)
-	return tl.Plan
-}
 
 func requireNoFailures(t *testing.T, res []apptest.DriveResult) {
 	t.Helper()
@@ -44,20 +38,20 @@ func TestFullAcquisition(t *testing.T) {
 	id := p.ID.String()
 
 	requireNoFailures(t, w.Drive(t))
-	require.Equal(t, ledger.PlanAwaitingApproval, plan(t, w, id).Status, "nothing moves before approval")
+	require.Equal(t, acquisition.AwaitingApproval, w.Plan(t, id).Status, "nothing moves before approval")
 
-	require.NoError(t, w.Plans.Approve(ctx, id, "ann", "looks fine"))
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", "looks fine"))
 	requireNoFailures(t, w.Drive(t))
-	require.Equal(t, ledger.PlanDownloading, plan(t, w, id).Status)
+	require.Equal(t, acquisition.Downloading, w.Plan(t, id).Status)
 	require.Equal(t, 1, w.QBT.AddRequests())
 	require.Len(t, w.QBT.Torrents(), 1)
 	require.True(t, w.QBT.Torrents()[0].HasTag("tp-"+id))
 
 	w.FinishDownload(t, p, a)
-	require.NoError(t, w.Plans.ReportDownloadComplete(ctx, a.Hash, ""))
+	apptest.Acked(t)(w.Plans.ReportDownloadComplete(ctx, a.Hash, ""))
 	requireNoFailures(t, w.Drive(t))
 
-	require.Equal(t, ledger.PlanCompleted, plan(t, w, id).Status)
+	require.Equal(t, acquisition.Completed, w.Plan(t, id).Status)
 	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))
 	require.Equal(t, []string{a.Name}, w.LibraryFiles(t), "no temp file left beside the target")
 	deleted, withFiles := w.QBT.Deleted(a.Hash)
@@ -113,20 +107,20 @@ func TestCancelMidImport(t *testing.T) {
 	files.cancel = func() {
 		entries, _ := os.ReadDir(w.LibraryDir)
 		sawTemp = len(entries) > 0
-		cancelErr = w.Plans.Cancel(ctx, id, "changed my mind")
+		_, cancelErr = w.Plans.Cancel(ctx, id, "changed my mind")
 	}
 
-	require.NoError(t, w.Plans.Approve(ctx, id, "ann", ""))
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
 	w.Drive(t)
 	w.FinishDownload(t, p, a)
-	require.NoError(t, w.Plans.ReportDownloadComplete(ctx, id, ""))
+	apptest.Acked(t)(w.Plans.ReportDownloadComplete(ctx, id, ""))
 	res := w.Drive(t)
 	require.NoError(t, cancelErr)
 	require.True(t, sawTemp, "the cancel landed while the temp file was being written")
 	require.Less(t, files.last.Load(), int64(len(a.Content)), "the copy stopped between chunks")
 
-	st := plan(t, w, id)
-	require.Equal(t, ledger.PlanCanceled, st.Status)
+	st := w.Plan(t, id)
+	require.Equal(t, acquisition.Canceled, st.Status)
 	require.Empty(t, w.LibraryFiles(t), "no temp file and no library file")
 	deleted, withFiles := w.QBT.Deleted(a.Hash)
 	require.True(t, deleted && withFiles, "compensation removes the torrent with its files")
@@ -157,15 +151,15 @@ func TestDecisionRetryAfterCorruptDownload(t *testing.T) {
 	a := apptest.NewAsset("doc.mkv", 100_000)
 	p := w.CreatePlan(t, a)
 	id := p.ID.String()
-	require.NoError(t, w.Plans.Approve(ctx, id, "ann", ""))
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
 	w.Drive(t)
 
 	corrupt := a
 	corrupt.Content = append([]byte("x"), a.Content[1:]...)
 	w.FinishDownload(t, p, corrupt)
-	require.NoError(t, w.Plans.ReportDownloadComplete(ctx, id, ""))
+	apptest.Acked(t)(w.Plans.ReportDownloadComplete(ctx, id, ""))
 	w.Drive(t)
-	require.Equal(t, ledger.PlanFailed, plan(t, w, id).Status)
+	require.Equal(t, acquisition.Failed, w.Plan(t, id).Status)
 	require.Empty(t, w.LibraryFiles(t), "a mismatching copy leaves nothing behind")
 	open, err := w.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
 	require.NoError(t, err)
@@ -173,9 +167,9 @@ func TestDecisionRetryAfterCorruptDownload(t *testing.T) {
 	require.Equal(t, port.Kind("asset.import"), open[0].Kind)
 
 	w.FinishDownload(t, p, a) // the user fixed the download
-	require.NoError(t, w.Plans.ResolveDecision(ctx, open[0].ID.String(), ledger.DecisionRetry, "ann"))
+	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, open[0].ID.String(), ledger.DecisionRetry, "ann"))
 	w.Drive(t)
-	require.Equal(t, ledger.PlanCompleted, plan(t, w, id).Status)
+	require.Equal(t, acquisition.Completed, w.Plan(t, id).Status)
 	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))
 	require.Contains(t, w.Outbox(t, id), "asset.import dispatched decision:"+open[0].ID.String()+":retry")
 }

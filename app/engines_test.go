@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/leaseadapter"
@@ -84,14 +85,14 @@ func fullAcquisition(t *testing.T, w *apptest.World) {
 	a := apptest.NewAsset("full.mkv", 500_000)
 	p := w.CreatePlan(t, a)
 	id := p.ID.String()
-	status := func() ledger.PlanStatus { return plan(t, w, id).Status }
-	require.NoError(t, w.Plans.Approve(ctx, id, "ann", ""))
-	require.Eventually(t, func() bool { return status() == ledger.PlanDownloading }, 30*time.Second, 20*time.Millisecond)
+	status := func() acquisition.Status { return w.Plan(t, id).Status }
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
+	require.Eventually(t, func() bool { return status() == acquisition.Downloading }, 30*time.Second, 20*time.Millisecond)
 	w.FinishDownload(t, p, a)
-	require.NoError(t, w.Plans.ReportDownloadComplete(ctx, a.Hash, ""))
+	apptest.Acked(t)(w.Plans.ReportDownloadComplete(ctx, a.Hash, ""))
 	require.Eventually(t, func() bool { return len(w.Webhooks.Keys()) == 1 }, 60*time.Second, 20*time.Millisecond)
 
-	require.Equal(t, ledger.PlanCompleted, status())
+	require.Equal(t, acquisition.Completed, status())
 	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))
 	require.Equal(t, []string{a.Name}, w.LibraryFiles(t))
 	require.Equal(t, map[ledger.Op]bool{
@@ -130,12 +131,12 @@ func cancelMidImport(t *testing.T, w *apptest.World, files *cancelingFiles) {
 	p := w.CreatePlan(t, a)
 	id := p.ID.String()
 	canceled := make(chan error, 1)
-	files.cancel = func() { canceled <- w.Plans.Cancel(ctx, id, "changed my mind") }
+	files.cancel = func() { canceled <- apptest.ErrOf(w.Plans.Cancel(ctx, id, "changed my mind")) }
 
-	require.NoError(t, w.Plans.Approve(ctx, id, "ann", ""))
-	require.Eventually(t, func() bool { return plan(t, w, id).Status == ledger.PlanDownloading }, 30*time.Second, 20*time.Millisecond)
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
+	require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Downloading }, 30*time.Second, 20*time.Millisecond)
 	w.FinishDownload(t, p, a)
-	require.NoError(t, w.Plans.ReportDownloadComplete(ctx, id, ""))
+	apptest.Acked(t)(w.Plans.ReportDownloadComplete(ctx, id, ""))
 	select {
 	case err := <-canceled:
 		require.NoError(t, err)
@@ -143,7 +144,7 @@ func cancelMidImport(t *testing.T, w *apptest.World, files *cancelingFiles) {
 		t.Fatal("the import never started")
 	}
 	require.Eventually(t, func() bool {
-		return plan(t, w, id).Status == ledger.PlanCanceled && len(w.LibraryFiles(t)) == 0 && !w.Operations(t, id)[ledger.OpImport]
+		return w.Plan(t, id).Status == acquisition.Canceled && len(w.LibraryFiles(t)) == 0 && !w.Operations(t, id)[ledger.OpImport]
 	}, 60*time.Second, 20*time.Millisecond)
 	// The import run ends (canceled or returning "canceled") without
 	// writing anything after the compensation.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app"
 	"github.com/taskport/taskport/app/apptest"
@@ -103,12 +104,12 @@ func decisionRetry(t *testing.T, w *apptest.World) {
 	a := apptest.NewAsset("retry.mkv", 50_000)
 	p := w.CreatePlan(t, a)
 	id := p.ID.String()
-	require.NoError(t, w.Plans.Approve(ctx, id, "ann", ""))
-	require.Eventually(t, func() bool { return plan(t, w, id).Status == ledger.PlanDownloading }, time.Minute, 20*time.Millisecond)
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
+	require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Downloading }, time.Minute, 20*time.Millisecond)
 	corrupt := a
 	corrupt.Content = append([]byte("x"), a.Content[1:]...)
 	w.FinishDownload(t, p, corrupt)
-	require.NoError(t, w.Plans.ReportDownloadComplete(ctx, id, ""))
+	apptest.Acked(t)(w.Plans.ReportDownloadComplete(ctx, id, ""))
 	var open []ledger.Decision
 	require.Eventually(t, func() bool {
 		var err error
@@ -116,6 +117,6 @@ func decisionRetry(t *testing.T, w *apptest.World) {
 		return err == nil && len(open) == 1
 	}, 2*time.Minute, 50*time.Millisecond)
 	w.FinishDownload(t, p, a)
-	require.NoError(t, w.Plans.ResolveDecision(ctx, open[0].ID.String(), ledger.DecisionRetry, "ann"))
-	require.Eventually(t, func() bool { return plan(t, w, id).Status == ledger.PlanCompleted }, 2*time.Minute, 50*time.Millisecond)
+	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, open[0].ID.String(), ledger.DecisionRetry, "ann"))
+	require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Completed }, 2*time.Minute, 50*time.Millisecond)
 }

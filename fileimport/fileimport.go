@@ -9,7 +9,10 @@
 // stop (the business cancel flag) and reports progress (the caller
 // heartbeats). A retried import finds a target that already matches and
 // returns at once (Reconciled); one whose predecessor crashed removes the
-// temporary file that attempt left.
+// temporary file that attempt left. A target that holds a different file is
+// never replaced (ErrTargetTaken): it is someone else's. The check is
+// repeated just before the rename, so only a file created in the instant
+// between that check and the rename could still be replaced.
 //
 // Two attempts overlapping on one target (a timed-out attempt still running
 // beside its retry) are safe: the later one removes the earlier one's
@@ -48,6 +51,9 @@ var (
 	// ErrMismatch: a file's size or SHA-256 is not the expected one. The
 	// concrete error is a *MismatchError.
 	ErrMismatch = errors.New("fileimport: size or SHA-256 mismatch")
+	// ErrTargetTaken: the target holds a different file, which an import
+	// never replaces. Nothing was written to it.
+	ErrTargetTaken = errors.New("fileimport: the target holds a different file")
 )
 
 // MismatchError says which file differs from the expectation and how.
@@ -107,18 +113,9 @@ func Import(ctx context.Context, req Request) (Result, error) {
 	want := strings.ToLower(req.ExpectedSHA256)
 	res := Result{Size: req.ExpectedSize, SHA256: want}
 
-	err := Verify(req.Target, req.ExpectedSize, want)
-	switch {
-	case err == nil:
-		if _, err := RemoveTemps(req.Target); err != nil {
-			return Result{}, fmt.Errorf("import %s: %w", req.Target, err)
-		}
-		res.Reconciled = true
-		return res, nil
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, ErrMismatch):
-		// Copy; a wrong target is replaced only by a checked copy.
-	default:
-		return Result{}, fmt.Errorf("import %s: %w", req.Target, err)
+	if done, err := inPlace(req.Target, req.ExpectedSize, want); err != nil || done {
+		res.Reconciled = done
+		return res, err
 	}
 
 	if err := mkdirAllSynced(filepath.Dir(req.Target)); err != nil {
@@ -130,6 +127,13 @@ func Import(ctx context.Context, req Request) (Result, error) {
 	tmp, err := copyToTemp(ctx, req, want)
 	if err != nil {
 		return Result{}, fmt.Errorf("import %s to %s: %w", req.Source, req.Target, err)
+	}
+	// Something may have appeared at the target while copying (an
+	// overlapping attempt of the same import, or someone else's file).
+	if done, err := inPlace(req.Target, req.ExpectedSize, want); err != nil || done {
+		_ = os.Remove(tmp)
+		res.Reconciled = done
+		return res, err
 	}
 	if err := os.Rename(tmp, req.Target); err != nil {
 		_ = os.Remove(tmp)
@@ -147,6 +151,25 @@ func Import(ctx context.Context, req Request) (Result, error) {
 		return Result{}, fmt.Errorf("import %s: verify after rename: %w", req.Target, err)
 	}
 	return res, nil
+}
+
+// inPlace reports whether target already holds the expected content (then
+// the stale temporary files of earlier attempts are removed). A missing
+// target is not in place; a different file there is ErrTargetTaken.
+func inPlace(target string, size int64, want string) (bool, error) {
+	err := Verify(target, size, want)
+	switch {
+	case err == nil:
+		if _, err := RemoveTemps(target); err != nil {
+			return false, fmt.Errorf("import %s: %w", target, err)
+		}
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case errors.Is(err, ErrMismatch), errors.Is(err, ErrInvalidRequest):
+		return false, fmt.Errorf("import %s: %w (%w)", target, ErrTargetTaken, err)
+	}
+	return false, fmt.Errorf("import %s: %w", target, err)
 }
 
 // copyToTemp copies req.Source into a new temporary file beside the target,

@@ -158,18 +158,39 @@ func TestImportReconcilesMatchingTarget(t *testing.T) {
 	require.NoFileExists(t, stale)
 }
 
-func TestImportReplacesWrongTarget(t *testing.T) {
+// A different file at the target is someone else's: the import refuses it,
+// before copying and again just before the rename, and leaves it as it is.
+func TestImportNeverReplacesADifferentFile(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1<<20)
 	target := filepath.Join(f.dir, "movie.mkv")
-	require.NoError(t, os.WriteFile(target, []byte("a different, older file"), 0o644))
-
-	res, err := fileimport.Import(t.Context(), f.request(target))
-	require.NoError(t, err)
-	require.False(t, res.Reconciled)
+	theirs := []byte("a different, older file")
+	require.NoError(t, os.WriteFile(target, theirs, 0o644))
+	_, err := fileimport.Import(t.Context(), f.request(target))
+	require.ErrorIs(t, err, fileimport.ErrTargetTaken)
 	got, err := os.ReadFile(target)
 	require.NoError(t, err)
-	require.Equal(t, f.data, got)
+	require.Equal(t, theirs, got)
+
+	// Appearing while the copy runs.
+	other := filepath.Join(f.dir, "late.mkv")
+	req := f.request(other)
+	req.ChunkSize = 64 << 10
+	req.Progress = func(copied, _ int64) {
+		if copied == int64(req.ChunkSize) {
+			require.NoError(t, os.WriteFile(other, theirs, 0o644))
+		}
+	}
+	_, err = fileimport.Import(t.Context(), req)
+	require.ErrorIs(t, err, fileimport.ErrTargetTaken)
+	got, err = os.ReadFile(other)
+	require.NoError(t, err)
+	require.Equal(t, theirs, got)
+	entries, err := os.ReadDir(f.dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NotContains(t, e.Name(), ".tp-import-", "no temp file left")
+	}
 }
 
 func TestImportStopsBetweenChunks(t *testing.T) {

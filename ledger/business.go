@@ -8,8 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/taskport/taskport/port"
 )
 
 // InsertPlan records a new plan; ID must be set by the caller.
@@ -56,31 +54,6 @@ func ListPlans(ctx context.Context, q DBTX, limit int) ([]Plan, error) {
 		return nil, fmt.Errorf("list plans: %w", err)
 	}
 	return out, nil
-}
-
-// SetPlanStatus moves a plan to status.
-func SetPlanStatus(ctx context.Context, q DBTX, id uuid.UUID, status PlanStatus) error {
-	tag, err := execBuilt(ctx, q, setPlanStatusStmt(id, status))
-	if err != nil {
-		return fmt.Errorf("set plan %s status %s: %w", id, status, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("set plan %s status %s: %w", id, status, port.ErrNotFound)
-	}
-	return nil
-}
-
-// RequestPlanCancel sets the business cancel flag (the first reason wins) and
-// moves the plan to canceling.
-func RequestPlanCancel(ctx context.Context, q DBTX, id uuid.UUID, reason string) error {
-	tag, err := q.Exec(ctx, requestPlanCancelSQL, id, reason)
-	if err != nil {
-		return fmt.Errorf("request cancel of plan %s: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("request cancel of plan %s: %w", id, port.ErrNotFound)
-	}
-	return nil
 }
 
 func scanPlan(row pgx.CollectableRow) (Plan, error) {

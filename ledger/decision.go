@@ -47,6 +47,15 @@ func ListDecisions(ctx context.Context, q DBTX, status DecisionStatus, limit int
 	return out, nil
 }
 
+// OpenDecisionsOf returns the open decisions of a plan, oldest first.
+func OpenDecisionsOf(ctx context.Context, q DBTX, planID uuid.UUID) ([]Decision, error) {
+	out, err := queryAll(ctx, q, openDecisionsOfStmt(planID), scanDecision)
+	if err != nil {
+		return nil, fmt.Errorf("open decisions of plan %s: %w", planID, err)
+	}
+	return out, nil
+}
+
 // ResolveDecision closes an open decision. resolved is false when it was
 // already resolved (the first resolution stands).
 func ResolveDecision(ctx context.Context, q DBTX, id uuid.UUID, status DecisionStatus, by string) (resolved bool, err error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/port"
 )
@@ -47,34 +48,6 @@ func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 	return nil
 }
 
-// PlanStatus is where a plan is in its life.
-type PlanStatus string
-
-// The plan statuses (the CHECK constraint of plan.status).
-const (
-	PlanAwaitingApproval PlanStatus = "awaiting_approval"
-	PlanApproved         PlanStatus = "approved"
-	PlanRejected         PlanStatus = "rejected"
-	PlanDownloading      PlanStatus = "downloading"
-	PlanDownloaded       PlanStatus = "downloaded"
-	PlanImported         PlanStatus = "imported"
-	PlanVerified         PlanStatus = "verified"
-	PlanCompleted        PlanStatus = "completed"
-	PlanCanceling        PlanStatus = "canceling"
-	PlanCanceled         PlanStatus = "canceled"
-	PlanFailed           PlanStatus = "failed"
-	PlanAbandoned        PlanStatus = "abandoned"
-)
-
-// Final reports whether nothing more will happen to a plan in this status.
-func (s PlanStatus) Final() bool {
-	switch s {
-	case PlanRejected, PlanCompleted, PlanCanceled, PlanAbandoned:
-		return true
-	}
-	return false
-}
-
 // Plan asks for one media asset.
 type Plan struct {
 	ID             uuid.UUID
@@ -85,7 +58,7 @@ type Plan struct {
 	TargetPath     string // absolute, inside the library root
 	ExpectedSize   int64
 	ExpectedSHA256 string // 64 lowercase hex digits
-	Status         PlanStatus
+	Status         acquisition.Status
 	// CancelRequestedAt is the business cancel flag (ADR 2.4); zero when unset.
 	CancelRequestedAt time.Time
 	CancelReason      string

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"testing"
 
@@ -10,25 +11,30 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
 )
 
+// newPlan inserts a plan with a target path and info hash of its own (no
+// two live plans may share either).
 func newPlan(t *testing.T, pool *pgxpool.Pool) ledger.Plan {
 	t.Helper()
+	id := uuid.New()
+	hash := hashOf(id)
 	p, err := ledger.InsertPlan(context.Background(), pool, ledger.Plan{
-		ID: uuid.New(), Title: "t", SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hash40,
-		InfoHash: hash40, TargetPath: "/lib/a", ExpectedSize: 3, ExpectedSHA256: sha64,
+		ID: id, Title: "t", SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hash,
+		InfoHash: hash, TargetPath: "/lib/" + id.String(), ExpectedSize: 3, ExpectedSHA256: sha64,
 	})
 	require.NoError(t, err)
 	return p
 }
 
-const (
-	hash40 = "0123456789abcdef0123456789abcdef01234567"
-	sha64  = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-)
+const sha64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// hashOf is an info hash (40 hex digits) of its own for plan id.
+func hashOf(id uuid.UUID) string { return hex.EncodeToString(id[:]) + "00000000" }
 
 func tok(scope string, epoch int64) port.FencingToken {
 	return port.FencingToken{Scope: scope, Epoch: epoch}
@@ -80,12 +86,12 @@ func TestCommitWithStaleTokenIsFencedAndWritesNothing(t *testing.T) {
 		if err := ledger.Commit(ctx, tx, stale, map[string]string{"by": "stale"}); err != nil {
 			return err
 		}
-		return ledger.SetPlanStatus(ctx, tx, p.ID, ledger.PlanDownloading)
+		return acquisition.Move(ctx, tx, p.ID, acquisition.Approve)
 	})
 	require.ErrorIs(t, err, port.ErrFenced)
 	got, err := ledger.GetPlan(ctx, pool, p.ID)
 	require.NoError(t, err)
-	require.Equal(t, ledger.PlanAwaitingApproval, got.Status)
+	require.Equal(t, acquisition.AwaitingApproval, got.Status)
 	row, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpSubmit)
 	require.NoError(t, err)
 	require.False(t, row.Done())
@@ -132,7 +138,7 @@ func TestRunReconcilesAfterInterruptedAttemptAndReturnsStoredResult(t *testing.T
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, r int) error {
 			applies++
-			return ledger.SetPlanStatus(ctx, tx, p.ID, ledger.PlanDownloading)
+			return acquisition.Move(ctx, tx, p.ID, acquisition.Approve)
 		},
 	}
 	_, err := ledger.Run(stepCtx("r/s", 1), pool, step)
@@ -149,7 +155,7 @@ func TestRunReconcilesAfterInterruptedAttemptAndReturnsStoredResult(t *testing.T
 	require.Equal(t, 1, applies)
 	plan, err := ledger.GetPlan(context.Background(), pool, p.ID)
 	require.NoError(t, err)
-	require.Equal(t, ledger.PlanDownloading, plan.Status)
+	require.Equal(t, acquisition.Approved, plan.Status)
 }
 
 func TestRunOutsideAnActivityWritesNothing(t *testing.T) {
@@ -225,9 +231,10 @@ func TestListPlansNewestFirst(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	var ids []uuid.UUID
 	for _, title := range []string{"first", "second", `third'); DELETE FROM plan; --`} {
+		id := uuid.Must(uuid.NewV7())
 		p, err := ledger.InsertPlan(ctx, pool, ledger.Plan{
-			ID: uuid.Must(uuid.NewV7()), Title: title, SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hash40,
-			InfoHash: hash40, TargetPath: "/lib/" + title, ExpectedSize: 3, ExpectedSHA256: sha64,
+			ID: id, Title: title, SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hashOf(id),
+			InfoHash: hashOf(id), TargetPath: "/lib/" + title, ExpectedSize: 3, ExpectedSHA256: sha64,
 		})
 		require.NoError(t, err)
 		ids = append(ids, p.ID)
@@ -294,7 +301,7 @@ func TestCompleteDownloadFirstReportWins(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	submitted := func(state ledger.DownloadState) ledger.Plan {
 		p := newPlan(t, pool)
-		_, err := ledger.UpsertDownload(ctx, pool, ledger.DownloadTask{PlanID: p.ID, InfoHash: hash40, Tag: "tp", SavePath: "/dl", State: ledger.DownloadSubmitted})
+		_, err := ledger.UpsertDownload(ctx, pool, ledger.DownloadTask{PlanID: p.ID, InfoHash: p.InfoHash, Tag: "tp", SavePath: "/dl", State: ledger.DownloadSubmitted})
 		require.NoError(t, err)
 		require.NoError(t, ledger.SetDownloadProgress(ctx, pool, p.ID, 0.5))
 		require.NoError(t, ledger.SetDownloadState(ctx, pool, p.ID, state))

@@ -28,8 +28,9 @@ import (
 //
 // Statements whose meaning sits in a subtle predicate stay hand-written
 // constants, because a builder would hide the rule in method chains: the
-// fenced commit, the ON CONFLICT rules of Begin and UpsertDownload, the
-// first-cancel-wins update, and the timeline union.
+// fenced commit and note, the ON CONFLICT rules of Begin and UpsertDownload,
+// and the timeline union. (Plan status changes are acquisition's guarded
+// transitions.)
 //
 // Built statements run through DBTX (pgx), not through bob's pgx driver: that
 // driver wraps *pgxpool.Pool and pgx.Tx in its own types, so every caller that
@@ -119,22 +120,6 @@ func listPlansStmt(limit int) bob.Query {
 		sm.Limit(psql.Arg(limit)),
 	)
 }
-
-func setPlanStatusStmt(id uuid.UUID, status PlanStatus) bob.Query {
-	return psql.Update(
-		um.Table("plan"),
-		um.SetCol("status").ToArg(status), um.SetCol("updated_at").To(now()),
-		um.Where(col("id").EQ(psql.Arg(id))),
-	)
-}
-
-// The first cancel request wins; status moves to canceling.
-const requestPlanCancelSQL = `
-UPDATE plan
-SET cancel_requested_at = coalesce(cancel_requested_at, now()),
-    cancel_reason = CASE WHEN cancel_requested_at IS NULL THEN $2 ELSE cancel_reason END,
-    status = 'canceling', updated_at = now()
-WHERE id = $1`
 
 // ---- approval
 
@@ -282,6 +267,15 @@ func listDecisionsStmt(status DecisionStatus, limit int) bob.Query {
 	return q
 }
 
+func openDecisionsOfStmt(planID uuid.UUID) bob.Query {
+	return psql.Select(
+		sm.Columns(decisionColumns), sm.From("decision"),
+		sm.Where(col("plan_id").EQ(psql.Arg(planID))),
+		sm.Where(col("status").EQ(psql.S(string(DecisionOpen)))),
+		sm.OrderBy("created_at"), sm.OrderBy("id"),
+	)
+}
+
 // resolveDecisionStmt matches only an open decision: the first resolution
 // stands.
 func resolveDecisionStmt(id uuid.UUID, status DecisionStatus, by string) bob.Query {
@@ -318,7 +312,10 @@ SELECT at, source, event, detail FROM (
     SELECT result_at, 'operation', op || ' done', result::text FROM asset_operation
     WHERE plan_id = $1 AND result_at IS NOT NULL
     UNION ALL
-    SELECT created_at, 'handoff', kind, idempotency_key FROM outbox_event WHERE business_key = $1::text
+    SELECT created_at, 'handoff',
+           CASE action WHEN 'enqueue' THEN kind WHEN 'signal' THEN 'signal ' || topic ELSE 'cancel runs' END,
+           idempotency_key
+    FROM outbox_event WHERE business_key = $1::text
     UNION ALL
     SELECT created_at, 'decision', 'opened for ' || kind, reason FROM decision WHERE plan_id = $1
     UNION ALL
@@ -326,3 +323,11 @@ SELECT at, source, event, detail FROM (
     WHERE plan_id = $1 AND resolved_at IS NOT NULL
 ) t
 ORDER BY at, source, event`
+
+// noteOperationSQL is fenced like the commit: the detail is written only
+// while the attempt that noted it is the recorded one and has no result.
+const noteOperationSQL = `
+UPDATE asset_operation SET detail = $3, updated_at = now()
+WHERE id = $1 AND attempt_token = $2 AND result_at IS NULL`
+
+const selectNoteSQL = `SELECT detail FROM asset_operation WHERE plan_id = $1 AND op = $2`

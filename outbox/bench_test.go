@@ -20,7 +20,7 @@ import (
 func BenchmarkCommitToRunStart(b *testing.B) {
 	pool := pgtest.NewPool(b)
 	eng := apptest.NewRecordingEngine(pool, nil)
-	d, err := outbox.NewDispatcher(pool, eng, outbox.Config{PollInterval: time.Minute})
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{PollInterval: time.Minute})
 	require.NoError(b, err)
 	require.NoError(b, d.Start(context.Background()))
 	b.Cleanup(d.Stop)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,11 +28,23 @@ type Config struct {
 	// ClaimLease hides claimed rows from other dispatchers; a dispatcher that
 	// dies mid-batch delays its rows by at most this. Default 30s.
 	ClaimLease time.Duration
-	// Backoff paces retries of a failed Enqueue by the row's attempts.
-	// Default port.NetworkRetry() intervals (1s doubling to 60s), with no
-	// attempt limit: a row is only given up on when Enqueue refuses it as
-	// invalid input.
+	// Backoff paces retries of a row whose action failed, by the row's
+	// attempts. Default port.NetworkRetry() intervals (1s doubling to 60s),
+	// with no attempt limit: a row is only given up on when the engine
+	// refuses it as invalid input. A kind or version this process does not
+	// know is not invalid input: another process (a newer worker in a rolling
+	// deploy) may know it, so such a row backs off too.
 	Backoff port.RetryPolicy
+	// Metrics receives the dispatcher's counts; nil reports nothing.
+	Metrics Metrics
+}
+
+// Metrics is the hook through which the dispatcher reports, so that it does
+// not depend on a metrics library (cmd adapts it to Prometheus).
+type Metrics interface {
+	// FailedRows is called every PollInterval with the number of rows given
+	// up as failed, which only an operator's retry brings back.
+	FailedRows(n int)
 }
 
 func (c Config) withDefaults() Config {
@@ -65,11 +78,13 @@ func (c Config) validate() error {
 	return c.Backoff.Validate()
 }
 
-// Dispatcher moves outbox rows to the engine. Several dispatchers (in one
-// process or many) can run at once: claims use SKIP LOCKED and a claim lease.
+// Dispatcher carries out outbox rows on the engine. Several dispatchers (in
+// one process or many) can run at once: claims use SKIP LOCKED and a claim
+// lease.
 type Dispatcher struct {
 	pool   *pgxpool.Pool
 	engine port.TaskEngine
+	runs   port.Admin
 	cfg    Config
 
 	mu     sync.Mutex
@@ -77,16 +92,18 @@ type Dispatcher struct {
 	done   chan struct{}
 }
 
-// NewDispatcher returns a stopped dispatcher.
-func NewDispatcher(pool *pgxpool.Pool, engine port.TaskEngine, cfg Config) (*Dispatcher, error) {
-	if pool == nil || engine == nil {
-		return nil, errors.New("outbox dispatcher: pool and engine are required")
+// NewDispatcher returns a stopped dispatcher over the engine, and its run
+// listing (both engines implement port.Admin), which finds the open runs of
+// a plan to cancel.
+func NewDispatcher(pool *pgxpool.Pool, engine port.TaskEngine, runs port.Admin, cfg Config) (*Dispatcher, error) {
+	if pool == nil || engine == nil || runs == nil {
+		return nil, errors.New("outbox dispatcher: pool, engine and run listing are required")
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("outbox dispatcher config: %w", err)
 	}
-	return &Dispatcher{pool: pool, engine: engine, cfg: cfg}, nil
+	return &Dispatcher{pool: pool, engine: engine, runs: runs, cfg: cfg}, nil
 }
 
 var errStopped = errors.New("outbox dispatcher stopped")
@@ -144,8 +161,23 @@ func (d *Dispatcher) loop(ctx context.Context, wake <-chan struct{}) {
 			return
 		case <-wake:
 		case <-ticker.C:
+			d.reportFailed(ctx)
 		}
 	}
+}
+
+func (d *Dispatcher) reportFailed(ctx context.Context) {
+	if d.cfg.Metrics == nil {
+		return
+	}
+	n, err := CountFailed(ctx, d.pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.cfg.Logger.Warn("outbox: count failed rows", slog.String("error", err.Error()))
+		}
+		return
+	}
+	d.cfg.Metrics.FailedRows(n)
 }
 
 // listen turns notifications from the insert trigger into wake-ups. When
@@ -196,16 +228,19 @@ func poke(wake chan<- struct{}) {
 
 type claimed struct {
 	id          [16]byte
+	action      Action
 	kind        port.Kind
+	topic       port.Topic
 	key         string
 	businessKey string
 	payload     json.RawMessage
 	availableAt *time.Time
+	minVersion  int
 	attempts    int
 }
 
-// DispatchOnce claims one batch of due rows and enqueues them. It returns how
-// many rows it claimed.
+// DispatchOnce claims one batch of due rows and carries them out. It returns
+// how many rows it claimed.
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	rows, err := d.pool.Query(ctx, claimSQL, d.cfg.BatchSize, d.cfg.ClaimLease.Seconds())
 	if err != nil {
@@ -213,7 +248,8 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	}
 	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
 		var c claimed
-		err := row.Scan(&c.id, &c.kind, &c.key, &c.businessKey, &c.payload, &c.availableAt, &c.attempts)
+		err := row.Scan(&c.id, &c.action, &c.kind, &c.topic, &c.key, &c.businessKey, &c.payload, &c.availableAt,
+			&c.minVersion, &c.attempts)
 		return c, err
 	})
 	if err != nil {
@@ -228,32 +264,91 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	return len(batch), errors.Join(errs...)
 }
 
-func (d *Dispatcher) dispatch(ctx context.Context, c claimed) error {
-	opts := port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.businessKey}
-	if c.availableAt != nil {
-		opts.AvailableAt = *c.availableAt
+// name identifies a row in logs and errors.
+func (c claimed) name() string {
+	switch c.action {
+	case ActionEnqueue:
+		return string(c.kind) + "/" + c.key
+	case ActionSignal:
+		return "signal " + string(c.topic) + "/" + c.key
 	}
-	runID, err := d.engine.Enqueue(ctx, c.kind, c.payload, opts)
+	return string(c.action) + " " + c.businessKey + "/" + c.key
+}
+
+func (d *Dispatcher) dispatch(ctx context.Context, c claimed) error {
+	runID, err := d.carryOut(ctx, c)
 	if err == nil {
-		if _, err := d.pool.Exec(ctx, markDispatchedSQL, c.id, runID); err != nil {
-			return fmt.Errorf("mark outbox %s/%s dispatched: %w", c.kind, c.key, err)
+		var run *string
+		if runID != "" {
+			run = (*string)(&runID)
+		}
+		if _, err := d.pool.Exec(ctx, markDispatchedSQL, c.id, run); err != nil {
+			return fmt.Errorf("mark outbox %s dispatched: %w", c.name(), err)
 		}
 		return nil
 	}
 	if ctx.Err() != nil {
 		return nil // stopping: the claim lease hands the row back
 	}
-	if errors.Is(err, port.ErrInvalidInput) {
-		d.cfg.Logger.Error("outbox row refused by the engine", slog.String("kind", string(c.kind)),
-			slog.String("key", c.key), slog.String("error", err.Error()))
+	// A kind or version unknown here may be known to another process: try
+	// later. Other invalid input is invalid under every version: give up.
+	if errors.Is(err, port.ErrInvalidInput) && !errors.Is(err, port.ErrUnknownKind) {
+		d.cfg.Logger.Error("outbox row refused by the engine", slog.String("row", c.name()), slog.String("error", err.Error()))
 		if _, merr := d.pool.Exec(ctx, markFailedSQL, c.id, err.Error()); merr != nil {
-			return fmt.Errorf("mark outbox %s/%s failed: %w", c.kind, c.key, merr)
+			return fmt.Errorf("mark outbox %s failed: %w", c.name(), merr)
 		}
 		return nil
 	}
 	wait := d.cfg.Backoff.Backoff(c.attempts)
 	if _, merr := d.pool.Exec(ctx, markRetrySQL, c.id, wait.Seconds(), err.Error()); merr != nil {
-		return fmt.Errorf("back off outbox %s/%s: %w", c.kind, c.key, merr)
+		return fmt.Errorf("back off outbox %s: %w", c.name(), merr)
 	}
-	return fmt.Errorf("enqueue %s/%s (attempt %d, next in %s): %w", c.kind, c.key, c.attempts, wait, err)
+	return fmt.Errorf("outbox %s (attempt %d, next in %s): %w", c.name(), c.attempts, wait, err)
+}
+
+// carryOut performs the row's action; runID is set for an enqueue.
+func (d *Dispatcher) carryOut(ctx context.Context, c claimed) (runID port.RunID, err error) {
+	switch c.action {
+	case ActionEnqueue:
+		opts := port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.businessKey, MinVersion: c.minVersion}
+		if c.availableAt != nil {
+			opts.AvailableAt = *c.availableAt
+		}
+		return d.engine.Enqueue(ctx, c.kind, c.payload, opts)
+	case ActionSignal:
+		_, err := d.engine.Signal(ctx, c.topic, c.payload)
+		return "", err
+	case ActionCancelPlanRuns:
+		var cr CancelRuns
+		if err := json.Unmarshal(c.payload, &cr); err != nil {
+			return "", &port.FieldError{Field: "payload", Reason: "not a cancel request: " + err.Error()}
+		}
+		return "", d.cancelRuns(ctx, c.businessKey, cr)
+	}
+	return "", &port.FieldError{Field: "action", Reason: fmt.Sprintf("unknown action %q", c.action)}
+}
+
+// cancelLimit bounds the open runs one cancel row lists; a plan has a
+// handful.
+const cancelLimit = 1000
+
+// cancelRuns cancels the open runs of businessKey that cr does not spare.
+func (d *Dispatcher) cancelRuns(ctx context.Context, businessKey string, cr CancelRuns) error {
+	runs, err := d.runs.ListRuns(ctx, port.RunFilter{
+		BusinessKey: businessKey, Statuses: []port.Status{port.StatusPending, port.StatusRunning, port.StatusWaiting},
+		Limit: cancelLimit,
+	})
+	if err != nil {
+		return fmt.Errorf("list open runs of %s: %w", businessKey, err)
+	}
+	var errs []error
+	for _, r := range runs {
+		if slices.Contains(cr.Spare, r.Kind) {
+			continue
+		}
+		if err := d.engine.Cancel(ctx, r.ID, cr.Reason); err != nil && !errors.Is(err, port.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("cancel run %s: %w", r.ID, err))
+		}
+	}
+	return errors.Join(errs...)
 }

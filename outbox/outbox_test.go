@@ -85,7 +85,7 @@ func TestTwoDispatchers(t *testing.T) {
 	}
 	var ds []*outbox.Dispatcher
 	for range 2 {
-		d, err := outbox.NewDispatcher(pool, eng, outbox.Config{BatchSize: 7})
+		d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{BatchSize: 7})
 		require.NoError(t, err)
 		require.NoError(t, d.Start(context.Background()))
 		ds = append(ds, d)
@@ -137,7 +137,7 @@ func TestEnqueueFailureBacksOff(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	eng := &failingEngine{RecordingEngine: apptest.NewRecordingEngine(pool, nil), err: errors.New("engine down")}
 	eng.left.Store(2)
-	d, err := outbox.NewDispatcher(pool, eng, outbox.Config{})
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{})
 	require.NoError(t, err)
 	write(t, pool, "k.ind", "x")
 	ctx := context.Background()
@@ -151,16 +151,14 @@ func TestEnqueueFailureBacksOff(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "backing off: not due yet")
 
-	_, err = pool.Exec(ctx, `UPDATE outbox_event SET next_attempt_at = now()`)
-	require.NoError(t, err)
+	backoffPassed(t, pool)
 	_, err = d.DispatchOnce(ctx)
 	require.Error(t, err)
 	var wait time.Duration
 	require.NoError(t, pool.QueryRow(ctx, `SELECT (next_attempt_at - now())::interval FROM outbox_event`).Scan(&wait))
 	require.Greater(t, wait, 1500*time.Millisecond, "the second failure waits longer (2s)")
 
-	_, err = pool.Exec(ctx, `UPDATE outbox_event SET next_attempt_at = now()`)
-	require.NoError(t, err)
+	backoffPassed(t, pool)
 	_, err = d.DispatchOnce(ctx)
 	require.NoError(t, err)
 	r = rows(t, pool)["x"]
@@ -169,18 +167,70 @@ func TestEnqueueFailureBacksOff(t *testing.T) {
 	require.Empty(t, r.LastErr)
 }
 
+// kindWith registers kind at version, taking an input with the fields of
+// in only (unknown fields are refused, as for every kind).
+func kindWith[In any](t testing.TB, kind port.Kind, version int) *port.Registry {
+	t.Helper()
+	reg := port.NewRegistry()
+	require.NoError(t, reg.Register(port.Definition{Kind: kind, Version: version, Retry: port.NetworkRetry(),
+		Handler: port.Handle(func(port.Flow, In) error { return nil })}))
+	return reg
+}
+
+// Defect 7: a process that does not know a kind (an old worker during a
+// rolling deploy) leaves the row pending with a visible error and a backoff,
+// so that a dispatcher that knows the kind takes it.
+func TestUnknownKindWaitsForADispatcherThatKnowsIt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	write(t, pool, "new.kind", "x")
+	_, err := dispatchOnce(t, pool, port.NewRegistry())
+	require.ErrorIs(t, err, port.ErrUnknownKind)
+	r := rows(t, pool)["x"]
+	require.Equal(t, "pending", r.Status, "try later, not failed")
+	require.Equal(t, 1, r.Attempts)
+	require.Contains(t, r.LastErr, "unknown kind")
+
+	backoffPassed(t, pool)
+	_, err = dispatchOnce(t, pool, kindWith[map[string]string](t, "new.kind", 1))
+	require.NoError(t, err)
+	require.Equal(t, "dispatched", rows(t, pool)["x"].Status)
+}
+
+// dispatchOnce runs one batch on a dispatcher whose engine registers reg.
+func dispatchOnce(t testing.TB, pool *pgxpool.Pool, reg *port.Registry) (*apptest.RecordingEngine, error) {
+	t.Helper()
+	eng := apptest.NewRecordingEngine(pool, reg)
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{})
+	require.NoError(t, err)
+	_, err = d.DispatchOnce(context.Background())
+	return eng, err
+}
+
+// backoffPassed makes every row due now.
+func backoffPassed(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `UPDATE outbox_event SET next_attempt_at = now()`)
+	require.NoError(t, err)
+}
+
+// unrelatedInput is a kind's input that has none of the fields the test
+// rows carry: those rows are invalid for the kind.
+type unrelatedInput struct {
+	Other string `json:"other"`
+}
+
+// Input that the kind refuses (here: a field the kind does not have) is
+// given up as failed: no process that knows the kind will take it.
 func TestInvalidRowFailsWithoutRetry(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	reg := port.NewRegistry() // knows no kind: every row is refused
-	d, err := outbox.NewDispatcher(pool, apptest.NewRecordingEngine(pool, reg), outbox.Config{})
-	require.NoError(t, err)
-	write(t, pool, "un.known", "x")
-	_, err = d.DispatchOnce(context.Background())
+	write(t, pool, "k.ind", "x")
+	_, err := dispatchOnce(t, pool, kindWith[unrelatedInput](t, "k.ind", 1))
 	require.NoError(t, err)
 	r := rows(t, pool)["x"]
 	require.Equal(t, "failed", r.Status)
-	require.Contains(t, r.LastErr, "unknown kind")
+	require.Contains(t, r.LastErr, "invalid input")
 }
 
 // With polling effectively off, only LISTEN/NOTIFY can wake the dispatcher.
@@ -188,7 +238,7 @@ func TestNotifyWakesDispatcher(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	eng := apptest.NewRecordingEngine(pool, nil)
-	d, err := outbox.NewDispatcher(pool, eng, outbox.Config{PollInterval: time.Hour})
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{PollInterval: time.Hour})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(d.Stop)
@@ -205,4 +255,139 @@ func TestNotifyWakesDispatcher(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return len(eng.Enqueued()) == want }, 10*time.Second, 5*time.Millisecond)
 	}
+}
+
+// Defect 7: input written by newer code records the version of the kind
+// that understands it. A process whose newest version is older leaves the
+// row pending with the reason, for a process that has that version.
+func TestNewerInputWaitsForANewerVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	type v2Input struct {
+		K     string `json:"k"`
+		Extra string `json:"extra"`
+	}
+	_, err := outbox.Write(ctx, pool, outbox.Event{Kind: "k.ind", IdempotencyKey: "x", Payload: v2Input{K: "x", Extra: "new field"}, MinVersion: 2})
+	require.NoError(t, err)
+
+	oldEngine, err := dispatchOnce(t, pool, kindWith[map[string]string](t, "k.ind", 1))
+	require.ErrorIs(t, err, port.ErrUnknownVersion)
+	r := rows(t, pool)["x"]
+	require.Equal(t, "pending", r.Status, "not failed: a newer process understands it")
+	require.Contains(t, r.LastErr, "needs version 2, newest registered is 1")
+	require.Empty(t, oldEngine.Enqueued())
+
+	backoffPassed(t, pool)
+	_, err = dispatchOnce(t, pool, kindWith[v2Input](t, "k.ind", 2))
+	require.NoError(t, err)
+	require.Equal(t, "dispatched", rows(t, pool)["x"].Status)
+}
+
+// A signal row signals its topic; a cancel row cancels the open runs of its
+// business key, except the kinds it spares and the runs of other keys.
+func TestSignalAndCancelRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	eng := apptest.NewRecordingEngine(pool, nil)
+	enqueue := func(kind port.Kind, key, businessKey string) port.RunID {
+		id, err := eng.Enqueue(ctx, kind, map[string]string{}, port.EnqueueOptions{IdempotencyKey: key, BusinessKey: businessKey})
+		require.NoError(t, err)
+		return id
+	}
+	chain := enqueue("chain.step", "a", "plan-1")
+	spared := enqueue("compensate", "b", "plan-1")
+	other := enqueue("chain.step", "c", "plan-2")
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := outbox.Write(ctx, tx, outbox.Event{Action: outbox.ActionSignal, Topic: "approval:plan-1", IdempotencyKey: "s1", BusinessKey: "plan-1"}); err != nil {
+			return err
+		}
+		_, err := outbox.Write(ctx, tx, outbox.Event{Action: outbox.ActionCancelPlanRuns, IdempotencyKey: "c1", BusinessKey: "plan-1",
+			Payload: outbox.CancelRuns{Reason: "stop", Spare: []port.Kind{"compensate"}}})
+		return err
+	})
+	require.NoError(t, err)
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{})
+	require.NoError(t, err)
+	_, err = d.DispatchOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []port.Topic{"approval:plan-1"}, eng.Signals())
+	require.Equal(t, []port.RunID{chain}, eng.Canceled())
+	for _, id := range []port.RunID{spared, other} {
+		v, err := eng.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, port.StatusPending, v.Status)
+	}
+	for k, r := range rows(t, pool) {
+		require.Equal(t, "dispatched", r.Status, k)
+		require.Nil(t, r.RunID, "%s: no run of its own", k)
+	}
+}
+
+// Each action takes exactly its own fields; a malformed row is refused and
+// nothing is written.
+func TestWriteRefusesMalformedRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	for name, ev := range map[string]outbox.Event{
+		"enqueue without kind":        {IdempotencyKey: "k"},
+		"enqueue with topic":          {Kind: "a.b", Topic: "t", IdempotencyKey: "k"},
+		"negative min version":        {Kind: "a.b", IdempotencyKey: "k", MinVersion: -1},
+		"signal without topic":        {Action: outbox.ActionSignal, IdempotencyKey: "k"},
+		"signal with kind":            {Action: outbox.ActionSignal, Kind: "a.b", Topic: "t", IdempotencyKey: "k"},
+		"signal with min version":     {Action: outbox.ActionSignal, Topic: "t", IdempotencyKey: "k", MinVersion: 2},
+		"cancel without plan":         {Action: outbox.ActionCancelPlanRuns, IdempotencyKey: "k", Payload: outbox.CancelRuns{}},
+		"cancel with another payload": {Action: outbox.ActionCancelPlanRuns, IdempotencyKey: "k", BusinessKey: "p", Payload: 1},
+		"unknown action":              {Action: "launch", IdempotencyKey: "k"},
+	} {
+		_, err := outbox.Write(ctx, pool, ev)
+		require.ErrorIs(t, err, port.ErrInvalidInput, name)
+	}
+	require.Empty(t, rows(t, pool))
+}
+
+// gauge records what the dispatcher reports through its metrics hook.
+type gauge struct{ last atomic.Int64 }
+
+func (g *gauge) FailedRows(n int) { g.last.Store(int64(n)) }
+
+// A failed row is listed and counted (the metrics hook reports it) until an
+// operator retries it: it is then pending again with its attempts reset and
+// the operator recorded, and the count goes back to zero.
+func TestFailedRowsAreCountedAndRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	eng := apptest.NewRecordingEngine(pool, kindWith[unrelatedInput](t, "k.ind", 1))
+	failed := &gauge{}
+	failed.last.Store(-1)
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{PollInterval: 20 * time.Millisecond, Metrics: failed})
+	require.NoError(t, err)
+	write(t, pool, "k.ind", "x")
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(d.Stop)
+	require.Eventually(t, func() bool { return failed.last.Load() == 1 }, 30*time.Second, 10*time.Millisecond)
+
+	list, err := outbox.Failed(ctx, pool, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, "x", list[0].IdempotencyKey)
+	require.Equal(t, outbox.ActionEnqueue, list[0].Action)
+	require.Contains(t, list[0].LastError, "invalid input")
+
+	d.Stop() // the row would fail again at once: look at it pending
+	require.ErrorIs(t, outbox.Retry(ctx, pool, list[0].ID, " "), port.ErrInvalidInput, "who retries is recorded")
+	require.NoError(t, outbox.Retry(ctx, pool, list[0].ID, "ann"))
+	r := rows(t, pool)["x"]
+	require.Equal(t, "pending", r.Status)
+	require.Zero(t, r.Attempts)
+	var by string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT retried_by FROM outbox_event WHERE id = $1`, list[0].ID).Scan(&by))
+	require.Equal(t, "ann", by)
+	n, err := outbox.CountFailed(ctx, pool)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.ErrorIs(t, outbox.Retry(ctx, pool, list[0].ID, "ann"), port.ErrNotFound, "only a failed row is retried")
 }

@@ -3,8 +3,8 @@ package outbox
 // Every statement of the package, parameterized.
 
 const insertEventSQL = `
-INSERT INTO outbox_event (id, kind, idempotency_key, business_key, payload, available_at)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO outbox_event (id, action, kind, topic, idempotency_key, business_key, payload, available_at, min_version)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (kind, idempotency_key) DO NOTHING`
 
 // claimSQL takes due rows that no other dispatcher holds and pushes their
@@ -19,7 +19,7 @@ WHERE id IN (
     ORDER BY next_attempt_at, id
     FOR UPDATE SKIP LOCKED
     LIMIT $1)
-RETURNING id, kind, idempotency_key, business_key, payload, available_at, attempts`
+RETURNING id, action, kind, topic, idempotency_key, business_key, payload, available_at, min_version, attempts`
 
 const markDispatchedSQL = `
 UPDATE outbox_event SET status = 'dispatched', run_id = $2, dispatched_at = now(), last_error = ''
@@ -33,3 +33,22 @@ const markFailedSQL = `
 UPDATE outbox_event SET status = 'failed', last_error = $2 WHERE id = $1 AND status = 'pending'`
 
 const listenSQL = `LISTEN outbox_event`
+
+const failedColumns = `id, action, kind, topic, idempotency_key, business_key, attempts, last_error, created_at,
+	retried_by, retried_at`
+
+const listFailedSQL = `SELECT ` + failedColumns + ` FROM outbox_event WHERE status = 'failed'
+ORDER BY created_at, id LIMIT $1`
+
+const countFailedSQL = `SELECT count(*) FROM outbox_event WHERE status = 'failed'`
+
+// retrySQL hands a failed row back to the dispatchers as if new, and
+// records who did it; the last error stays visible until the next attempt.
+const retrySQL = `
+UPDATE outbox_event
+SET status = 'pending', attempts = 0, next_attempt_at = now(), retried_by = $2, retried_at = now()
+WHERE id = $1 AND status = 'failed'`
+
+// notifySQL wakes the dispatchers after a retry (the insert trigger only
+// fires on inserts).
+const notifySQL = `SELECT pg_notify('outbox_event', '')`

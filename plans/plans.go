@@ -2,10 +2,16 @@
 // approve or reject it, cancel it, report its download complete, read its
 // timeline, and list and resolve pending decisions.
 //
-// Each call validates its input first and writes nothing on bad input. State
-// changes are written to the business DB first, with the outbox row of the
-// kind that acts on them in the same transaction; signals to waiting runs
-// come after the commit and are only wake-up hints (ADR 2.2).
+// Each call validates its input first and writes nothing on bad input or on
+// a state that refuses it. A state change is written to the business DB
+// together with the outbox rows of what must follow it (ADR 2.1): the kind
+// that acts on it, the wake-up signal of a waiting run (ADR 2.2), the cancel
+// of the plan's runs (ADR 2.4). Nothing is called after the commit, so a
+// process that dies right after it loses nothing; the outbox dispatcher
+// carries the rows out.
+//
+// Every accepted call returns an Ack saying what it did, or an error saying
+// why it did nothing: a repeated approve or cancel is idempotent and says so.
 package plans
 
 import (
@@ -22,8 +28,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stephenafamo/bob"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
@@ -32,8 +38,10 @@ import (
 )
 
 // ErrConflict: the plan (or decision) is in a state that refuses the call,
-// e.g. approving a canceled plan. Nothing was written.
-var ErrConflict = errors.New("plans: conflicting state")
+// e.g. approving a canceled plan, or a target path another plan holds.
+// Nothing was written. It is the lifecycle's acquisition.ErrConflict; the
+// concrete error is often an *acquisition.TransitionError or TakenError.
+var ErrConflict = acquisition.ErrConflict
 
 // Config configures a Service.
 type Config struct {
@@ -46,17 +54,16 @@ type Config struct {
 
 // Service is the business API.
 type Service struct {
-	pool   *pgxpool.Pool
-	engine port.TaskEngine
-	root   string
-	log    *slog.Logger
+	pool *pgxpool.Pool
+	root string
+	log  *slog.Logger
 }
 
-// New returns the API over the business pool and the engine (for signals
-// and cancels).
-func New(pool *pgxpool.Pool, engine port.TaskEngine, cfg Config) (*Service, error) {
-	if pool == nil || engine == nil {
-		return nil, errors.New("plans: pool and engine are required")
+// New returns the API over the business pool. It needs no engine: what
+// follows a change goes through the outbox.
+func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
+	if pool == nil {
+		return nil, errors.New("plans: pool is required")
 	}
 	if !filepath.IsAbs(cfg.LibraryRoot) {
 		return nil, &port.FieldError{Field: "library_root", Reason: fmt.Sprintf("must be an absolute path, got %q", cfg.LibraryRoot)}
@@ -64,8 +71,19 @@ func New(pool *pgxpool.Pool, engine port.TaskEngine, cfg Config) (*Service, erro
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{pool: pool, engine: engine, root: filepath.Clean(cfg.LibraryRoot), log: cfg.Logger}, nil
+	return &Service{pool: pool, root: filepath.Clean(cfg.LibraryRoot), log: cfg.Logger}, nil
 }
+
+// Ack is what an accepted call did, in words for the operator (the CLI and
+// /admin show it).
+type Ack struct {
+	// Already is true when an earlier call had the same effect, so this one
+	// changed nothing in the plan (it may repeat an idempotent hint).
+	Already bool
+	Message string
+}
+
+func (a Ack) String() string { return a.Message }
 
 // NewPlan is the request to acquire one asset. Exactly one of Magnet,
 // TorrentURL and Torrent is set.
@@ -178,7 +196,10 @@ func (s *Service) target(path string) (string, error) {
 }
 
 // CreatePlan records a plan awaiting approval and enqueues approval.await
-// through the outbox.
+// through the outbox. A target path or info hash that another plan holds
+// (acquisition.Status.HoldsTarget, HoldsInfoHash) is refused with an
+// *acquisition.TakenError naming that plan, and nothing is written; a unique
+// index backs the check, so two concurrent creates cannot both pass it.
 func (s *Service) CreatePlan(ctx context.Context, np NewPlan) (ledger.Plan, error) {
 	p, err := s.validate(np)
 	if err != nil {
@@ -189,17 +210,17 @@ func (s *Service) CreatePlan(ctx context.Context, np NewPlan) (ledger.Plan, erro
 	}
 	var out ledger.Plan
 	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := acquisition.CheckFree(ctx, tx, p.TargetPath, p.InfoHash); err != nil {
+			return err
+		}
 		if out, err = ledger.InsertPlan(ctx, tx, p); err != nil {
 			return err
 		}
-		_, err = outbox.Write(ctx, tx, outbox.Event{
-			Kind: workflows.KindApprovalAwait, IdempotencyKey: workflows.PlanKey(p.ID.String(), workflows.KindApprovalAwait),
-			BusinessKey: p.ID.String(), Payload: workflows.WaitInput{PlanID: p.ID.String()},
-		})
+		_, err = outbox.Write(ctx, tx, acquisition.FirstRun(p.ID.String()))
 		return err
 	})
 	if err != nil {
-		return ledger.Plan{}, fmt.Errorf("create plan: %w", err)
+		return ledger.Plan{}, fmt.Errorf("create plan: %w", acquisition.Taken(ctx, s.pool, err, p.TargetPath, p.InfoHash))
 	}
 	return out, nil
 }
@@ -212,32 +233,49 @@ func parseID(field, s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// Approve records the approval of a plan awaiting it, then wakes its
-// approval.await run.
-func (s *Service) Approve(ctx context.Context, planID, by, note string) error {
+// Approve records the approval of a plan awaiting it, and the wake-up of its
+// approval.await run. Approving an approved plan again changes nothing and
+// says so.
+func (s *Service) Approve(ctx context.Context, planID, by, note string) (Ack, error) {
 	return s.decide(ctx, planID, ledger.Approved, by, note)
 }
 
-// Reject records the rejection of a plan awaiting approval.
-func (s *Service) Reject(ctx context.Context, planID, by, note string) error {
+// Reject records the rejection of a plan awaiting approval, and the wake-up
+// of its approval.await run, which then ends.
+func (s *Service) Reject(ctx context.Context, planID, by, note string) (Ack, error) {
 	return s.decide(ctx, planID, ledger.Rejected, by, note)
 }
 
-func (s *Service) decide(ctx context.Context, planID, decision, by, note string) error {
+func (s *Service) decide(ctx context.Context, planID, decision, by, note string) (Ack, error) {
 	id, err := parseID("plan_id", planID)
 	if err != nil {
-		return fmt.Errorf("%s plan: %w", decision, err)
+		return Ack{}, fmt.Errorf("%s plan: %w", decision, err)
 	}
 	if strings.TrimSpace(by) == "" {
-		return fmt.Errorf("%s plan %s: %w", decision, id, invalid("decided_by", "must not be empty"))
+		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, invalid("decided_by", "must not be empty"))
 	}
+	t := acquisition.Approve
+	if decision == ledger.Rejected {
+		t = acquisition.Reject
+	}
+	var ack Ack
 	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		p, err := ledger.LockPlan(ctx, tx, id)
-		if err != nil {
+		if _, err := ledger.LockPlan(ctx, tx, id); err != nil {
 			return err
 		}
-		if p.Status != ledger.PlanAwaitingApproval || p.CancelRequested() {
-			return fmt.Errorf("plan is %s, not awaiting approval: %w", p.Status, ErrConflict)
+		prev, found, err := ledger.GetApproval(ctx, tx, id)
+		switch {
+		case err != nil:
+			return err
+		case found && prev.Decision == decision:
+			ack = Ack{Already: true, Message: fmt.Sprintf("plan %s was already %s by %s at %s", id, decision, prev.DecidedBy,
+				prev.CreatedAt.UTC().Format("2006-01-02 15:04:05"))}
+			return nil
+		case found:
+			return fmt.Errorf("plan was %s by %s: %w", prev.Decision, prev.DecidedBy, ErrConflict)
+		}
+		if err := acquisition.Move(ctx, tx, id, t); err != nil {
+			return err
 		}
 		aid, err := uuid.NewV7()
 		if err != nil {
@@ -246,145 +284,145 @@ func (s *Service) decide(ctx context.Context, planID, decision, by, note string)
 		if _, err := ledger.InsertApproval(ctx, tx, ledger.Approval{ID: aid, PlanID: id, Decision: decision, DecidedBy: by, Note: note}); err != nil {
 			return err
 		}
-		status := ledger.PlanApproved
-		if decision == ledger.Rejected {
-			status = ledger.PlanRejected
-		}
-		return ledger.SetPlanStatus(ctx, tx, id, status)
+		_, err = outbox.Write(ctx, tx, acquisition.Wake(id.String(), workflows.ApprovalTopic(id.String()), "approval:"+aid.String()))
+		ack = Ack{Message: fmt.Sprintf("plan %s %s by %s", id, decision, by)}
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("%s plan %s: %w", decision, id, err)
+		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, err)
 	}
-	s.signal(ctx, workflows.ApprovalTopic(id.String()))
-	return nil
+	return ack, nil
 }
 
-// signal wakes waiters. It is a hint (ADR 2.2): the state is committed
-// already, so a failed signal only delays the wake-up to the wait's timeout.
-func (s *Service) signal(ctx context.Context, topic port.Topic) {
-	if _, err := s.engine.Signal(ctx, topic, nil); err != nil {
-		s.log.WarnContext(ctx, "signal failed; the waiter will see the change at its next check",
-			slog.String("topic", string(topic)), slog.String("error", err.Error()))
-	}
-}
-
-// Cancel requests the cancel of a plan (ADR 2.4): it writes the business
-// cancel flag and the outbox row of plan.cancel in one transaction, then
-// cancels the plan's open runs in the engine. A plan already finished is a
-// conflict; canceling twice is a no-op.
-func (s *Service) Cancel(ctx context.Context, planID, reason string) error {
+// Cancel requests the cancel of a plan (ADR 2.4): in one transaction it
+// writes the business cancel flag (the plan moves to canceling), the outbox
+// row of plan.cancel, which compensates and ends the plan, and the row that
+// cancels the plan's open runs in the engine. A final plan refuses it with an
+// *acquisition.TransitionError. A plan already canceling answers
+// Already and cancels its open runs again, unless its compensation failed:
+// then the error names the decision to resolve.
+func (s *Service) Cancel(ctx context.Context, planID, reason string) (Ack, error) {
 	id, err := parseID("plan_id", planID)
 	if err != nil {
-		return fmt.Errorf("cancel plan: %w", err)
+		return Ack{}, fmt.Errorf("cancel plan: %w", err)
 	}
+	var ack Ack
 	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		p, err := ledger.LockPlan(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		if p.Status.Final() {
-			return fmt.Errorf("plan is already %s: %w", p.Status, ErrConflict)
+		if p.Status == acquisition.Canceling {
+			if err := compensationStuck(ctx, tx, id); err != nil {
+				return err
+			}
+			ack = Ack{Already: true, Message: fmt.Sprintf("plan %s is already canceling since %s (%s); its open runs are canceled again",
+				id, p.CancelRequestedAt.UTC().Format("2006-01-02 15:04:05"), p.CancelReason)}
+		} else {
+			if _, err := acquisition.RequestCancel(ctx, tx, id, reason); err != nil {
+				return err
+			}
+			compensate := acquisition.Compensation(id.String(), workflows.PlanKey(id.String(), workflows.KindPlanCancel), workflows.OutcomeCanceled)
+			if _, err := outbox.Write(ctx, tx, compensate); err != nil {
+				return err
+			}
+			ack = Ack{Message: fmt.Sprintf("plan %s canceling: its runs are canceled and plan.cancel compensates", id)}
 		}
-		if err := ledger.RequestPlanCancel(ctx, tx, id, reason); err != nil {
+		cancelRuns, err := acquisition.CancelRuns(id.String(), reason)
+		if err != nil {
 			return err
 		}
-		_, err = outbox.Write(ctx, tx, outbox.Event{
-			Kind: workflows.KindPlanCancel, IdempotencyKey: workflows.PlanKey(id.String(), workflows.KindPlanCancel),
-			BusinessKey: id.String(), Payload: workflows.CancelInput{PlanID: id.String(), Outcome: workflows.OutcomeCanceled},
-		})
+		_, err = outbox.Write(ctx, tx, cancelRuns)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("cancel plan %s: %w", id, err)
+		return Ack{}, fmt.Errorf("cancel plan %s: %w", id, err)
 	}
-	return s.cancelRuns(ctx, id, reason)
+	return ack, nil
 }
 
-func (s *Service) cancelRuns(ctx context.Context, id uuid.UUID, reason string) error {
-	// Compensation and notifications are left to finish: they are what a
-	// cancel starts.
-	stmt := openRunsStmt(id, workflows.KindPlanCancel, workflows.KindNotifyWebhook, workflows.KindDecisionResolve)
-	sql, args, err := bob.Build(ctx, stmt)
+// compensationStuck is the error of a canceling plan whose compensation
+// failed for good: another cancel cannot help, resolving its decision can.
+func compensationStuck(ctx context.Context, q ledger.DBTX, id uuid.UUID) error {
+	open, err := ledger.OpenDecisionsOf(ctx, q, id)
 	if err != nil {
-		return fmt.Errorf("cancel plan %s: build open runs query: %w", id, err)
+		return err
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return fmt.Errorf("cancel plan %s: list open runs: %w", id, err)
-	}
-	runs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("cancel plan %s: list open runs: %w", id, err)
-	}
-	var errs []error
-	for _, r := range runs {
-		if err := s.engine.Cancel(ctx, port.RunID(r), reason); err != nil && !errors.Is(err, port.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("cancel run %s: %w", r, err))
+	for _, d := range open {
+		if d.Kind == workflows.KindPlanCancel {
+			return fmt.Errorf("plan is canceling, but its compensation failed: resolve decision %s (retry or abandon): %w", d.ID, ErrConflict)
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		// The flag is set and compensation is enqueued: the runs stop at
-		// their next check of the flag even without the engine cancel.
-		return fmt.Errorf("cancel plan %s: %w", id, err)
 	}
 	return nil
 }
 
-// ReportDownloadComplete records that the download of a plan (by plan id or
-// by info hash) finished, then wakes its download.await run. contentPath is
-// where the payload is, if the reporter knows it.
-func (s *Service) ReportDownloadComplete(ctx context.Context, planIDOrHash, contentPath string) error {
+// ReportDownloadComplete records that the download of a plan (by plan id, or
+// by info hash: the plan that holds it, else the newest with it) finished,
+// and the wake-up of its download.await run. contentPath is where the
+// payload is, if the reporter knows it. A download recorded complete before
+// changes nothing and says so.
+func (s *Service) ReportDownloadComplete(ctx context.Context, planIDOrHash, contentPath string) (Ack, error) {
 	if contentPath != "" && !filepath.IsAbs(contentPath) {
-		return fmt.Errorf("report download: %w", invalid("content_path", "must be an absolute path, got %q", contentPath))
+		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "must be an absolute path, got %q", contentPath))
 	}
-	ids, err := s.resolvePlan(ctx, planIDOrHash)
+	id, err := s.resolvePlan(ctx, planIDOrHash)
 	if err != nil {
-		return fmt.Errorf("report download: %w", err)
+		return Ack{}, fmt.Errorf("report download: %w", err)
 	}
-	for _, id := range ids {
-		err := ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := ledger.GetDownload(ctx, tx, id); err != nil {
-				if errors.Is(err, port.ErrNotFound) {
-					return fmt.Errorf("plan %s has not been submitted: %w", id, ErrConflict)
-				}
-				return err
-			}
-			_, err := ledger.CompleteDownload(ctx, tx, id, contentPath)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("report download of plan %s: %w", id, err)
+	var ack Ack
+	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		d, err := ledger.GetDownload(ctx, tx, id)
+		if errors.Is(err, port.ErrNotFound) {
+			return fmt.Errorf("plan %s has not been submitted: %w", id, ErrConflict)
 		}
-		s.signal(ctx, workflows.DownloadTopic(id.String()))
+		if err != nil {
+			return err
+		}
+		changed, err := ledger.CompleteDownload(ctx, tx, id, contentPath)
+		if err != nil {
+			return err
+		}
+		if !changed {
+			ack = Ack{Already: true, Message: fmt.Sprintf("download of plan %s is %s already", id, d.State)}
+			return nil
+		}
+		_, err = outbox.Write(ctx, tx, acquisition.Wake(id.String(), workflows.DownloadTopic(id.String()), "download:"+d.ID.String()+":completed"))
+		ack = Ack{Message: fmt.Sprintf("download of plan %s recorded complete", id)}
+		return err
+	})
+	if err != nil {
+		return Ack{}, fmt.Errorf("report download of plan %s: %w", id, err)
 	}
-	return nil
+	return ack, nil
 }
 
 // resolvePlan accepts a plan id or an info hash (qBittorrent's "run on
-// completion" knows the hash) and returns the plans it names.
-func (s *Service) resolvePlan(ctx context.Context, ref string) ([]uuid.UUID, error) {
+// completion" knows the hash) and returns the plan it names: for a hash, the
+// plan that holds it, else the newest plan with it.
+func (s *Service) resolvePlan(ctx context.Context, ref string) (uuid.UUID, error) {
 	if id, err := uuid.Parse(ref); err == nil {
 		if _, err := ledger.GetPlan(ctx, s.pool, id); err != nil {
-			return nil, err
+			return uuid.Nil, err
 		}
-		return []uuid.UUID{id}, nil
+		return id, nil
 	}
 	hash, err := hexDigits("plan", ref, 40)
 	if err != nil {
-		return nil, invalid("plan", "neither a plan id nor an info hash: %q", ref)
+		return uuid.Nil, invalid("plan", "neither a plan id nor an info hash: %q", ref)
 	}
 	ps, err := ledger.PlansByHash(ctx, s.pool, hash)
 	if err != nil {
-		return nil, err
+		return uuid.Nil, err
 	}
 	if len(ps) == 0 {
-		return nil, fmt.Errorf("no plan for info hash %s: %w", hash, port.ErrNotFound)
+		return uuid.Nil, fmt.Errorf("no plan for info hash %s: %w", hash, port.ErrNotFound)
 	}
-	ids := make([]uuid.UUID, 0, len(ps))
 	for _, p := range ps {
-		ids = append(ids, p.ID)
+		if p.Status.HoldsInfoHash() {
+			return p.ID, nil
+		}
 	}
-	return ids, nil
+	return ps[len(ps)-1].ID, nil
 }
 
 // Timeline is a plan and what happened to it, from business tables only.
@@ -427,38 +465,58 @@ func (s *Service) ListDecisions(ctx context.Context, status ledger.DecisionStatu
 }
 
 // ResolveDecision resolves an open decision as retry or abandon and enqueues
-// decision.resolve, which carries it out.
-func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action ledger.DecisionStatus, by string) error {
+// decision.resolve, which carries it out (acquisition.RetryEffect and
+// AbandonEffect say what that does; the Ack repeats it). A retry that cannot
+// run (a main-chain kind on a plan with a cancel request, a compensation of a
+// plan that ended) is refused here, with the decision left open and nothing
+// written, rather than acknowledged and then dropped.
+func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action ledger.DecisionStatus, by string) (Ack, error) {
 	id, err := parseID("decision_id", decisionID)
 	if err != nil {
-		return fmt.Errorf("resolve decision: %w", err)
+		return Ack{}, fmt.Errorf("resolve decision: %w", err)
 	}
 	if action != ledger.DecisionRetry && action != ledger.DecisionAbandon {
-		return fmt.Errorf("resolve decision %s: %w", id, invalid("action", "must be retry or abandon, got %q", action))
+		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("action", "must be retry or abandon, got %q", action))
 	}
 	if strings.TrimSpace(by) == "" {
-		return fmt.Errorf("resolve decision %s: %w", id, invalid("resolved_by", "must not be empty"))
+		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("resolved_by", "must not be empty"))
 	}
+	var ack Ack
 	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		d, err := ledger.GetDecision(ctx, tx, id)
 		if err != nil {
 			return err
+		}
+		if d.Status != ledger.DecisionOpen {
+			return fmt.Errorf("decision is already %s: %w", d.Status, ErrConflict)
+		}
+		p, err := ledger.LockPlan(ctx, tx, d.PlanID)
+		if err != nil {
+			return err
+		}
+		state := acquisition.Plan{ID: p.ID.String(), Status: p.Status, CancelRequested: p.CancelRequested()}
+		var effect string
+		if action == ledger.DecisionRetry {
+			if _, effect, err = acquisition.RetryEffect(d.Kind, state); err != nil {
+				return err
+			}
+		} else {
+			_, effect = acquisition.AbandonEffect(d.Kind, state)
 		}
 		resolved, err := ledger.ResolveDecision(ctx, tx, id, action, by)
 		if err != nil {
 			return err
 		}
 		if !resolved {
-			return fmt.Errorf("decision is already %s: %w", d.Status, ErrConflict)
+			return fmt.Errorf("decision was resolved concurrently: %w", ErrConflict)
 		}
-		_, err = outbox.Write(ctx, tx, outbox.Event{
-			Kind: workflows.KindDecisionResolve, IdempotencyKey: "decision:" + id.String() + ":resolve",
-			BusinessKey: d.PlanID.String(), Payload: workflows.DecisionRef{DecisionID: id.String()},
-		})
+		_, err = outbox.Write(ctx, tx, acquisition.Enqueue(workflows.KindDecisionResolve, "decision:"+id.String()+":resolve",
+			d.PlanID.String(), workflows.DecisionRef{DecisionID: id.String()}))
+		ack = Ack{Message: fmt.Sprintf("decision %s (%s) resolved as %s: %s", id, d.Kind, action, effect)}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("resolve decision %s: %w", id, err)
+		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, err)
 	}
-	return nil
+	return ack, nil
 }

@@ -2,12 +2,15 @@ package plans_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/plans"
@@ -67,7 +70,7 @@ func TestCreatePlanRejectsBadInputAndWritesNothing(t *testing.T) {
 
 	p, err := w.Plans.CreatePlan(context.Background(), good)
 	require.NoError(t, err)
-	require.Equal(t, ledger.PlanAwaitingApproval, p.Status)
+	require.Equal(t, acquisition.AwaitingApproval, p.Status)
 	require.Equal(t, []string{"approval.await pending plan:" + p.ID.String() + ":approval.await"}, w.Outbox(t, p.ID.String()))
 }
 
@@ -77,22 +80,22 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 	w := apptest.NewWorld(t, apptest.Options{})
 	before := counts(t, w.Pool)
 	unknown := uuid.NewString()
-	require.ErrorIs(t, w.Plans.Approve(ctx, unknown, "ann", ""), port.ErrNotFound)
-	require.ErrorIs(t, w.Plans.Reject(ctx, unknown, "ann", ""), port.ErrNotFound)
-	require.ErrorIs(t, w.Plans.Cancel(ctx, unknown, "x"), port.ErrNotFound)
-	require.ErrorIs(t, w.Plans.ReportDownloadComplete(ctx, unknown, ""), port.ErrNotFound)
-	require.ErrorIs(t, w.Plans.ReportDownloadComplete(ctx, "0123456789abcdef0123456789abcdef01234567", ""), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Approve(ctx, unknown, "ann", "")), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Reject(ctx, unknown, "ann", "")), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, unknown, "x")), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, unknown, "")), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "0123456789abcdef0123456789abcdef01234567", "")), port.ErrNotFound)
 	_, err := w.Plans.Timeline(ctx, unknown)
 	require.ErrorIs(t, err, port.ErrNotFound)
-	require.ErrorIs(t, w.Plans.ResolveDecision(ctx, unknown, ledger.DecisionRetry, "ann"), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, ledger.DecisionRetry, "ann")), port.ErrNotFound)
 
 	for _, err := range []error{
-		w.Plans.Approve(ctx, "not-a-uuid", "ann", ""),
-		w.Plans.Cancel(ctx, "not-a-uuid", ""),
-		w.Plans.ReportDownloadComplete(ctx, "not-a-hash", ""),
-		w.Plans.ReportDownloadComplete(ctx, unknown, "relative/path"),
-		w.Plans.ResolveDecision(ctx, unknown, "maybe", "ann"),
-		w.Plans.ResolveDecision(ctx, unknown, ledger.DecisionRetry, ""),
+		apptest.ErrOf(w.Plans.Approve(ctx, "not-a-uuid", "ann", "")),
+		apptest.ErrOf(w.Plans.Cancel(ctx, "not-a-uuid", "")),
+		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "not-a-hash", "")),
+		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, unknown, "relative/path")),
+		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, "maybe", "ann")),
+		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, ledger.DecisionRetry, "")),
 	} {
 		require.ErrorIs(t, err, port.ErrInvalidInput)
 	}
@@ -108,18 +111,25 @@ func TestStateConflictsWriteNothing(t *testing.T) {
 	a := apptest.NewAsset("b.mkv", 10)
 	p := w.CreatePlan(t, a)
 	id := p.ID.String()
-	require.ErrorIs(t, w.Plans.Approve(ctx, id, "", ""), port.ErrInvalidInput)
-	require.ErrorIs(t, w.Plans.ReportDownloadComplete(ctx, id, ""), plans.ErrConflict, "not submitted yet")
-	require.NoError(t, w.Plans.Approve(ctx, id, "ann", ""))
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Approve(ctx, id, "", "")), port.ErrInvalidInput)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, id, "")), plans.ErrConflict, "not submitted yet")
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
+	require.Equal(t, []string{"signal approval:" + id + " pending"}, w.Actions(t, id), "the wake-up is committed with the approval")
+	require.Empty(t, w.Recorder.Signals(), "and sent by the dispatcher, not by the API")
+	_, err := w.Dispatcher.DispatchOnce(ctx)
+	require.NoError(t, err)
 	require.Equal(t, []port.Topic{workflows.ApprovalTopic(id)}, w.Recorder.Signals())
+
 	before := counts(t, w.Pool)
-	require.ErrorIs(t, w.Plans.Approve(ctx, id, "bob", ""), plans.ErrConflict)
-	require.ErrorIs(t, w.Plans.Reject(ctx, id, "bob", ""), plans.ErrConflict)
+	again := apptest.Acked(t)(w.Plans.Approve(ctx, id, "bob", ""))
+	require.True(t, again.Already, "approving twice is idempotent and says so: %s", again)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Reject(ctx, id, "bob", "")), plans.ErrConflict)
 	require.Equal(t, before, counts(t, w.Pool))
 }
 
-// Cancel writes the flag and the plan.cancel outbox row in one transaction,
-// then cancels the plan's open runs in the engine (not its compensation).
+// Cancel writes the flag, the plan.cancel outbox row and the row that
+// cancels the plan's open runs in the engine (not its compensation) in one
+// transaction; the dispatcher carries the cancel out.
 func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -130,18 +140,104 @@ func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	runs := w.Recorder.Enqueued()
 	require.Len(t, runs, 1)
 
-	require.NoError(t, w.Plans.Cancel(ctx, id, "no longer wanted"))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "no longer wanted"))
 	tl, err := w.Plans.Timeline(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, ledger.PlanCanceling, tl.Plan.Status)
+	require.Equal(t, acquisition.Canceling, tl.Plan.Status)
 	require.Equal(t, "no longer wanted", tl.Plan.CancelReason)
-	require.Equal(t, []port.RunID{runs[0].RunID}, w.Recorder.Canceled())
 	require.Contains(t, w.Outbox(t, id), "plan.cancel pending plan:"+id+":plan.cancel")
-	require.NoError(t, w.Plans.Cancel(ctx, id, "again"), "canceling twice is a no-op")
+	require.Equal(t, []string{"cancel_plan_runs  pending"}, w.Actions(t, id))
+	require.Empty(t, w.Recorder.Canceled(), "the API calls no engine")
+	again := apptest.Acked(t)(w.Plans.Cancel(ctx, id, "again"))
+	require.True(t, again.Already, "canceling twice says so: %s", again)
+	require.Contains(t, again.Message, "no longer wanted", "and names the request that stands")
 
+	_, err = w.Dispatcher.DispatchOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []port.RunID{runs[0].RunID}, w.Recorder.Canceled(),
+		"the open run is canceled once: the second request finds it canceled")
+	require.Equal(t, []string{"cancel_plan_runs  dispatched", "cancel_plan_runs  dispatched"}, w.Actions(t, id))
 	w.Drive(t)
 	tl, err = w.Plans.Timeline(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, ledger.PlanCanceled, tl.Plan.Status)
-	require.ErrorIs(t, w.Plans.Cancel(ctx, id, "late"), plans.ErrConflict)
+	require.Equal(t, acquisition.Canceled, tl.Plan.Status)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, id, "late")), plans.ErrConflict)
+}
+
+// Defect 3: a second live or completed plan on the same target path is
+// refused with an error naming the plan that holds it, and nothing is
+// written.
+func TestSecondPlanOnSameTargetIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	a, b := apptest.NewAsset("same.mkv", 10), apptest.NewAsset("other.mkv", 10)
+	first := w.CreatePlan(t, a)
+	before := counts(t, w.Pool)
+	_, err := w.Plans.CreatePlan(ctx, plans.NewPlan{Title: "B", Magnet: b.Magnet(), InfoHash: b.Hash, TargetPath: w.Target(a),
+		ExpectedSize: 10, ExpectedSHA256: b.SHA256})
+	require.ErrorIs(t, err, plans.ErrConflict)
+	require.ErrorContains(t, err, first.ID.String(), "the error names the plan that holds the target")
+	var taken *acquisition.TakenError
+	require.ErrorAs(t, err, &taken)
+	require.Equal(t, acquisition.TakenError{Field: "target_path", Value: w.Target(a), PlanID: first.ID, Status: acquisition.AwaitingApproval}, *taken)
+	require.Equal(t, before, counts(t, w.Pool), "nothing written")
+}
+
+// Defect 3: plans created at once on one target: exactly one is created,
+// every other call gets the error naming it, whichever of the check and the
+// unique index refused it.
+func TestConcurrentPlansOnOneTarget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	target := w.LibraryDir + "/contested.mkv"
+	const n = 8
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		a := apptest.NewAsset(fmt.Sprintf("contested-%d.mkv", i), 10)
+		wg.Go(func() {
+			p, err := w.Plans.CreatePlan(ctx, plans.NewPlan{Title: a.Name, Magnet: a.Magnet(), InfoHash: a.Hash, TargetPath: target,
+				ExpectedSize: 10, ExpectedSHA256: a.SHA256})
+			ids[i], errs[i] = p.ID.String(), err
+		})
+	}
+	wg.Wait()
+	var winner string
+	for i, err := range errs {
+		if err == nil {
+			require.Empty(t, winner, "two plans were created on one target")
+			winner = ids[i]
+		}
+	}
+	require.NotEmpty(t, winner)
+	for _, err := range errs {
+		if err != nil {
+			var taken *acquisition.TakenError
+			require.ErrorAs(t, err, &taken)
+			require.Equal(t, winner, taken.PlanID.String())
+		}
+	}
+	require.Equal(t, 1, counts(t, w.Pool)["plan"])
+}
+
+// Defect 4: a second active plan on the same info hash is refused with an
+// error naming the plan that holds it, and nothing is written.
+func TestSecondActivePlanOnSameHashIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	a := apptest.NewAsset("hash.mkv", 10)
+	first := w.CreatePlan(t, a)
+	before := counts(t, w.Pool)
+	_, err := w.Plans.CreatePlan(ctx, plans.NewPlan{Title: "again", Magnet: a.Magnet(), InfoHash: a.Hash,
+		TargetPath: w.LibraryDir + "/elsewhere.mkv", ExpectedSize: 10, ExpectedSHA256: a.SHA256})
+	require.ErrorIs(t, err, plans.ErrConflict)
+	require.ErrorContains(t, err, first.ID.String(), "the error names the plan that holds the hash")
+	var taken *acquisition.TakenError
+	require.ErrorAs(t, err, &taken)
+	require.Equal(t, "info_hash", taken.Field)
+	require.Equal(t, before, counts(t, w.Pool), "nothing written")
 }

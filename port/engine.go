@@ -87,6 +87,12 @@ type EnqueueOptions struct {
 	// BusinessKey is a free-form business identifier (a plan id) recorded with
 	// the run so that operators can find it, e.g. in the Temporal UI. Optional.
 	BusinessKey string
+	// MinVersion is the lowest version of the kind that understands this
+	// input; zero means any. A process whose newest registered version of the
+	// kind is lower refuses the call with an error wrapping ErrUnknownVersion,
+	// so that input written by newer code (a rolling deploy) waits for a
+	// process that has that code instead of being misread or given up.
+	MinVersion int
 }
 
 // Priority bounds, inclusive.
@@ -147,7 +153,10 @@ type RunFilter struct {
 	// "runs still on an old version".
 	BelowVersion int
 	Statuses     []Status // empty: every status
-	Limit        int      // zero: 100
+	// BusinessKey, when non-empty, keeps only the runs enqueued with this
+	// business key (a plan's runs).
+	BusinessKey string
+	Limit       int // zero: 100
 }
 
 // Admin is implemented by both engines for the operator surface: dead letters

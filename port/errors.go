@@ -15,6 +15,11 @@ var (
 	ErrInvalidInput = errors.New("taskport: invalid input")
 	// ErrUnknownKind: the kind (or the kind at that version) is not registered.
 	ErrUnknownKind = fmt.Errorf("%w: unknown kind", ErrInvalidInput)
+	// ErrUnknownVersion: the kind is registered, but only at versions older
+	// than the input needs (EnqueueOptions.MinVersion). It is an unknown kind
+	// at that version, so it also matches ErrUnknownKind: another process,
+	// with newer code, may know it.
+	ErrUnknownVersion = fmt.Errorf("%w: no registered version is new enough", ErrUnknownKind)
 	// ErrUnknownActivity: a step names an activity that is not registered.
 	ErrUnknownActivity = fmt.Errorf("%w: unknown activity", ErrInvalidInput)
 	// ErrPayloadTooLarge: an input, signal payload or step result exceeds

@@ -63,6 +63,8 @@ func TestPrepareEnqueueRejectsBadInput(t *testing.T) {
 		{"oversize payload", "asset.import", map[string]string{"plan_id": strings.Repeat("x", port.MaxPayloadBytes)}, port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrPayloadTooLarge},
 		{"priority too high", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", Priority: port.MaxPriority + 1}, "priority", port.ErrInvalidInput},
 		{"business key control char", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", BusinessKey: "\x00"}, "business_key", port.ErrInvalidInput},
+		{"negative min version", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", MinVersion: -1}, "min_version", port.ErrInvalidInput},
+		{"input for a newer version", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", MinVersion: 2}, "", port.ErrUnknownVersion},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,9 +89,18 @@ func TestPrepareEnqueueAcceptsGoodInput(t *testing.T) {
 	require.Equal(t, 1, p.Definition.Version)
 	require.JSONEq(t, `{"plan_id":"p1","bytes":3}`, string(p.Input))
 
-	raw, err := reg.PrepareEnqueue("asset.import", json.RawMessage(`{"plan_id":"p2"}`), port.EnqueueOptions{IdempotencyKey: "k"})
+	raw, err := reg.PrepareEnqueue("asset.import", json.RawMessage(`{"plan_id":"p2"}`), port.EnqueueOptions{IdempotencyKey: "k", MinVersion: 1})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"plan_id":"p2"}`, string(raw.Input))
+}
+
+// A version this process does not have is an unknown kind at that version:
+// a caller that retries elsewhere (the outbox) can tell it from bad input.
+func TestUnknownVersionIsAnUnknownKind(t *testing.T) {
+	_, err := testRegistry(t).PrepareEnqueue("asset.import", importInput{PlanID: "p1"}, port.EnqueueOptions{IdempotencyKey: "k", MinVersion: 3})
+	require.ErrorIs(t, err, port.ErrUnknownVersion)
+	require.ErrorIs(t, err, port.ErrUnknownKind)
+	require.ErrorContains(t, err, "needs version 3, newest registered is 1")
 }
 
 func TestSignalAndTimeoutValidation(t *testing.T) {

@@ -134,6 +134,13 @@ func (r *Registry) PrepareEnqueue(kind Kind, input any, opts EnqueueOptions) (Pr
 	if err != nil {
 		return PreparedEnqueue{}, err
 	}
+	if opts.MinVersion < 0 {
+		return PreparedEnqueue{}, fieldErr("min_version", "must not be negative, got %d", opts.MinVersion)
+	}
+	if opts.MinVersion > def.Version {
+		return PreparedEnqueue{}, fmt.Errorf("kind %q: input needs version %d, newest registered is %d: %w",
+			kind, opts.MinVersion, def.Version, ErrUnknownVersion)
+	}
 	if err := validateKey("idempotency_key", opts.IdempotencyKey, true); err != nil {
 		return PreparedEnqueue{}, err
 	}

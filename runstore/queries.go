@@ -36,6 +36,7 @@ WHERE ($1 = '' OR kind = $1)
   AND ($2 = 0 OR version = $2)
   AND ($3 = 0 OR version < $3)
   AND (cardinality($4::text[]) = 0 OR status = ANY($4))
+  AND ($6 = '' OR business_key = $6)
 ORDER BY created_at DESC, id DESC
 LIMIT $5`
 

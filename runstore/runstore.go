@@ -177,7 +177,7 @@ func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error)
 	for _, s := range f.Statuses {
 		statuses = append(statuses, string(s))
 	}
-	rows, err := q.Query(ctx, listRunsSQL, string(f.Kind), f.Version, f.BelowVersion, statuses, limit)
+	rows, err := q.Query(ctx, listRunsSQL, string(f.Kind), f.Version, f.BelowVersion, statuses, limit, f.BusinessKey)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}

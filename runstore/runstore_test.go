@@ -107,6 +107,13 @@ func TestGetCancelProjectList(t *testing.T) {
 	all, err := runstore.List(ctx, pool, port.RunFilter{})
 	require.NoError(t, err)
 	require.Len(t, all, 2)
+	other := newRun("k3")
+	other.BusinessKey = "plan-2"
+	_, _, err = runstore.Insert(ctx, pool, other)
+	require.NoError(t, err)
+	ofPlan, err := runstore.List(ctx, pool, port.RunFilter{BusinessKey: "plan-1"})
+	require.NoError(t, err)
+	require.Len(t, ofPlan, 2, "only the runs of plan-1")
 }
 
 func TestWaiters(t *testing.T) {

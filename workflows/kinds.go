@@ -32,6 +32,19 @@ func Definitions() []port.Definition {
 	}
 }
 
+// Version is the current version of kind, the one Definitions returns; 0
+// for a kind this package does not define. An outbox row records it as the
+// lowest version that understands the input it carries (a process with only
+// older code leaves the row to a newer one).
+func Version(kind port.Kind) int {
+	for _, d := range Definitions() {
+		if d.Kind == kind {
+			return d.Version
+		}
+	}
+	return 0
+}
+
 // failed opens a pending decision when a step failed for good (ADR 2.6) and
 // returns the step's error, so the run ends failed. A cancel or any other
 // error is returned as is.

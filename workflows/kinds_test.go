@@ -10,11 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/qbittorrent"
 	"github.com/taskport/taskport/workflows"
 	"github.com/taskport/taskport/workflows/flowtest"
 )
@@ -48,7 +50,7 @@ func (f *fixture) run(t *testing.T, kind port.Kind, input any) *flowtest.Run {
 	return r
 }
 
-func (f *fixture) status(t *testing.T) ledger.PlanStatus {
+func (f *fixture) status(t *testing.T) acquisition.Status {
 	t.Helper()
 	p, err := ledger.GetPlan(context.Background(), f.Pool, f.plan.ID)
 	require.NoError(t, err)
@@ -61,7 +63,7 @@ func (f *fixture) ref() workflows.PlanRef { return workflows.PlanRef{PlanID: f.i
 func (f *fixture) submitted(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, f.Plans.Approve(ctx, f.id, "ann", ""))
+	apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
 	require.NoError(t, f.run(t, workflows.KindDownloadSubmit, f.ref()).Execute(ctx))
 }
 
@@ -106,7 +108,7 @@ func TestApprovalAwait(t *testing.T) {
 		case "wait-approval-1": // a stray signal, nothing in the DB
 			require.NoError(t, r.Signal(topic, nil))
 		case "wait-approval-2":
-			require.NoError(t, f.Plans.Approve(ctx, f.id, "ann", ""))
+			apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
 			require.NoError(t, r.Signal(topic, nil))
 		}
 	}
@@ -136,7 +138,7 @@ func TestApprovalAwaitContinuesAsNew(t *testing.T) {
 	r.RestartAfter = 4
 	r.OnWait = func(name string, _ port.Topic) {
 		if name == "wait-approval-3" {
-			require.NoError(t, f.Plans.Reject(ctx, f.id, "ann", "no"))
+			apptest.Acked(t)(f.Plans.Reject(ctx, f.id, "ann", "no"))
 		}
 	}
 	require.NoError(t, r.Execute(ctx))
@@ -146,7 +148,7 @@ func TestApprovalAwaitContinuesAsNew(t *testing.T) {
 		// continued as new with iteration 3: names never repeat
 		"check-approval-3", "wait-approval-3", "check-approval-4",
 	}, r.Steps)
-	require.Equal(t, ledger.PlanRejected, f.status(t))
+	require.Equal(t, acquisition.Rejected, f.status(t))
 	require.NotContains(t, f.Outbox(t, f.id), "download.submit pending plan:"+f.id+":download.submit")
 }
 
@@ -156,7 +158,7 @@ func TestDownloadSubmitReconcilesDroppedAdd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	require.NoError(t, f.Plans.Approve(ctx, f.id, "ann", ""))
+	apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
 	f.QBT.DropNextAdds(1)
 	r := f.run(t, workflows.KindDownloadSubmit, f.ref())
 	require.NoError(t, r.Execute(ctx))
@@ -169,7 +171,7 @@ func TestDownloadSubmitReconcilesDroppedAdd(t *testing.T) {
 	d, err := ledger.GetDownload(ctx, f.Pool, f.plan.ID)
 	require.NoError(t, err)
 	require.Equal(t, ledger.DownloadSubmitted, d.State)
-	require.Equal(t, ledger.PlanDownloading, f.status(t))
+	require.Equal(t, acquisition.Downloading, f.status(t))
 	require.True(t, f.Operations(t, f.id)[ledger.OpSubmit])
 	require.Contains(t, f.Outbox(t, f.id), "download.await pending plan:"+f.id+":download.await")
 }
@@ -179,7 +181,7 @@ func TestDownloadSubmitExhaustedOpensDecision(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	require.NoError(t, f.Plans.Approve(ctx, f.id, "ann", ""))
+	apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
 	f.QBT.FailNext(1000, http.StatusServiceUnavailable)
 	r := f.run(t, workflows.KindDownloadSubmit, f.ref())
 	err := r.Execute(ctx)
@@ -193,7 +195,7 @@ func TestDownloadSubmitExhaustedOpensDecision(t *testing.T) {
 	require.Equal(t, workflows.KindDownloadSubmit, ds[0].Kind)
 	require.Equal(t, port.RunID("run-download.submit"), ds[0].RunID)
 	require.JSONEq(t, `{"plan_id":"`+f.id+`"}`, string(ds[0].Input))
-	require.Equal(t, ledger.PlanFailed, f.status(t))
+	require.Equal(t, acquisition.Failed, f.status(t))
 	require.False(t, f.Operations(t, f.id)[ledger.OpSubmit])
 }
 
@@ -217,7 +219,7 @@ func TestDownloadAwait(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ledger.DownloadCompleted, d.State)
 	require.Equal(t, filepath.Join(f.DownloadDir, f.id, f.asset.Name), d.ContentPath)
-	require.Equal(t, ledger.PlanDownloaded, f.status(t))
+	require.Equal(t, acquisition.Downloaded, f.status(t))
 	require.Contains(t, f.Outbox(t, f.id), "asset.import pending plan:"+f.id+":asset.import")
 }
 
@@ -252,10 +254,11 @@ func TestAssetImportCopiedButNotCommittedReconciles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, op.Attempts)
 	require.Equal(t, "run-asset.import/import#2", op.Token)
-	require.JSONEq(t, `{"size":200000,"sha256":"`+f.asset.SHA256+`","reconciled":true}`, string(op.Result))
+	require.JSONEq(t, `{"size":200000,"sha256":"`+f.asset.SHA256+`","reconciled":true,"origin":"created"}`, string(op.Result),
+		"reconciled with the file its own first attempt created")
 	require.Equal(t, f.asset.SHA256, apptest.FileSHA256(t, f.Target(f.asset)))
 	require.Equal(t, []string{f.asset.Name}, f.LibraryFiles(t))
-	require.Equal(t, ledger.PlanImported, f.status(t))
+	require.Equal(t, acquisition.Imported, f.status(t))
 	require.Contains(t, f.Outbox(t, f.id), "asset.verify pending plan:"+f.id+":asset.verify")
 	require.Equal(t, workflows.ImportHeartbeatTimeout, r.Options["import"].HeartbeatTimeout)
 	last := r.Heartbeats[len(r.Heartbeats)-1].(activities.ImportProgress)
@@ -287,7 +290,7 @@ func TestAssetVerify(t *testing.T) {
 	f := newFixture(t)
 	f.imported(t)
 	require.NoError(t, f.run(t, workflows.KindAssetVerify, f.ref()).Execute(ctx))
-	require.Equal(t, ledger.PlanVerified, f.status(t))
+	require.Equal(t, acquisition.Verified, f.status(t))
 	require.Contains(t, f.Outbox(t, f.id), "download.cleanup pending plan:"+f.id+":download.cleanup")
 }
 
@@ -304,7 +307,7 @@ func TestAssetVerifyMismatchOpensDecision(t *testing.T) {
 	require.ErrorAs(t, r.Execute(ctx), &se)
 	require.True(t, se.NonRetryable)
 	require.Equal(t, []string{"verify"}, r.Executed[:1])
-	require.Equal(t, ledger.PlanFailed, f.status(t))
+	require.Equal(t, acquisition.Failed, f.status(t))
 	ds, err := f.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
@@ -320,7 +323,7 @@ func TestDownloadCleanup(t *testing.T) {
 	deleted, withFiles := f.QBT.Deleted(f.asset.Hash)
 	require.True(t, deleted && withFiles)
 	require.True(t, f.QBT.Paused(f.asset.Hash) || deleted)
-	require.Equal(t, ledger.PlanCompleted, f.status(t))
+	require.Equal(t, acquisition.Completed, f.status(t))
 	d, err := ledger.GetDownload(ctx, f.Pool, f.plan.ID)
 	require.NoError(t, err)
 	require.Equal(t, ledger.DownloadRemoved, d.State)
@@ -328,24 +331,27 @@ func TestDownloadCleanup(t *testing.T) {
 }
 
 // plan.cancel removes the torrent, the download dir, a crashed import's temp
-// file and the partial library file, then ends the plan as canceled.
+// file and the library file that import created, then ends the plan as
+// canceled.
 func TestPlanCancelCompensates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	f.downloaded(t)
-	// A crashed import: it began, wrote a temp file and part of the
-	// target, and left no result.
-	_, err := ledger.Begin(ctx, f.Pool, f.plan.ID, ledger.OpImport, port.FencingToken{Scope: "dead-run/import", Epoch: 1})
+	// A crashed import: it began, noted that it creates the target, put the
+	// file in place (a rename only ever places a complete copy), left a
+	// temp file of an overlapping attempt, and no result.
+	op, err := ledger.Begin(ctx, f.Pool, f.plan.ID, ledger.OpImport, port.FencingToken{Scope: "dead-run/import", Epoch: 1})
 	require.NoError(t, err)
+	require.NoError(t, ledger.Note(ctx, f.Pool, op, map[string]any{"origin": "created", "size": len(f.asset.Content), "sha256": f.asset.SHA256}))
 	temp := filepath.Join(f.LibraryDir, "."+f.asset.Name+".tp-import-123456")
 	require.NoError(t, os.WriteFile(temp, []byte("partial"), 0o644))
-	require.NoError(t, os.WriteFile(f.Target(f.asset), []byte("partial"), 0o644))
+	require.NoError(t, os.WriteFile(f.Target(f.asset), f.asset.Content, 0o644))
 
-	require.NoError(t, f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
 	r := f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled})
 	require.NoError(t, r.Execute(ctx))
-	require.Equal(t, ledger.PlanCanceled, f.status(t))
+	require.Equal(t, acquisition.Canceled, f.status(t))
 	require.Empty(t, f.LibraryFiles(t))
 	deleted, withFiles := f.QBT.Deleted(f.asset.Hash)
 	require.True(t, deleted && withFiles)
@@ -369,7 +375,7 @@ func TestDecisionResolve(t *testing.T) {
 		t.Run(string(action), func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
-			require.NoError(t, f.Plans.Approve(ctx, f.id, "ann", ""))
+			apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
 			f.QBT.FailNext(5, http.StatusInternalServerError)
 			require.Error(t, f.run(t, workflows.KindDownloadSubmit, f.ref()).Execute(ctx))
 			ds, err := f.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
@@ -382,18 +388,18 @@ func TestDecisionResolve(t *testing.T) {
 			require.ErrorAs(t, r.Execute(ctx), &se, "an open decision cannot be carried out")
 			require.True(t, se.NonRetryable)
 
-			require.NoError(t, f.Plans.ResolveDecision(ctx, did, action, "ann"))
-			require.ErrorIs(t, f.Plans.ResolveDecision(ctx, did, action, "ann"), plans.ErrConflict)
+			apptest.Acked(t)(f.Plans.ResolveDecision(ctx, did, action, "ann"))
+			require.ErrorIs(t, apptest.ErrOf(f.Plans.ResolveDecision(ctx, did, action, "ann")), plans.ErrConflict)
 			r = f.run(t, workflows.KindDecisionResolve, workflows.DecisionRef{DecisionID: did})
 			require.NoError(t, r.Execute(ctx))
 			if action == ledger.DecisionRetry {
 				require.Contains(t, f.Outbox(t, f.id), "download.submit pending decision:"+did+":retry")
-				require.Equal(t, ledger.PlanApproved, f.status(t))
+				require.Equal(t, acquisition.Approved, f.status(t))
 				return
 			}
 			require.Contains(t, f.Outbox(t, f.id), "plan.cancel pending decision:"+did+":abandon")
 			require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeAbandoned}).Execute(ctx))
-			require.Equal(t, ledger.PlanAbandoned, f.status(t))
+			require.Equal(t, acquisition.Abandoned, f.status(t))
 		})
 	}
 }
@@ -416,7 +422,7 @@ func TestNotifyWebhook(t *testing.T) {
 	ds, err := f.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1, "the failed webhook is in the decision centre")
-	require.Equal(t, ledger.PlanAwaitingApproval, f.status(t), "a webhook failure does not fail the plan")
+	require.Equal(t, acquisition.AwaitingApproval, f.status(t), "a webhook failure does not fail the plan")
 
 	f.Webhooks.FailWith(http.StatusServiceUnavailable)
 	r, err = flowtest.New(f.Registry, workflows.KindNotifyWebhook, "run-2", workflows.NotifyInput{PlanID: f.id, Event: "e3", Status: "s"})
@@ -432,7 +438,7 @@ func TestActivityOutsideEngineIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	require.NoError(t, f.Plans.Approve(ctx, f.id, "ann", ""))
+	apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
 	b, err := f.Registry.Activity(workflows.SubmitDownload.Name())
 	require.NoError(t, err)
 	_, err = b.Invoke(ctx, []byte(`{"plan_id":"`+f.id+`"}`))
@@ -440,4 +446,68 @@ func TestActivityOutsideEngineIsRefused(t *testing.T) {
 	require.True(t, port.IsNonRetryable(err))
 	require.Zero(t, f.QBT.AddRequests())
 	require.Empty(t, f.Operations(t, f.id))
+}
+
+// Defect 3: an import that finds the expected file already at the target
+// adopts it; compensating the plan later leaves that file alone, since the
+// plan never created it.
+func TestPlanCancelLeavesAdoptedFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	require.NoError(t, os.WriteFile(f.Target(f.asset), f.asset.Content, 0o644))
+	f.imported(t)
+	require.Equal(t, acquisition.Imported, f.status(t))
+
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
+	require.Equal(t, acquisition.Canceled, f.status(t))
+	require.Equal(t, f.asset.SHA256, apptest.FileSHA256(t, f.Target(f.asset)), "the adopted file is left in place")
+}
+
+// Defect 3: an import never overwrites a different file that is already at
+// the target: it fails for good (a decision), and neither the failed import
+// nor the compensation afterwards touches that file.
+func TestImportNeverOverwritesDifferentFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	theirs := []byte("somebody else's file")
+	require.NoError(t, os.WriteFile(f.Target(f.asset), theirs, 0o644))
+	f.downloaded(t)
+	var se *port.StepError
+	require.ErrorAs(t, f.run(t, workflows.KindAssetImport, f.ref()).Execute(ctx), &se)
+	require.True(t, se.NonRetryable, "a different file at the target cannot heal by retrying")
+	require.Equal(t, acquisition.Failed, f.status(t))
+
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
+	got, err := os.ReadFile(f.Target(f.asset))
+	require.NoError(t, err)
+	require.Equal(t, theirs, got, "the other file is untouched")
+	require.Equal(t, []string{f.asset.Name}, f.LibraryFiles(t))
+}
+
+// Defect 4: a torrent with the plan's hash that does not carry the plan's
+// managed tag belongs to someone else. The add's "Fails." is then a
+// non-retryable error, not "already present", and no later action of the
+// plan (cancel included) touches that torrent.
+func TestForeignTorrentWithSameHashIsNeverTouched(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	require.NoError(t, f.Client.Add(ctx, qbittorrent.AddRequest{URLs: []string{f.asset.Magnet()}, Tags: []string{"someone-else"}}))
+	apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
+	var se *port.StepError
+	require.ErrorAs(t, f.run(t, workflows.KindDownloadSubmit, f.ref()).Execute(ctx), &se)
+	require.True(t, se.NonRetryable)
+	require.Equal(t, acquisition.Failed, f.status(t))
+
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
+	require.Equal(t, acquisition.Canceled, f.status(t))
+	deleted, _ := f.QBT.Deleted(f.asset.Hash)
+	require.False(t, deleted, "the other owner's torrent is not deleted")
+	require.False(t, f.QBT.Paused(f.asset.Hash), "nor paused")
+	require.Len(t, f.QBT.Torrents(), 1)
 }

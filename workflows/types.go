@@ -154,6 +154,9 @@ type ImportOutcome struct {
 	Size       int64  `json:"size"`
 	SHA256     string `json:"sha256"`
 	Reconciled bool   `json:"reconciled,omitempty"`
+	// Origin says whether the plan created the library file ("created") or
+	// adopted the identical file already there ("adopted").
+	Origin string `json:"origin,omitempty"`
 }
 
 // DecisionRequest opens a pending decision for a failed run (ADR 2.6).

@@ -40,7 +40,10 @@ type RecordingEngine struct {
 	notify   chan struct{}
 }
 
-var _ port.TaskEngine = (*RecordingEngine)(nil)
+var (
+	_ port.TaskEngine = (*RecordingEngine)(nil)
+	_ port.Admin      = (*RecordingEngine)(nil)
+)
 
 // NewRecordingEngine records into pool's run store; reg may be nil.
 func NewRecordingEngine(pool *pgxpool.Pool, reg *port.Registry) *RecordingEngine {
@@ -116,6 +119,11 @@ func (e *RecordingEngine) Get(ctx context.Context, id port.RunID) (port.RunView,
 		return port.RunView{}, err
 	}
 	return run.RunView, nil
+}
+
+// ListRuns implements port.Admin from the run store, as both engines do.
+func (e *RecordingEngine) ListRuns(ctx context.Context, f port.RunFilter) ([]port.RunView, error) {
+	return runstore.List(ctx, e.pool, f)
 }
 
 // Start implements port.TaskEngine; the engine runs nothing.

@@ -108,9 +108,11 @@ func NewWorld(t testing.TB, opts Options) *World {
 		w.Recorder = NewRecordingEngine(w.Pool, w.Registry)
 		w.Engine = w.Recorder
 	}
-	w.Plans, err = plans.New(w.Pool, w.Engine, plans.Config{LibraryRoot: w.LibraryDir})
+	w.Plans, err = plans.New(w.Pool, plans.Config{LibraryRoot: w.LibraryDir})
 	require.NoError(t, err)
-	w.Dispatcher, err = outbox.NewDispatcher(w.Pool, w.Engine, outbox.Config{})
+	runs, ok := w.Engine.(port.Admin)
+	require.True(t, ok, "the engine %T does not list runs (port.Admin)", w.Engine)
+	w.Dispatcher, err = outbox.NewDispatcher(w.Pool, w.Engine, runs, outbox.Config{})
 	require.NoError(t, err)
 	t.Cleanup(w.Dispatcher.Stop)
 	return w
@@ -272,11 +274,33 @@ func (w *World) project(t testing.TB, id port.RunID, err error) {
 	}
 }
 
-// Outbox returns the outbox rows of a plan as "kind status key", oldest first.
+// Plan returns a plan as stored now.
+func (w *World) Plan(t testing.TB, id string) ledger.Plan {
+	t.Helper()
+	tl, err := w.Plans.Timeline(context.Background(), id)
+	require.NoError(t, err)
+	return tl.Plan
+}
+
+// Outbox returns the enqueue rows (the hand-offs) of a plan as "kind status
+// key", oldest first.
 func (w *World) Outbox(t testing.TB, planID string) []string {
 	t.Helper()
-	rows, err := w.Pool.Query(context.Background(),
-		`SELECT kind || ' ' || status || ' ' || idempotency_key FROM outbox_event WHERE business_key = $1 ORDER BY created_at, id`, planID)
+	return w.outboxRows(t, `SELECT kind || ' ' || status || ' ' || idempotency_key FROM outbox_event
+WHERE business_key = $1 AND action = 'enqueue' ORDER BY created_at, id`, planID)
+}
+
+// Actions returns the other outbox rows of a plan (signals and cancels) as
+// "action topic status", oldest first; topic is empty for a cancel.
+func (w *World) Actions(t testing.TB, planID string) []string {
+	t.Helper()
+	return w.outboxRows(t, `SELECT action || ' ' || topic || ' ' || status FROM outbox_event
+WHERE business_key = $1 AND action <> 'enqueue' ORDER BY created_at, id`, planID)
+}
+
+func (w *World) outboxRows(t testing.TB, query, planID string) []string {
+	t.Helper()
+	rows, err := w.Pool.Query(context.Background(), query, planID)
 	require.NoError(t, err)
 	var out []string
 	for rows.Next() {
@@ -377,3 +401,17 @@ func (d DriveResult) String() string {
 	}
 	return fmt.Sprintf("%s %s: %s", d.Kind, d.RunID, d.Err.Error())
 }
+
+// Acked fails the test when a plans API call returned an error, and returns
+// what the call did: apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", "")).
+func Acked(t testing.TB) func(plans.Ack, error) plans.Ack {
+	return func(ack plans.Ack, err error) plans.Ack {
+		t.Helper()
+		require.NoError(t, err)
+		return ack
+	}
+}
+
+// ErrOf returns the error of a plans API call, for a check on it:
+// require.ErrorIs(t, apptest.ErrOf(w.Plans.Approve(...)), plans.ErrConflict).
+func ErrOf(_ plans.Ack, err error) error { return err }

@@ -47,3 +47,15 @@ func (m *leaseMetrics) Finished(kind port.Kind, s port.Status) {
 func (m *leaseMetrics) LeaseLost(kind port.Kind)    { m.leaseLost.WithLabelValues(string(kind)).Inc() }
 func (m *leaseMetrics) FencedCommit(kind port.Kind) { m.fenced.WithLabelValues(string(kind)).Inc() }
 func (m *leaseMetrics) QueueDepth(n int)            { m.queueDepth.Set(float64(n)) }
+
+// outboxMetrics adapts the outbox dispatcher's hook (outbox.Metrics).
+type outboxMetrics struct{ failed prometheus.Gauge }
+
+func newOutboxMetrics(r prometheus.Registerer) *outboxMetrics {
+	m := &outboxMetrics{failed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskport_outbox_failed_rows",
+		Help: "Outbox rows given up as failed (invalid input); each waits for an operator's retry in /admin."})}
+	r.MustRegister(m.failed)
+	return m
+}
+
+func (m *outboxMetrics) FailedRows(n int) { m.failed.Set(float64(n)) }

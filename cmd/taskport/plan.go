@@ -58,15 +58,19 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 
 	var by, note, reason, contentPath string
 	approve := &cobra.Command{
-		Use: "approve PLAN", Short: "Approve a plan", Args: cobra.ExactArgs(1),
+		Use: "approve PLAN", Short: "Approve a plan (prints what happened; approving twice says so)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error { return svc.Approve(cmd.Context(), args[0], by, note) })
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+				return printAck(cmd)(svc.Approve(cmd.Context(), args[0], by, note))
+			})
 		},
 	}
 	reject := &cobra.Command{
 		Use: "reject PLAN", Short: "Reject a plan", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error { return svc.Reject(cmd.Context(), args[0], by, note) })
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+				return printAck(cmd)(svc.Reject(cmd.Context(), args[0], by, note))
+			})
 		},
 	}
 	for _, sub := range []*cobra.Command{approve, reject} {
@@ -74,9 +78,14 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 		sub.Flags().StringVar(&note, "note", "", "why")
 	}
 	cancel := &cobra.Command{
-		Use: "cancel PLAN", Short: "Cancel a plan: the flag first, then its runs; compensation cleans up", Args: cobra.ExactArgs(1),
+		Use: "cancel PLAN",
+		Short: "Cancel a plan: the flag, its compensation and the cancel of its runs are committed together; " +
+			"prints what happened, or fails saying why nothing did",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error { return svc.Cancel(cmd.Context(), args[0], reason) })
+			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], reason))
+			})
 		},
 	}
 	cancel.Flags().StringVar(&reason, "reason", "canceled from the CLI", "why")
@@ -86,7 +95,7 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
-				return svc.ReportDownloadComplete(cmd.Context(), args[0], contentPath)
+				return printAck(cmd)(svc.ReportDownloadComplete(cmd.Context(), args[0], contentPath))
 			})
 		},
 	}
@@ -110,6 +119,18 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 	}
 	cmd.AddCommand(create, approve, reject, cancel, complete, timeline)
 	return cmd
+}
+
+// printAck prints what an accepted call did; a refused call's error is
+// returned, so the command exits non-zero with the reason.
+func printAck(cmd *cobra.Command) func(plans.Ack, error) error {
+	return func(ack plans.Ack, err error) error {
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), ack)
+		return err
+	}
 }
 
 func newDecisionCmd(g *globalConfig) *cobra.Command {
@@ -136,10 +157,12 @@ func newDecisionCmd(g *globalConfig) *cobra.Command {
 	list.Flags().StringVar(&status, "status", string(ledger.DecisionOpen), "open, retry, abandon, or empty for all")
 	var by string
 	resolve := &cobra.Command{
-		Use: "resolve DECISION retry|abandon", Short: "Retry the failed kind, or abandon the plan (with compensation)", Args: cobra.ExactArgs(2),
+		Use:   "resolve DECISION retry|abandon",
+		Short: "Retry the failed kind, or abandon (a notification: give it up; a plan: compensate it); prints the effect",
+		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
-				return svc.ResolveDecision(cmd.Context(), args[0], ledger.DecisionStatus(args[1]), by)
+				return printAck(cmd)(svc.ResolveDecision(cmd.Context(), args[0], ledger.DecisionStatus(args[1]), by))
 			})
 		},
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/internal/devserver"
-	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/qbittorrent"
@@ -235,7 +235,7 @@ func reportCompletion(ctx context.Context, c stackConfig, plan, hash string, svc
 		}
 		// The torrent can finish before download.submit has committed its
 		// download row; the report is refused until then, so try again.
-		if err := svc.ReportDownloadComplete(ctx, hash, ts[0].ContentPath); err != nil {
+		if _, err := svc.ReportDownloadComplete(ctx, hash, ts[0].ContentPath); err != nil {
 			log.Debug("demo completion hook: not yet", slog.Any("err", err))
 			continue
 		}
@@ -296,7 +296,7 @@ func demo(ctx context.Context, svc *plans.Service, c stackConfig, rc runConfig, 
 		return nil
 	case <-time.After(rc.ApproveAfter):
 	}
-	if err := svc.Approve(ctx, p.ID.String(), "demo", "approved by taskport run"); err != nil {
+	if _, err := svc.Approve(ctx, p.ID.String(), "demo", "approved by taskport run"); err != nil {
 		return err
 	}
 	log.Info("demo plan approved", slog.String("plan", p.ID.String()))
@@ -321,7 +321,7 @@ func demo(ctx context.Context, svc *plans.Service, c stackConfig, rc runConfig, 
 			last = st
 			log.Info("demo plan", slog.String("plan", p.ID.String()), slog.String("status", st))
 			if tl.Plan.Status.Final() {
-				if tl.Plan.Status != ledger.PlanCompleted {
+				if tl.Plan.Status != acquisition.Completed {
 					return fmt.Errorf("demo plan ended %s", tl.Plan.Status)
 				}
 				log.Info("demo finished: the file is in the library; Ctrl-C stops everything", slog.String("file", tl.Plan.TargetPath))

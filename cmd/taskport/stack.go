@@ -184,15 +184,16 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("%s engine: %w", c.Engine, err)
 	}
-	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.engine, outbox.Config{Logger: log}); err != nil {
-		return nil, err
-	}
-	if s.plans, err = plans.New(s.bizPool, s.engine, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
-		return nil, err
-	}
 	lister, ok := s.engine.(port.Admin)
 	if !ok {
 		return nil, errors.New("engine does not implement port.Admin")
+	}
+	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.engine, lister, outbox.Config{
+		Logger: log, Metrics: newOutboxMetrics(s.metrics)}); err != nil {
+		return nil, err
+	}
+	if s.plans, err = plans.New(s.bizPool, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
+		return nil, err
 	}
 	s.admin, err = admin.New(s.bizPool, s.plans, lister, s.registry, log, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/ledger"
@@ -52,16 +53,16 @@ func (w *world) acquire(bw *apptest.World, a apptest.Asset) ledger.Plan {
 	w.t.Helper()
 	p := bw.CreatePlan(w.t, a)
 	id := p.ID.String()
-	require.NoError(w.t, bw.Plans.Approve(bg, id, "ann", ""))
-	w.waitPlan(bw, id, ledger.PlanDownloading, ledger.PlanDownloaded, ledger.PlanImported, ledger.PlanVerified, ledger.PlanCompleted)
+	apptest.Acked(w.t)(bw.Plans.Approve(bg, id, "ann", ""))
+	w.waitPlan(bw, id, acquisition.Downloading, acquisition.Downloaded, acquisition.Imported, acquisition.Verified, acquisition.Completed)
 	bw.FinishDownload(w.t, p, a)
-	require.NoError(w.t, bw.Plans.ReportDownloadComplete(bg, id, ""))
-	final := w.waitPlan(bw, id, ledger.PlanCompleted, ledger.PlanFailed, ledger.PlanCanceled, ledger.PlanAbandoned)
-	w.expect(final.Status == ledger.PlanCompleted, "plan %s ended %s, want completed", id, final.Status)
+	apptest.Acked(w.t)(bw.Plans.ReportDownloadComplete(bg, id, ""))
+	final := w.waitPlan(bw, id, acquisition.Completed, acquisition.Failed, acquisition.Canceled, acquisition.Abandoned)
+	w.expect(final.Status == acquisition.Completed, "plan %s ended %s, want completed", id, final.Status)
 	return final
 }
 
-func (w *world) waitPlan(bw *apptest.World, id string, want ...ledger.PlanStatus) ledger.Plan {
+func (w *world) waitPlan(bw *apptest.World, id string, want ...acquisition.Status) ledger.Plan {
 	w.t.Helper()
 	var last ledger.Plan
 	require.Eventuallyf(w.t, func() bool {
@@ -89,8 +90,8 @@ func droppedAdd(w *world) {
 	a := apptest.NewAsset("dropped.mkv", 120_000)
 	p := bw.CreatePlan(w.t, a)
 	id := p.ID.String()
-	require.NoError(w.t, bw.Plans.Approve(bg, id, "ann", ""))
-	w.waitPlan(bw, id, ledger.PlanDownloading)
+	apptest.Acked(w.t)(bw.Plans.Approve(bg, id, "ann", ""))
+	w.waitPlan(bw, id, acquisition.Downloading)
 
 	torrents := bw.QBT.Torrents()
 	w.t.Logf("injected: the connection dropped after qBittorrent accepted add #1; adds sent: %d, torrents: %d", bw.QBT.AddRequests(), len(torrents))
@@ -101,9 +102,9 @@ func droppedAdd(w *world) {
 	w.expect(found && op.Done() && op.Attempts >= 2, "submit ledger row: found=%v done=%v attempts=%d, want a result after >= 2 attempts", found, op.Done(), op.Attempts)
 
 	bw.FinishDownload(w.t, p, a)
-	require.NoError(w.t, bw.Plans.ReportDownloadComplete(bg, id, ""))
-	final := w.waitPlan(bw, id, ledger.PlanCompleted, ledger.PlanFailed)
-	w.expect(final.Status == ledger.PlanCompleted, "plan ended %s, want completed", final.Status)
+	apptest.Acked(w.t)(bw.Plans.ReportDownloadComplete(bg, id, ""))
+	final := w.waitPlan(bw, id, acquisition.Completed, acquisition.Failed)
+	w.expect(final.Status == acquisition.Completed, "plan ended %s, want completed", final.Status)
 	w.expect(apptest.FileSHA256(w.t, bw.Target(a)) == a.SHA256, "library file hash differs")
 }
 

@@ -480,7 +480,7 @@ func outboxDispatchedTwice(w *world) {
 	errs := make([]error, len(workers))
 	for i, e := range workers {
 		entered := make(chan struct{}, 1)
-		d, err := outbox.NewDispatcher(w.pool, stallingEngine{TaskEngine: e, entered: entered, release: release}, outbox.Config{})
+		d, err := outbox.NewDispatcher(w.pool, stallingEngine{TaskEngine: e, entered: entered, release: release}, e.(port.Admin), outbox.Config{})
 		require.NoError(w.t, err)
 		wg.Go(func() { claimed[i], errs[i] = d.DispatchOnce(bg) })
 		<-entered // dispatcher i claimed the row and is inside Enqueue
@@ -504,7 +504,7 @@ func outboxDispatchedTwice(w *world) {
 	// dispatched once more.
 	_, err := w.pool.Exec(bg, `UPDATE outbox_event SET status = 'pending', run_id = NULL, dispatched_at = NULL, next_attempt_at = now() WHERE id = $1`, rowID)
 	require.NoError(w.t, err)
-	again, err := outbox.NewDispatcher(w.pool, workers[0], outbox.Config{})
+	again, err := outbox.NewDispatcher(w.pool, workers[0], workers[0].(port.Admin), outbox.Config{})
 	require.NoError(w.t, err)
 	n, err := again.DispatchOnce(bg)
 	require.NoError(w.t, err)

@@ -11,9 +11,11 @@ package faultkinds
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -167,17 +169,17 @@ func versionTwo(f port.Flow, in VersionedIn) error {
 	return nil
 }
 
-// NewPlan inserts a plan for the ledger rows of one run.
+// NewPlan inserts a plan for the ledger rows of one run, with a target path
+// and info hash of its own (no two active plans may share either).
 func NewPlan(ctx context.Context, db ledger.DBTX, id uuid.UUID) error {
+	hash := hex.EncodeToString(id[:]) + "00000000"
 	_, err := ledger.InsertPlan(ctx, db, ledger.Plan{
-		ID: id, Title: "fault " + id.String(), SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + zeroHash,
-		InfoHash: zeroHash, TargetPath: "/library/fault/" + id.String(), ExpectedSize: 1,
-		ExpectedSHA256: zeroHash + "000000000000000000000000",
+		ID: id, Title: "fault " + id.String(), SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hash,
+		InfoHash: hash, TargetPath: "/library/fault/" + id.String(), ExpectedSize: 1,
+		ExpectedSHA256: strings.Repeat("0", 64),
 	})
 	return err
 }
-
-const zeroHash = "0000000000000000000000000000000000000000"
 
 // OpenGate lets the steps held at key finish.
 func OpenGate(ctx context.Context, db ledger.DBTX, key string) error {

@@ -1,0 +1,216 @@
+package acquisition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/outbox"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/workflows"
+)
+
+// DBTX is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx: every change
+// goes into the caller's transaction.
+type DBTX = dbtx.DBTX
+
+// Move applies t to the plan with a guarded update: the plan moves to
+// t.To() only from one of t's statuses. A plan already in t.To(), or further
+// along the main chain, has taken t before (a step retried after its
+// commit): nothing changes and Move returns nil. Otherwise it returns a
+// *TransitionError and writes nothing; an unknown plan is an error wrapping
+// port.ErrNotFound.
+func Move(ctx context.Context, q DBTX, id uuid.UUID, t Transition) error {
+	tag, err := q.Exec(ctx, moveSQL, id, names(t.from), t.to)
+	if err != nil {
+		return fmt.Errorf("plan %s: %s: %w", id, t.name, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return refused(ctx, q, id, t)
+}
+
+// refused explains why t matched no row: the plan is unknown, took t
+// already, or is in a status that refuses it.
+func refused(ctx context.Context, q DBTX, id uuid.UUID, t Transition) error {
+	var s Status
+	if err := q.QueryRow(ctx, statusSQL, id).Scan(&s); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("plan %s: %w", id, port.ErrNotFound)
+		}
+		return fmt.Errorf("plan %s: %s: %w", id, t.name, err)
+	}
+	if t.repeats(s) {
+		return nil
+	}
+	return &TransitionError{PlanID: id, Actual: s, Transition: t}
+}
+
+// RequestCancel sets the plan's business cancel flag (ADR 2.4; the first
+// reason wins) and moves it to canceling, in one guarded update. first is
+// false when the plan was already canceling: the earlier request stands and
+// nothing changes. A final plan is a *TransitionError.
+func RequestCancel(ctx context.Context, q DBTX, id uuid.UUID, reason string) (first bool, err error) {
+	tag, err := q.Exec(ctx, requestCancelSQL, id, names(CancelRequest.from), reason)
+	if err != nil {
+		return false, fmt.Errorf("plan %s: %s: %w", id, CancelRequest.name, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	return false, refused(ctx, q, id, CancelRequest)
+}
+
+// HandOff is the tail of a main-chain step's commit, or of compensation: it
+// locks the plan, applies t, and writes the outbox row of the kind that runs
+// next (Next(t.To())), in the caller's transaction. A plan with a cancel
+// request is not moved along the main chain: HandOff then reports canceled
+// and writes nothing (the row lock orders this against RequestCancel).
+func HandOff(ctx context.Context, tx DBTX, id uuid.UUID, t Transition) (canceled bool, err error) {
+	var cancelRequested bool
+	if err := tx.QueryRow(ctx, lockSQL, id).Scan(&cancelRequested); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, fmt.Errorf("plan %s: %w", id, port.ErrNotFound)
+		}
+		return false, fmt.Errorf("lock plan %s: %w", id, err)
+	}
+	if cancelRequested && chainIndex(t.to) >= 0 {
+		return true, nil
+	}
+	if err := Move(ctx, tx, id, t); err != nil {
+		return false, err
+	}
+	if ev, ok := nextRun(id.String(), t.to); ok {
+		if _, err := outbox.Write(ctx, tx, ev); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// Enqueue is the outbox row that runs kind for a plan under key, recording
+// the kind's current version as the lowest that understands input.
+func Enqueue(kind port.Kind, key, planID string, input any) outbox.Event {
+	return outbox.Event{Kind: kind, IdempotencyKey: key, BusinessKey: planID, Payload: input, MinVersion: workflows.Version(kind)}
+}
+
+// nextRun is the outbox row of the kind that runs while a plan is in s, keyed
+// by the plan and the kind (a notification by the plan and its event).
+func nextRun(planID string, s Status) (outbox.Event, bool) {
+	switch kind := Next(s); kind {
+	case "":
+		return outbox.Event{}, false
+	case workflows.KindNotifyWebhook:
+		in := workflows.NotifyInput{PlanID: planID, Event: "plan." + string(s), Status: string(s)}
+		return Enqueue(kind, in.IdempotencyKey(), planID, in), true
+	case workflows.KindPlanCancel:
+		return Compensation(planID, workflows.PlanKey(planID, kind), workflows.OutcomeCanceled), true
+	case workflows.KindApprovalAwait, workflows.KindDownloadAwait:
+		return Enqueue(kind, workflows.PlanKey(planID, kind), planID, workflows.WaitInput{PlanID: planID}), true
+	default:
+		return Enqueue(kind, workflows.PlanKey(planID, kind), planID, workflows.PlanRef{PlanID: planID}), true
+	}
+}
+
+// FirstRun is the outbox row of the kind that runs while a new plan awaits
+// approval.
+func FirstRun(planID string) outbox.Event {
+	ev, _ := nextRun(planID, AwaitingApproval)
+	return ev
+}
+
+// Compensation is the outbox row of plan.cancel, which compensates the plan
+// and ends it as outcome (workflows.OutcomeCanceled or OutcomeAbandoned).
+func Compensation(planID, key, outcome string) outbox.Event {
+	return Enqueue(workflows.KindPlanCancel, key, planID, workflows.CancelInput{PlanID: planID, Outcome: outcome})
+}
+
+// CancelRuns is the outbox row that cancels the plan's open runs in the
+// engine, sparing the kinds a cancel starts (SparedByCancel). Each call is a
+// new request with a key of its own: canceling runs twice is harmless, and a
+// repeated cancel that finds a run still open cancels it again.
+func CancelRuns(planID, reason string) (outbox.Event, error) {
+	req, err := uuid.NewV7()
+	if err != nil {
+		return outbox.Event{}, fmt.Errorf("new cancel request id: %w", err)
+	}
+	return outbox.Event{
+		Action: outbox.ActionCancelPlanRuns, IdempotencyKey: "plan:" + planID + ":cancel-runs:" + req.String(), BusinessKey: planID,
+		Payload: outbox.CancelRuns{Reason: reason, Spare: SparedByCancel()},
+	}, nil
+}
+
+// Wake is the outbox row that signals topic after the commit: the waiting
+// run re-reads the business DB (ADR 2.2). key names what happened (an
+// approval, a completed download), so that one change wakes once.
+func Wake(planID string, topic port.Topic, key string) outbox.Event {
+	return outbox.Event{Action: outbox.ActionSignal, Topic: topic, IdempotencyKey: key, BusinessKey: planID}
+}
+
+// Constraint names of migration 00005: unique violations on them are mapped
+// to a *TakenError by Taken.
+const (
+	targetIndex = "plan_target_path_held"
+	hashIndex   = "plan_info_hash_active"
+)
+
+// CheckFree returns a *TakenError naming the plan that holds target or hash
+// (see Status.HoldsTarget and HoldsInfoHash), or nil when both are free.
+func CheckFree(ctx context.Context, q DBTX, target, hash string) error {
+	var (
+		id       uuid.UUID
+		s        Status
+		byTarget bool
+	)
+	err := q.QueryRow(ctx, holderSQL, target, names(filter(Status.HoldsTarget)), hash, names(filter(Status.HoldsInfoHash))).
+		Scan(&id, &s, &byTarget)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check target %s and info hash %s: %w", target, hash, err)
+	case byTarget:
+		return &TakenError{Field: "target_path", Value: target, PlanID: id, Status: s}
+	}
+	return &TakenError{Field: "info_hash", Value: hash, PlanID: id, Status: s}
+}
+
+// Taken maps err, returned by a plan insert that passed CheckFree, to the
+// *TakenError of the concurrent plan that won the unique index of migration
+// 00005 (q must see that plan's commit: not the aborted transaction). Any
+// other error is returned as is.
+func Taken(ctx context.Context, q DBTX, err error, target, hash string) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" || (pe.ConstraintName != targetIndex && pe.ConstraintName != hashIndex) {
+		return err
+	}
+	if terr := CheckFree(ctx, q, target, hash); terr != nil {
+		return terr
+	}
+	// The winner ended meanwhile; the insert still lost.
+	return conflict("a concurrent plan took the target path or the info hash (index %s); try again", pe.ConstraintName)
+}
+
+func filter(keep func(Status) bool) []Status {
+	var out []Status
+	for _, s := range statuses {
+		if keep(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func names(ss []Status) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}

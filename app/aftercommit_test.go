@@ -1,0 +1,141 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/plans"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/workflows"
+)
+
+// parkedPlan is a world on an engine with a plan whose approval.await run is
+// parked in its wait, and the business API as another process holds it.
+func parkedPlan(t *testing.T, build func(*testing.T, *port.Registry, *pgxpool.Pool) port.TaskEngine, name string) (*apptest.World, *plans.Service, string) {
+	t.Helper()
+	w := engineWorld(t, build, apptest.Options{})
+	id := w.CreatePlan(t, apptest.NewAsset(name, 10_000)).ID.String()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, w.Pool.QueryRow(context.Background(), `SELECT count(*) FROM taskport.waiter WHERE topic = $1`,
+			workflows.ApprovalTopic(id)).Scan(&n))
+		return n == 1
+	}, 60*time.Second, 20*time.Millisecond, "approval.await never waited")
+	return w, apiProcess(t, w), id
+}
+
+// Defect 11: the approval's wake-up is not lost when the API process dies
+// (or loses its connection) right after the commit: the plans API calls no
+// engine after its commit at all, the wake-up is an outbox row of the
+// approval's transaction. approval.await waits 5 minutes between checks, so
+// only the signal can move the plan within the test's deadline.
+func TestApproveWakesParkedRunAfterCommit(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			w, api, id := parkedPlan(t, e.new, "wake.mkv")
+
+			ack := apptest.Acked(t)(api.Approve(ctx, id, "ann", ""))
+			require.False(t, ack.Already)
+			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Downloading },
+				60*time.Second, 20*time.Millisecond, "approval.await was never woken")
+			require.Equal(t, []string{"signal approval:" + id + " dispatched"}, w.Actions(t, id))
+
+			again := apptest.Acked(t)(api.Approve(ctx, id, "bob", ""))
+			require.True(t, again.Already, "a repeated approve says it changed nothing: %s", again)
+			require.Contains(t, again.Message, "already approved by ann")
+			require.Len(t, w.Actions(t, id), 1, "and sends no second wake-up")
+		})
+	}
+}
+
+// Defect 11: a cancel whose process dies (or loses its engine) right after
+// the commit still cancels the plan's parked runs: the cancel of the runs is
+// an outbox row of the cancel's transaction. No run stays open.
+func TestCancelStopsParkedRunsAfterCommit(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			w, api, id := parkedPlan(t, e.new, "stop.mkv")
+
+			apptest.Acked(t)(api.Cancel(ctx, id, "changed my mind"))
+			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Canceled },
+				60*time.Second, 20*time.Millisecond)
+			require.Eventually(t, func() bool {
+				var open int
+				require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run WHERE business_key = $1 AND status NOT IN ('succeeded','failed','canceled')`, id).Scan(&open))
+				return open == 0
+			}, 60*time.Second, 20*time.Millisecond, "a run of the canceled plan is still open")
+			_, err := api.Cancel(ctx, id, "again")
+			require.ErrorIs(t, err, plans.ErrConflict, "a canceled plan says why a second cancel does nothing")
+			require.ErrorContains(t, err, "is canceled")
+		})
+	}
+}
+
+// apiProcess is the business API as a separate process (the CLI, /admin)
+// holds it: over its own pool, with no engine.
+func apiProcess(t *testing.T, w *apptest.World) *plans.Service {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), w.Pool.Config().ConnString())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	api, err := plans.New(pool, plans.Config{LibraryRoot: w.LibraryDir})
+	require.NoError(t, err)
+	return api
+}
+
+// Defect 10 on both engines: a compensation that exhausted its attempts (the
+// downloader was down) waits on a decision; a second cancel says so instead
+// of doing nothing; retrying the decision runs the compensation, which ends
+// the plan canceled and notifies it.
+func TestRetryFailedCompensationOnEngines(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			w := engineWorld(t, e.new, apptest.Options{})
+			a := apptest.NewAsset("compensate.mkv", 10_000)
+			id := w.CreatePlan(t, a).ID.String()
+			apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
+			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Downloading },
+				60*time.Second, 20*time.Millisecond)
+
+			w.QBT.FailNext(1_000_000, http.StatusServiceUnavailable)
+			apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
+			var d ledger.Decision
+			require.Eventually(t, func() bool {
+				open, err := ledger.OpenDecisionsOf(ctx, w.Pool, w.Plan(t, id).ID)
+				require.NoError(t, err)
+				if len(open) == 1 {
+					d = open[0]
+				}
+				return len(open) == 1
+			}, 2*time.Minute, 50*time.Millisecond, "the compensation never gave up")
+			require.Equal(t, workflows.KindPlanCancel, d.Kind)
+			require.Equal(t, acquisition.Canceling, w.Plan(t, id).Status)
+			_, err := w.Plans.Cancel(ctx, id, "again")
+			require.ErrorContains(t, err, d.ID.String(), "a second cancel names the decision to resolve")
+
+			w.QBT.FailNext(0, 0)
+			apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), ledger.DecisionRetry, "ann"))
+			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Canceled },
+				2*time.Minute, 50*time.Millisecond)
+			deleted, _ := w.QBT.Deleted(a.Hash)
+			require.True(t, deleted, "the retried compensation removed the torrent")
+			require.Eventually(t, func() bool { return slices.Contains(w.Webhooks.Keys(), "plan:"+id+":plan.canceled") },
+				60*time.Second, 20*time.Millisecond)
+		})
+	}
+}
