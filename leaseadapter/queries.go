@@ -236,10 +236,17 @@ WITH h AS (
 )
 SELECT id, canceled FROM live`
 
-// reapSQL returns expired claims to pending, or marks the run dead when the
-// step has no attempts left. The n-th lost lease of a step waits
-// Backoff(n-1) of the kind's policy, the first one none: a killed worker's
-// run is claimable again at most lease + poll interval after its last renewal.
+// reapSQL settles expired claims. A canceled run ends canceled (the cancel
+// stops it before any later step; no attempt is charged). Otherwise the lost
+// attempt counts against the kind's policy: with attempts left the run goes
+// back to pending, the n-th lost lease of a step waiting Backoff(n-1) (the
+// first none), so a killed worker's run is claimable again at most lease +
+// poll interval after its last renewal. A step out of attempts goes back to
+// pending at once too: the next claim replays the handler, and its Step
+// records the step as failed for good without running it (what a failed last
+// attempt records) and returns *port.StepError, so the handler's outcome
+// decides the run, as on Temporal. Only when that claim is lost as well (the
+// handler itself, not a step, kills its worker) is the run dead.
 const reapSQL = `
 WITH x AS (
   SELECT id FROM taskport_lease.task
@@ -248,23 +255,28 @@ WITH x AS (
   FOR UPDATE SKIP LOCKED
 ), t AS (
   UPDATE taskport_lease.task t
-  SET status = CASE WHEN t.step_attempts + 1 < t.max_attempts THEN 'pending' ELSE 'dead' END,
-      step_attempts = t.step_attempts + 1,
-      next_run_at = now() + CASE WHEN t.step_attempts = 0 THEN interval '0'
+  SET status = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'canceled'
+                    WHEN t.step_attempts < t.max_attempts THEN 'pending' ELSE 'dead' END,
+      step_attempts = t.step_attempts + CASE WHEN t.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
+      next_run_at = now() + CASE WHEN t.step_attempts = 0 OR t.step_attempts + 1 >= t.max_attempts THEN interval '0'
         ELSE least(t.backoff_max, t.backoff_initial * power(t.backoff_coefficient, t.step_attempts - 1)) END,
-      last_error = 'lease of worker ' || coalesce(t.lease_owner, '?') || ' expired',
-      dead_letter_at = CASE WHEN t.step_attempts + 1 >= t.max_attempts THEN now() END,
-      finished_at = CASE WHEN t.step_attempts + 1 >= t.max_attempts THEN now() END,
-      lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
+      last_error = CASE WHEN t.cancel_requested_at IS NOT NULL THEN t.last_error
+        ELSE 'lease of worker ' || coalesce(t.lease_owner, '?') || ' expired' END,
+      dead_letter_at = CASE WHEN t.cancel_requested_at IS NULL AND t.step_attempts >= t.max_attempts THEN now() END,
+      finished_at = CASE WHEN t.cancel_requested_at IS NOT NULL OR t.step_attempts >= t.max_attempts THEN now() END,
+      progress = NULL, lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
   FROM x WHERE t.id = x.id
   RETURNING t.id, t.status, t.step_attempts, t.last_error
 ), r AS (
-  UPDATE taskport.run SET status = CASE WHEN t.status = 'dead' THEN 'failed' ELSE 'pending' END,
+  UPDATE taskport.run SET status = CASE WHEN t.status = 'dead' THEN 'failed' ELSE t.status END,
     attempts = t.step_attempts, last_error = t.last_error, updated_at = now(),
-    finished_at = CASE WHEN t.status = 'dead' THEN now() END
+    finished_at = CASE WHEN t.status IN ('dead', 'canceled') THEN now() END
   FROM t WHERE taskport.run.id = t.id
+), w AS (
+  DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t WHERE status IN ('dead', 'canceled'))
 )
-SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead') FROM t`
+SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead'),
+  count(*) FILTER (WHERE status = 'canceled') FROM t`
 
 // liveStatusSQL reads the claim state of runs whose projection says
 // pending: they may be running.
