@@ -47,9 +47,12 @@
 // Cancel's notification arrives, at the latest at the next heartbeat).
 //
 // Activities see port.StepInfo with the fencing token
-// {Scope: run/step, Epoch: claims, Nonce: lease_token}: every retry and every
-// recovery is a new claim, so a newer attempt always has a larger epoch and
-// the ledger can refuse the older one.
+// {Scope: run/step, Epoch: claims, Nonce: lease_token, Generation: the run's
+// seq}: every retry and every recovery is a new claim, so a newer attempt
+// always has a larger epoch and the ledger can refuse the older one; a run
+// enqueued later (a decision retry) has a larger generation, so the ledger
+// refuses the run it superseded. The seq is copied into the task row at
+// enqueue, so the claim reads it without a join.
 //
 // Enqueue is one statement (run row + task row); it notifies workers at
 // most once per 5 ms per process (a NOTIFY serializes commits database-wide)

@@ -24,6 +24,7 @@ type execution struct {
 	version      int
 	input        json.RawMessage
 	claims       int64
+	generation   int64 // the run's seq: orders its fencing tokens against other runs'
 	token        uuid.UUID
 	stepAttempts int
 	canceled     bool
@@ -413,7 +414,8 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step, activit
 	rt := &runtime{ex: f.ex, info: port.StepInfo{
 		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Activity: activity,
 		Attempt: attempt,
-		Token:   port.FencingToken{Scope: string(f.ex.runID()) + "/" + step, Epoch: f.ex.claims, Nonce: f.ex.token.String()},
+		Token: port.FencingToken{Scope: string(f.ex.runID()) + "/" + step, Epoch: f.ex.claims, Nonce: f.ex.token.String(),
+			Generation: f.ex.generation},
 	}}
 	if o.HeartbeatTimeout > 0 {
 		rt.watchdog = time.AfterFunc(o.HeartbeatTimeout, func() { cancel(errHeartbeatTimeout) })

@@ -14,30 +14,33 @@ package leaseadapter
 // mean "work may be ready"; "c:<run id>" means "this run was canceled".
 const notifyChannel = "taskport_lease"
 
+// insertTaskSQL adds the task row of a run inserted by runstore.Insert
+// (EnqueueTx); $13 is the run's seq.
 const insertTaskSQL = `
 WITH ins AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
-    max_attempts, backoff_initial, backoff_max, backoff_coefficient)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10)
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10, $13)
   RETURNING next_run_at
 )
 SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
 
 // enqueueSQL is Enqueue in one statement (one round trip, one commit): the
 // taskport.run row (the same insert as runstore.Insert, the idempotency
-// authority) and the task row. On a conflict it returns the existing id when
-// visible, else NULL and Enqueue falls back to runstore.Insert, which sees
-// rows committed concurrently.
+// authority) and the task row, which keeps the run's seq (the generation of
+// its fencing tokens) so that a claim needs no join. On a conflict it returns
+// the existing id when visible, else NULL and Enqueue falls back to
+// runstore.Insert, which sees rows committed concurrently.
 const enqueueSQL = `
 WITH r AS (
   INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
   VALUES ($1, 'lease', $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()))
   ON CONFLICT (kind, idempotency_key) DO NOTHING
-  RETURNING id, available_at
+  RETURNING id, available_at, seq
 ), t AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
-    max_attempts, backoff_initial, backoff_max, backoff_coefficient)
-  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12, seq
   FROM r
   RETURNING next_run_at
 ), n AS (
@@ -75,9 +78,10 @@ WITH c AS (
       lease_until = now() + $4 * interval '1 millisecond', claims = t.claims + 1, updated_at = now()
   FROM c WHERE t.id = c.id
   RETURNING t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts,
-    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at
+    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at, t.run_seq
 )
 SELECT t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts, t.canceled, t.created_at,
+  t.run_seq,
   coalesce((SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'result', s.result,
       'failed', s.failed, 'at', s.completed_at) ORDER BY s.seq)
     FROM taskport_lease.step_result s WHERE s.task_id = t.id), '[]')

@@ -55,6 +55,10 @@ type Run struct {
 	AvailableAt       time.Time
 	CancelRequestedAt time.Time // zero when no cancel was requested
 	CancelReason      string
+	// Seq is the run's creation sequence: a run created after another has a
+	// larger one. Engines hand it to activities as the Generation of their
+	// fencing tokens, so the ledger can refuse a superseded run.
+	Seq int64
 }
 
 // Insert records a new run, or finds the one already recorded for
@@ -242,7 +246,7 @@ func scanRun(row pgx.CollectableRow) (Run, error) {
 	)
 	err := row.Scan(&id, &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
 		&r.AvailableAt, &r.Status, &r.Attempts, &r.LastError, &r.CurrentStep, &cancelReq, &r.CancelReason,
-		&r.CreatedAt, &r.UpdatedAt, &finished)
+		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq)
 	if err != nil {
 		return Run{}, err
 	}

@@ -26,6 +26,7 @@ func TestInsertIsIdempotentUnderConcurrency(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	const n = 16
 	ids := make([]port.RunID, n)
+	seqs := make([]int64, n)
 	created := make([]bool, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -34,13 +35,14 @@ func TestInsertIsIdempotentUnderConcurrency(t *testing.T) {
 			defer wg.Done()
 			r, c, err := runstore.Insert(ctx, pool, newRun("plan-1:import"))
 			require.NoError(t, err)
-			ids[i], created[i] = r.ID, c
+			ids[i], seqs[i], created[i] = r.ID, r.Seq, c
 		}()
 	}
 	wg.Wait()
 	creators := 0
 	for i := range n {
 		require.Equal(t, ids[0], ids[i])
+		require.Equal(t, seqs[0], seqs[i], "every caller reads the one run's sequence")
 		if created[i] {
 			creators++
 		}
@@ -54,6 +56,7 @@ func TestInsertIsIdempotentUnderConcurrency(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c)
 	require.NotEqual(t, ids[0], other.ID)
+	require.Greater(t, other.Seq, seqs[0], "a run created later has a larger sequence (the generation of its fencing tokens)")
 }
 
 func TestGetCancelProjectList(t *testing.T) {

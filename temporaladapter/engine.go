@@ -124,10 +124,18 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 // carries the signals drained from the old run's channels, per topic in
 // arrival order, which the next run's waits consume before its own channel;
 // Topics carries the waiter registrations, so the last run removes them.
+//
+// Generation is the run's seq in the run store, the Generation of its
+// fencing tokens. It rides in the input (and on to every step call) because
+// that costs nothing per step, and the input is exactly what a reset or a
+// continue-as-new keeps: every Temporal run of one taskport run has the same
+// generation. A workflow started before generations existed has none (0),
+// which the ledger orders before every run, as its start was.
 type runInput struct {
-	Input   json.RawMessage                  `json:"input"`
-	Pending map[port.Topic][]json.RawMessage `json:"pending,omitempty"`
-	Topics  []port.Topic                     `json:"topics,omitempty"`
+	Input      json.RawMessage                  `json:"input"`
+	Pending    map[port.Topic][]json.RawMessage `json:"pending,omitempty"`
+	Topics     []port.Topic                     `json:"topics,omitempty"`
+	Generation int64                            `json:"generation,omitempty"`
 }
 
 // Enqueue records the run in Postgres (the idempotency authority), then
@@ -185,7 +193,7 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 	if d := time.Until(run.AvailableAt); d > 0 {
 		opts.StartDelay = d
 	}
-	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input})
+	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input, Generation: run.Seq})
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if err != nil && !errors.As(err, &started) {
 		return fmt.Errorf("start workflow of run %s: %w", run.ID, err)
