@@ -96,6 +96,7 @@ type Engine struct {
 
 	mu     sync.Mutex
 	worker worker.Worker // nil unless started
+	recon  *reconciler   // nil unless started with ReconcileInterval > 0
 	fatal  chan error    // buffered 1: the first fatal worker error
 }
 
@@ -268,7 +269,11 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 }
 
 // Get reads the run from Temporal (DescribeWorkflow) over the Postgres
-// projection, which it falls back to once Temporal has forgotten the run.
+// projection, which it falls back to once Temporal has forgotten the run. A
+// run whose workflow ended without its own terminal projection (terminated,
+// failed in the SDK on nondeterminism, or its projection write failed) is
+// recorded as Temporal reports it, as the reconciler does for runs nobody
+// reads.
 func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	run, err := runstore.Get(ctx, e.pool, id)
 	if err != nil {
@@ -277,27 +282,8 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	if run.Engine != runstore.EngineTemporal {
 		return run.RunView, nil
 	}
-	desc, err := e.client.DescribeWorkflow(ctx, WorkflowID(id), "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return run.RunView, nil
-	}
-	if err != nil {
-		return port.RunView{}, fmt.Errorf("describe workflow of run %s: %w", id, err)
-	}
-	view := viewFromDescription(run.RunView, desc)
-	if view.Status.Terminal() && !run.Status.Terminal() {
-		// The workflow ended without its own terminal projection (a
-		// nondeterministic handler failed it in the SDK, or it was
-		// terminated): record what Temporal says, so the run is listed.
-		err := runstore.Project(ctx, e.pool, id, runstore.Projection{
-			Status: view.Status, Attempts: view.Attempts, LastError: view.LastError, CurrentStep: view.CurrentStep,
-		})
-		if err != nil {
-			return port.RunView{}, err
-		}
-	}
-	return view, nil
+	view, _, err := e.describe(ctx, run)
+	return view, err
 }
 
 func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription) port.RunView {
