@@ -503,3 +503,22 @@ func TestCancelWhilePrefetched(t *testing.T) {
 	require.NoError(t, eng.Cancel(ctx, busy, "done"))
 	waitTaskStatus(t, pool, busy, "canceled")
 }
+
+// A run whose cancel arrived while it was being handed back (Stop, or a
+// retry backoff committed just after the cancel) is pending with the cancel
+// flag: the claim that takes it ends it canceled without running anything.
+func TestClaimedCanceledRunEndsCanceled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	eng := newEngine(t, pool, fastConfig())
+	id := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "handed-back")
+	_, err := pool.Exec(ctx, `UPDATE taskport_lease.task SET cancel_requested_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	startEngine(t, eng, port.StartOptions{Concurrency: 1})
+	waitTaskStatus(t, pool, id, "canceled")
+	require.Empty(t, effects(t, pool, id))
+	view, err := eng.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusCanceled, view.Status)
+}

@@ -335,12 +335,13 @@ func (w *worker) launch(ex *execution) {
 	w.running[ex.id] = ex
 	w.mu.Unlock()
 	w.runs.Add(1)
-	w.queue <- queued{ctx: ctx, ex: ex} // never blocks: reserve keeps at most cap(queue) runs
 	if ex.canceled {
 		// Canceled while its lease was lost (the reaper put it back):
-		// nothing of it runs, whatever the queue ahead of it.
+		// nothing of it runs, and it does not queue behind other runs.
 		w.cancelRun(ex)
+		return
 	}
+	w.queue <- queued{ctx: ctx, ex: ex} // never blocks: reserve keeps at most cap(queue) runs
 }
 
 // cancelRun cancels a run's context with port.ErrCanceled. A run still in
