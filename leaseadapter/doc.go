@@ -47,9 +47,12 @@
 // Cancel's notification arrives, at the latest at the next heartbeat).
 //
 // Activities see port.StepInfo with the fencing token
-// {Scope: run/step, Epoch: claims, Nonce: lease_token}: every retry and every
-// recovery is a new claim, so a newer attempt always has a larger epoch and
-// the ledger can refuse the older one.
+// {Scope: run/step, Epoch: claims, Nonce: lease_token, Generation: the run's
+// seq}: every retry and every recovery is a new claim, so a newer attempt
+// always has a larger epoch and the ledger can refuse the older one; a run
+// enqueued later (a decision retry) has a larger generation, so the ledger
+// refuses the run it superseded. The seq is copied into the task row at
+// enqueue, so the claim reads it without a join.
 //
 // Enqueue is one statement (run row + task row); it notifies workers at
 // most once per 5 ms per process (a NOTIFY serializes commits database-wide)
@@ -80,9 +83,20 @@
 //
 // Each worker's reaper, every PollInterval, returns expired leases to
 // pending; the n-th lost lease of the same step waits Backoff(n-1) (the
-// first none), and a step out of attempts makes the run dead (read as
-// failed). A killed worker's run is therefore claimable again at most
-// LeaseDuration + PollInterval after its last renewal.
+// first none). A killed worker's run is therefore claimable again at most
+// LeaseDuration + PollInterval after its last renewal. A lost lease counts
+// against the kind's retry policy (the reaper does not know a step's own
+// override). When the step is out of attempts the run is claimable at once,
+// and that claim's replay records the step as failed for good without running
+// it, so Flow.Step returns *port.StepError and the handler decides, as on
+// Temporal, where the last attempt's timeout reaches the workflow. Only if
+// that claim's lease is lost too (the handler itself kills its worker) is the
+// run dead (read as failed). A canceled run whose lease expired ends canceled
+// and is charged nothing.
+//
+// A run canceled while it waits in the prefetch queue ends canceled at once
+// (finished by the goroutine that learned of the cancel), not when a busy
+// executor frees.
 //
 // Stop stops claiming, lets in-flight runs reach their next Flow call (they
 // then hand themselves back), and after StopTimeout hands back the rest:

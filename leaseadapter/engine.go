@@ -174,7 +174,7 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	retry := p.Definition.Retry.WithDefaults()
 	if _, err := tx.Exec(ctx, insertTaskSQL, uuid.MustParse(string(run.ID)), kind, p.Definition.Version, p.Input,
 		opts.Priority, run.AvailableAt, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
-		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, ""); err != nil {
+		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, "", run.Seq); err != nil {
 		return "", fmt.Errorf("insert task %s: %w", run.ID, err)
 	}
 	return run.ID, nil

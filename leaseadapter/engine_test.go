@@ -463,3 +463,62 @@ func TestConfigValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, eng.Start(context.Background(), port.StartOptions{}), "a worker with nothing to serve is refused")
 }
+
+// A run canceled while it waits in a worker's prefetch queue, behind a busy
+// executor, ends canceled at once: it is not left running (its lease renewed
+// by the heartbeat until an executor frees, then lost and charged as an
+// attempt by the reaper).
+func TestCancelWhilePrefetched(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	cfg := fastConfig()
+	// A lease far longer than the wait below: only the cancel itself, not an
+	// expired lease, may settle the queued run.
+	cfg.LeaseDuration = 30 * time.Second
+	eng := newEngine(t, pool, cfg)
+	busy := enqueue(t, eng, testkinds.Cancel, testkinds.Empty{}, "busy")
+	queued := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "queued")
+	// One executor and one prefetch place: the first claim takes both runs,
+	// busy (older) runs, queued waits behind it.
+	startEngine(t, eng, port.StartOptions{Concurrency: 1})
+	require.Eventually(t, func() bool { _, ok := effects(t, pool, busy)["long"]; return ok }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, "running", taskStatus(t, pool, queued), "the second run is claimed into the prefetch queue")
+
+	require.NoError(t, eng.Cancel(ctx, queued, "not needed"))
+	require.Eventually(t, func() bool { return taskStatus(t, pool, queued) == "canceled" },
+		10*cfg.PollInterval, 10*time.Millisecond, "a canceled run in the prefetch queue must end canceled within about a poll interval")
+	view, err := eng.Get(ctx, queued)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusCanceled, view.Status)
+	var stepAttempts, claims int
+	var owner *string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT step_attempts, claims, lease_owner FROM taskport_lease.task WHERE id = $1`, queued).
+		Scan(&stepAttempts, &claims, &owner))
+	require.Zero(t, stepAttempts, "no attempt was charged")
+	require.Equal(t, 1, claims)
+	require.Nil(t, owner, "lease released")
+	require.Empty(t, effects(t, pool, queued), "no step of the canceled run ran")
+	require.Equal(t, "running", taskStatus(t, pool, busy), "the busy run is untouched")
+	require.NoError(t, eng.Cancel(ctx, busy, "done"))
+	waitTaskStatus(t, pool, busy, "canceled")
+}
+
+// A run whose cancel arrived while it was being handed back (Stop, or a
+// retry backoff committed just after the cancel) is pending with the cancel
+// flag: the claim that takes it ends it canceled without running anything.
+func TestClaimedCanceledRunEndsCanceled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	eng := newEngine(t, pool, fastConfig())
+	id := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "handed-back")
+	_, err := pool.Exec(ctx, `UPDATE taskport_lease.task SET cancel_requested_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	startEngine(t, eng, port.StartOptions{Concurrency: 1})
+	waitTaskStatus(t, pool, id, "canceled")
+	require.Empty(t, effects(t, pool, id))
+	view, err := eng.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusCanceled, view.Status)
+}

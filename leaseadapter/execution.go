@@ -24,6 +24,7 @@ type execution struct {
 	version      int
 	input        json.RawMessage
 	claims       int64
+	generation   int64 // the run's seq: orders its fencing tokens against other runs'
 	token        uuid.UUID
 	stepAttempts int
 	canceled     bool
@@ -33,6 +34,10 @@ type execution struct {
 	cancel     context.CancelCauseFunc // the run context: ErrLeaseLost, ErrCanceled, errStopping
 	released   atomic.Bool             // the lease was given up on purpose
 	handedBack atomic.Bool             // Stop released the lease
+	// dequeued leaves 0 once, when whoever ends the run's wait in the
+	// prefetch queue takes it: an executor or Stop (take), or a cancel that
+	// finishes the queued run itself (settle). The winner forgets the run.
+	dequeued atomic.Int32
 
 	mu       sync.Mutex
 	step     string  // the step running now, for the heartbeat
@@ -48,6 +53,14 @@ type historyEntry struct {
 }
 
 func (ex *execution) runID() port.RunID { return port.RunID(ex.id.String()) }
+
+// take reports whether the caller takes the run out of the queue to execute
+// or release it; false means a cancel settled it first.
+func (ex *execution) take() bool { return ex.dequeued.CompareAndSwap(0, 1) }
+
+// settle reports whether a cancel may finish the run while it is queued;
+// false means an executor (or Stop) took it first.
+func (ex *execution) settle() bool { return ex.dequeued.CompareAndSwap(0, 2) }
 
 func (ex *execution) setStep(name string) {
 	ex.mu.Lock()
@@ -82,10 +95,6 @@ type unwind struct {
 // execute replays the handler from the start and finishes the claim.
 func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
 	log := w.log.With(slog.String("run_id", ex.id.String()), slog.String("kind", ex.kind))
-	if ex.canceled {
-		w.finish(dbCtx, ex, port.StatusCanceled, "", nil)
-		return
-	}
 	def, err := w.e.reg.Lookup(port.Kind(ex.kind), ex.version)
 	if err != nil {
 		// The claim only takes served pairs, so this is a registry changed
@@ -331,7 +340,12 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 	var result json.RawMessage
 	var actErr error
 	if attempt > o.Retry.MaxAttempts {
-		actErr = fmt.Errorf("no attempt left after %d lost lease(s)", f.ex.stepAttempts)
+		// The reaper found the last attempt's lease lost (its worker died
+		// or stalled) and handed the run back to record the failure, which
+		// is what Temporal reports when a last attempt times out.
+		attempt = f.ex.stepAttempts
+		actErr = fmt.Errorf("out of attempts through lost leases: the worker running attempt %d of %d died or stalled past its lease",
+			f.ex.stepAttempts, o.Retry.MaxAttempts)
 	} else {
 		result, actErr = f.invoke(binding, raw, name, activity, attempt, o)
 		f.checkLease()
@@ -400,7 +414,8 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step, activit
 	rt := &runtime{ex: f.ex, info: port.StepInfo{
 		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Activity: activity,
 		Attempt: attempt,
-		Token:   port.FencingToken{Scope: string(f.ex.runID()) + "/" + step, Epoch: f.ex.claims, Nonce: f.ex.token.String()},
+		Token: port.FencingToken{Scope: string(f.ex.runID()) + "/" + step, Epoch: f.ex.claims, Nonce: f.ex.token.String(),
+			Generation: f.ex.generation},
 	}}
 	if o.HeartbeatTimeout > 0 {
 		rt.watchdog = time.AfterFunc(o.HeartbeatTimeout, func() { cancel(errHeartbeatTimeout) })

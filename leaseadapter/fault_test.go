@@ -155,28 +155,40 @@ func TestPostgresRestartMidRun(t *testing.T) {
 
 // The reaper, on leases left by dead workers: a step with attempts left goes
 // back to pending after Backoff(n-1) of its policy (the first loss waits
-// none); a step out of attempts makes the run dead, a dead letter. The
+// none); a step out of attempts is recorded as failed for good by the next
+// claim without running, and the handler sees the *port.StepError (here it
+// opens its decision), as on Temporal; a run whose failure-recording claim
+// was lost too is dead; a canceled run ends canceled, charged nothing. The
 // lost claims are simulated on runs enqueued normally, as a crashed worker
 // leaves them: running, lease expired.
-func TestReaperBacksOffThenDeadLetters(t *testing.T) {
+func TestReaperSettlesLostLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newDB(t)
 	eng := newEngine(t, pool, fastConfig())
 	retrying := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "lost-again")
-	exhausted := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "lost-last")
+	exhausted := enqueue(t, eng, testkinds.Fail, testkinds.FailInput{}, "lost-last")
+	poisoned := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "lost-recording")
+	canceled := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "lost-canceled")
 	// A backoff of an hour keeps the requeued run parked while the test reads it.
 	crashed := `UPDATE taskport_lease.task SET status = 'running', lease_owner = 'gone', lease_token = gen_random_uuid(),
   lease_until = now() - interval '1 second', claims = claims + 1, step_attempts = $2, max_attempts = 3,
-  backoff_initial = interval '1 hour', backoff_max = interval '2 hours'
+  backoff_initial = interval '1 hour', backoff_max = interval '2 hours',
+  cancel_requested_at = CASE WHEN $3 THEN now() END
 WHERE id = $1`
-	_, err := pool.Exec(ctx, crashed, retrying, 1)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, crashed, exhausted, 2)
-	require.NoError(t, err)
+	for _, c := range []struct {
+		id       port.RunID
+		attempts int
+		cancel   bool
+	}{{retrying, 1, false}, {exhausted, 2, false}, {poisoned, 3, false}, {canceled, 0, true}} {
+		_, err := pool.Exec(ctx, crashed, c.id, c.attempts, c.cancel)
+		require.NoError(t, err)
+	}
 	startEngine(t, eng, port.StartOptions{Concurrency: 2})
 
-	waitTaskStatus(t, pool, exhausted, "dead")
+	waitTaskStatus(t, pool, exhausted, "failed")
+	waitTaskStatus(t, pool, poisoned, "dead")
+	waitTaskStatus(t, pool, canceled, "canceled")
 	waitTaskStatus(t, pool, retrying, "pending")
 
 	var attempts int
@@ -189,9 +201,40 @@ SELECT step_attempts, next_run_at - now(), lease_owner FROM taskport_lease.task 
 	require.Greater(t, wait, 50*time.Minute, "the second loss of the step waits Backoff(1) = 1 h")
 	require.Nil(t, owner)
 
+	// The exhausted step: recorded as failed, never run again, and the
+	// handler reacted to the StepError before failing the run.
+	eff := effects(t, pool, exhausted)
+	require.NotContains(t, eff, "boom", "the step out of attempts does not run again")
+	require.Contains(t, eff["decision"].note, "out of attempts through lost leases", "the handler saw the StepError")
+	var failedStep bool
+	var stepAttempts int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT failed, attempts FROM taskport_lease.step_result WHERE task_id = $1 AND seq = 0`, exhausted).
+		Scan(&failedStep, &stepAttempts))
+	require.True(t, failedStep, "the history records the step as failed for good, as a failed last attempt does")
+	require.Equal(t, 3, stepAttempts, "the two earlier lost attempts and the one reaped")
+	view, err := eng.Get(ctx, exhausted)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusFailed, view.Status)
+	require.Contains(t, view.LastError, "out of attempts through lost leases")
+
+	view, err = eng.Get(ctx, poisoned)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusFailed, view.Status, "a dead run reads as failed")
+	require.Contains(t, view.LastError, "lease of worker gone expired")
+	require.Empty(t, effects(t, pool, poisoned), "no step of the dead run ran again")
 	var deadAt *time.Time
-	require.NoError(t, pool.QueryRow(ctx, `SELECT dead_letter_at FROM taskport_lease.task WHERE id = $1`, exhausted).Scan(&deadAt))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT dead_letter_at FROM taskport_lease.task WHERE id = $1`, poisoned).Scan(&deadAt))
 	require.NotNil(t, deadAt)
-	requireDeadLetter(t, eng, exhausted, "lease of worker gone expired")
-	require.Empty(t, effects(t, pool, exhausted), "no step of the dead run ran again")
+
+	view, err = eng.Get(ctx, canceled)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusCanceled, view.Status)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT step_attempts FROM taskport_lease.task WHERE id = $1`, canceled).Scan(&attempts))
+	require.Zero(t, attempts, "a canceled run is not charged the lost attempt")
+	require.Empty(t, effects(t, pool, canceled))
+
+	failed, err := eng.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
+	require.NoError(t, err)
+	require.Len(t, failed, 2)
+	require.ElementsMatch(t, []port.RunID{exhausted, poisoned}, []port.RunID{failed[0].ID, failed[1].ID})
 }

@@ -14,30 +14,33 @@ package leaseadapter
 // mean "work may be ready"; "c:<run id>" means "this run was canceled".
 const notifyChannel = "taskport_lease"
 
+// insertTaskSQL adds the task row of a run inserted by runstore.Insert
+// (EnqueueTx); $13 is the run's seq.
 const insertTaskSQL = `
 WITH ins AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
-    max_attempts, backoff_initial, backoff_max, backoff_coefficient)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10)
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10, $13)
   RETURNING next_run_at
 )
 SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
 
 // enqueueSQL is Enqueue in one statement (one round trip, one commit): the
 // taskport.run row (the same insert as runstore.Insert, the idempotency
-// authority) and the task row. On a conflict it returns the existing id when
-// visible, else NULL and Enqueue falls back to runstore.Insert, which sees
-// rows committed concurrently.
+// authority) and the task row, which keeps the run's seq (the generation of
+// its fencing tokens) so that a claim needs no join. On a conflict it returns
+// the existing id when visible, else NULL and Enqueue falls back to
+// runstore.Insert, which sees rows committed concurrently.
 const enqueueSQL = `
 WITH r AS (
   INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
   VALUES ($1, 'lease', $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()))
   ON CONFLICT (kind, idempotency_key) DO NOTHING
-  RETURNING id, available_at
+  RETURNING id, available_at, seq
 ), t AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
-    max_attempts, backoff_initial, backoff_max, backoff_coefficient)
-  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12, seq
   FROM r
   RETURNING next_run_at
 ), n AS (
@@ -75,9 +78,10 @@ WITH c AS (
       lease_until = now() + $4 * interval '1 millisecond', claims = t.claims + 1, updated_at = now()
   FROM c WHERE t.id = c.id
   RETURNING t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts,
-    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at
+    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at, t.run_seq
 )
 SELECT t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts, t.canceled, t.created_at,
+  t.run_seq,
   coalesce((SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'result', s.result,
       'failed', s.failed, 'at', s.completed_at) ORDER BY s.seq)
     FROM taskport_lease.step_result s WHERE s.task_id = t.id), '[]')
@@ -236,10 +240,17 @@ WITH h AS (
 )
 SELECT id, canceled FROM live`
 
-// reapSQL returns expired claims to pending, or marks the run dead when the
-// step has no attempts left. The n-th lost lease of a step waits
-// Backoff(n-1) of the kind's policy, the first one none: a killed worker's
-// run is claimable again at most lease + poll interval after its last renewal.
+// reapSQL settles expired claims. A canceled run ends canceled (the cancel
+// stops it before any later step; no attempt is charged). Otherwise the lost
+// attempt counts against the kind's policy: with attempts left the run goes
+// back to pending, the n-th lost lease of a step waiting Backoff(n-1) (the
+// first none), so a killed worker's run is claimable again at most lease +
+// poll interval after its last renewal. A step out of attempts goes back to
+// pending at once too: the next claim replays the handler, and its Step
+// records the step as failed for good without running it (what a failed last
+// attempt records) and returns *port.StepError, so the handler's outcome
+// decides the run, as on Temporal. Only when that claim is lost as well (the
+// handler itself, not a step, kills its worker) is the run dead.
 const reapSQL = `
 WITH x AS (
   SELECT id FROM taskport_lease.task
@@ -248,23 +259,28 @@ WITH x AS (
   FOR UPDATE SKIP LOCKED
 ), t AS (
   UPDATE taskport_lease.task t
-  SET status = CASE WHEN t.step_attempts + 1 < t.max_attempts THEN 'pending' ELSE 'dead' END,
-      step_attempts = t.step_attempts + 1,
-      next_run_at = now() + CASE WHEN t.step_attempts = 0 THEN interval '0'
+  SET status = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'canceled'
+                    WHEN t.step_attempts < t.max_attempts THEN 'pending' ELSE 'dead' END,
+      step_attempts = t.step_attempts + CASE WHEN t.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
+      next_run_at = now() + CASE WHEN t.step_attempts = 0 OR t.step_attempts + 1 >= t.max_attempts THEN interval '0'
         ELSE least(t.backoff_max, t.backoff_initial * power(t.backoff_coefficient, t.step_attempts - 1)) END,
-      last_error = 'lease of worker ' || coalesce(t.lease_owner, '?') || ' expired',
-      dead_letter_at = CASE WHEN t.step_attempts + 1 >= t.max_attempts THEN now() END,
-      finished_at = CASE WHEN t.step_attempts + 1 >= t.max_attempts THEN now() END,
-      lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
+      last_error = CASE WHEN t.cancel_requested_at IS NOT NULL THEN t.last_error
+        ELSE 'lease of worker ' || coalesce(t.lease_owner, '?') || ' expired' END,
+      dead_letter_at = CASE WHEN t.cancel_requested_at IS NULL AND t.step_attempts >= t.max_attempts THEN now() END,
+      finished_at = CASE WHEN t.cancel_requested_at IS NOT NULL OR t.step_attempts >= t.max_attempts THEN now() END,
+      progress = NULL, lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()
   FROM x WHERE t.id = x.id
   RETURNING t.id, t.status, t.step_attempts, t.last_error
 ), r AS (
-  UPDATE taskport.run SET status = CASE WHEN t.status = 'dead' THEN 'failed' ELSE 'pending' END,
+  UPDATE taskport.run SET status = CASE WHEN t.status = 'dead' THEN 'failed' ELSE t.status END,
     attempts = t.step_attempts, last_error = t.last_error, updated_at = now(),
-    finished_at = CASE WHEN t.status = 'dead' THEN now() END
+    finished_at = CASE WHEN t.status IN ('dead', 'canceled') THEN now() END
   FROM t WHERE taskport.run.id = t.id
+), w AS (
+  DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t WHERE status IN ('dead', 'canceled'))
 )
-SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead') FROM t`
+SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead'),
+  count(*) FILTER (WHERE status = 'canceled') FROM t`
 
 // liveStatusSQL reads the claim state of runs whose projection says
 // pending: they may be running.

@@ -20,8 +20,8 @@ import (
 func insertTasks(t *testing.T, pool *pgxpool.Pool, n int, status string) {
 	t.Helper()
 	_, err := pool.Exec(context.Background(), `
-INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max, backoff_coefficient)
-SELECT gen_random_uuid(), 'k', 1, '{}', $2, 3, '1s', '1m', 2 FROM generate_series(1, $1)`, n, status)
+INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+SELECT gen_random_uuid(), 'k', 1, '{}', $2, 3, '1s', '1m', 2, g FROM generate_series(1, $1) g`, n, status)
 	require.NoError(t, err)
 }
 
@@ -80,8 +80,8 @@ func TestHeartbeatSkipsLockedRowsAndKeepsThemLive(t *testing.T) {
 	id, token := uuid.New(), uuid.New()
 	_, err := pool.Exec(ctx, `
 INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, lease_owner, lease_token, lease_until,
-  max_attempts, backoff_initial, backoff_max, backoff_coefficient)
-VALUES ($1, 'k', 1, '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1s', '1m', 2)`, id, token)
+  max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+VALUES ($1, 'k', 1, '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1s', '1m', 2, 1)`, id, token)
 	require.NoError(t, err)
 	leaseUntil := func() time.Time {
 		var at time.Time

@@ -52,6 +52,7 @@ type worker struct {
 	noClaims bool            // Stop began: no claim starts
 	claims   sync.WaitGroup  // claims in flight, waited for before the queue closes
 	runCtx   context.Context // parent of every run context; canceled at the stop bound
+	dbCtx    context.Context // commits on behalf of runs; ends after the last run is forgotten
 
 	cancelLoops     context.CancelCauseFunc // claim, listen, reap
 	cancelRuns      context.CancelCauseFunc // every run context, at the stop bound
@@ -97,7 +98,7 @@ func (w *worker) start(ctx context.Context) {
 	loopCtx, cancelLoops := context.WithCancelCause(base)
 	runCtx, cancelRuns := context.WithCancelCause(base)
 	w.cancelLoops, w.cancelRuns, w.cancelCommitter = cancelLoops, cancelRuns, cancelService
-	w.runCtx = runCtx
+	w.runCtx, w.dbCtx = runCtx, serviceCtx
 
 	committers := w.e.cfg.Committers
 	// Committers, the claim loop, the heartbeat and the reaper each hold a
@@ -132,8 +133,10 @@ func (w *worker) stop(ctx context.Context) error {
 	// Prefetched runs go back at once instead of waiting for a busy
 	// executor; executors and this loop share the queue.
 	for q := range w.queue {
-		w.release(context.WithoutCancel(ctx), q.ex)
-		w.forget(q.ex)
+		if q.ex.take() {
+			w.release(context.WithoutCancel(ctx), q.ex)
+			w.forget(q.ex)
+		}
 	}
 
 	bound := time.NewTimer(w.e.cfg.StopTimeout)
@@ -310,7 +313,7 @@ func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
 			ex := &execution{}
 			var history []byte
 			if err := row.Scan(&ex.id, &ex.kind, &ex.version, &ex.input, &ex.claims, &ex.token, &ex.stepAttempts,
-				&ex.canceled, &ex.createdAt, &history); err != nil {
+				&ex.canceled, &ex.createdAt, &ex.generation, &history); err != nil {
 				return nil, err
 			}
 			if err := json.Unmarshal(history, &ex.history); err != nil {
@@ -332,7 +335,30 @@ func (w *worker) launch(ex *execution) {
 	w.running[ex.id] = ex
 	w.mu.Unlock()
 	w.runs.Add(1)
+	if ex.canceled {
+		// Canceled while its lease was lost (the reaper put it back):
+		// nothing of it runs, and it does not queue behind other runs.
+		w.cancelRun(ex)
+		return
+	}
 	w.queue <- queued{ctx: ctx, ex: ex} // never blocks: reserve keeps at most cap(queue) runs
+}
+
+// cancelRun cancels a run's context with port.ErrCanceled. A run still in
+// the prefetch queue ends canceled at once, instead of waiting (running,
+// its lease renewed) until a busy executor frees, which then skipped it and
+// left its lease to expire and be charged as an attempt by the reaper.
+func (w *worker) cancelRun(ex *execution) {
+	ex.cancel(port.ErrCanceled)
+	if !ex.settle() {
+		return // an executor has it: the run sees the cancel at its next Flow call
+	}
+	// Not on the caller's goroutine (the heartbeat or the LISTEN loop): the
+	// commit waits for a group. Stop waits for it through w.runs.
+	go func() {
+		w.finish(w.dbCtx, ex, port.StatusCanceled, "", nil)
+		w.forget(ex)
+	}()
 }
 
 // queued is a claimed run with its run context, waiting for an executor.
@@ -342,9 +368,13 @@ type queued struct {
 }
 
 // executor runs queued runs one at a time until the queue is closed. A
-// prefetched run waits in the queue, its lease renewed by the heartbeat.
+// prefetched run waits in the queue, its lease renewed by the heartbeat; one
+// canceled meanwhile was settled by cancelRun and is skipped.
 func (w *worker) executor(serviceCtx context.Context) {
 	for q := range w.queue {
+		if !q.ex.take() {
+			continue
+		}
 		switch {
 		case q.ctx.Err() != nil:
 			// Lease lost or handed back by Stop while queued.
@@ -429,13 +459,13 @@ func (w *worker) heartbeat(ctx context.Context) error {
 			w.log.Warn("lease lost", slog.String("run_id", ex.id.String()))
 			ex.cancel(port.ErrLeaseLost)
 		case canceled:
-			ex.cancel(port.ErrCanceled)
+			w.cancelRun(ex)
 		}
 	}
 	return nil
 }
 
-// reaper returns expired leases to pending (or dead) every poll interval and
+// reaper settles expired leases every poll interval (see reapSQL) and
 // samples the queue depth.
 func (w *worker) reaper(ctx context.Context) {
 	tick := time.NewTicker(w.e.cfg.PollInterval)
@@ -448,15 +478,15 @@ func (w *worker) reaper(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		var requeued, dead int
-		if err := w.e.pool.QueryRow(ctx, reapSQL, w.e.cfg.BatchSize*16).Scan(&requeued, &dead); err != nil {
+		var requeued, dead, canceled int
+		if err := w.e.pool.QueryRow(ctx, reapSQL, w.e.cfg.BatchSize*16).Scan(&requeued, &dead, &canceled); err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("reap expired leases failed", slog.Any("error", err))
 			}
 			continue
 		}
-		if requeued+dead > 0 {
-			w.log.Info("reaped expired leases", slog.Int("requeued", requeued), slog.Int("dead", dead))
+		if requeued+dead+canceled > 0 {
+			w.log.Info("reaped expired leases", slog.Int("requeued", requeued), slog.Int("dead", dead), slog.Int("canceled", canceled))
 		}
 		if requeued > 0 {
 			w.poke()
@@ -505,7 +535,7 @@ func (w *worker) listenOnce(ctx context.Context) error {
 				ex := w.running[id]
 				w.mu.Unlock()
 				if ex != nil {
-					ex.cancel(port.ErrCanceled)
+					w.cancelRun(ex)
 				}
 			}
 			continue

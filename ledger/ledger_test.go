@@ -63,10 +63,93 @@ func TestBeginRefusesOlderEpochOfSameScope(t *testing.T) {
 	require.True(t, newer.Interrupted(), "the attempt at epoch 2 left no result")
 	require.Equal(t, "run1/import#3", newer.Token)
 
-	// A different scope is a new run taking the operation over.
+	// A different scope of the same generation takes the operation over
+	// (TestBeginOrdersAttempts has the whole order).
 	other, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("run2/import", 1))
 	require.NoError(t, err)
 	require.Equal(t, "run2/import#1", other.Token)
+}
+
+// The order of attempts across runs (generation), within a run's scope
+// (epoch) and across scopes of one run (a Temporal reset): each case begins
+// the same operation in turn; a refused Begin returns port.ErrFenced and
+// writes nothing.
+func TestBeginOrdersAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	type begin struct {
+		scope      string
+		epoch, gen int64
+		fenced     bool // the Begin must be refused
+	}
+	cases := []struct {
+		name        string
+		begins      []begin
+		wantToken   string
+		wantRetired []string
+	}{
+		{"a later epoch of the same scope takes over",
+			[]begin{{"r1/s", 1, 5, false}, {"r1/s", 2, 5, false}}, "r1/s#2", []string{}},
+		{"an earlier epoch of the same scope is refused",
+			[]begin{{"r1/s", 2, 5, false}, {"r1/s", 1, 5, true}}, "r1/s#2", []string{}},
+		{"the same attempt may begin again",
+			[]begin{{"r1/s", 2, 5, false}, {"r1/s", 2, 5, false}}, "r1/s#2", []string{}},
+		{"a newer generation takes over, whatever its epoch",
+			[]begin{{"r1/s", 3, 5, false}, {"r2/s", 1, 6, false}}, "r2/s#1", []string{}},
+		{"an older generation is refused, whatever its epoch",
+			[]begin{{"r2/s", 1, 6, false}, {"r1/s", 9, 5, true}}, "r2/s#1", []string{}},
+		{"a superseded run is refused once its decision retry took over",
+			[]begin{{"r1/s", 1, 5, false}, {"r2/s", 1, 6, false}, {"r1/s", 2, 5, true}}, "r2/s#1", []string{}},
+		{"generation 0 (begun before generations were recorded) is older than any run",
+			[]begin{{"r2/s", 1, 1, false}, {"old/s", 4, 0, true}}, "r2/s#1", []string{}},
+		{"a run's new scope takes over (a Temporal reset) and retires the old one",
+			[]begin{{"wf/a/s", 2, 5, false}, {"wf/b/s", 1, 5, false}}, "wf/b/s#1", []string{"wf/a/s"}},
+		{"a retired scope is refused afterwards, whatever its epoch",
+			[]begin{{"wf/a/s", 1, 5, false}, {"wf/b/s", 1, 5, false}, {"wf/a/s", 7, 5, true}}, "wf/b/s#1", []string{"wf/a/s"}},
+		{"the live scope goes on after the takeover",
+			[]begin{{"wf/a/s", 1, 5, false}, {"wf/b/s", 1, 5, false}, {"wf/b/s", 2, 5, false}}, "wf/b/s#2", []string{"wf/a/s"}},
+		{"a second reset retires the first reset's scope too",
+			[]begin{{"wf/a/s", 1, 5, false}, {"wf/b/s", 1, 5, false}, {"wf/c/s", 1, 5, false}, {"wf/b/s", 2, 5, true}},
+			"wf/c/s#1", []string{"wf/a/s", "wf/b/s"}},
+		{"a newer generation starts a fresh list of retired scopes",
+			[]begin{{"wf/a/s", 1, 5, false}, {"wf/b/s", 1, 5, false}, {"r9/s", 1, 7, false}}, "r9/s#1", []string{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPlan(t, pool)
+			accepted := 0
+			for i, b := range c.begins {
+				before, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpImport)
+				require.NoError(t, err)
+				got, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, port.FencingToken{Scope: b.scope, Epoch: b.epoch, Generation: b.gen})
+				if b.fenced {
+					require.ErrorIsf(t, err, port.ErrFenced, "begin #%d %+v", i, b)
+					after, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpImport)
+					require.NoError(t, err)
+					require.Equal(t, before, after, "a refused Begin writes nothing")
+					continue
+				}
+				require.NoErrorf(t, err, "begin #%d %+v", i, b)
+				accepted++
+				require.Equal(t, b.gen, got.Generation)
+				require.Equal(t, accepted, got.Attempts, "attempts counts the accepted Begins")
+			}
+			cur, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpImport)
+			require.NoError(t, err)
+			require.Equal(t, c.wantToken, cur.Token)
+			require.Equal(t, c.wantRetired, cur.RetiredScopes)
+		})
+	}
+
+	// The refusal names why, for the operator reading the error.
+	p := newPlan(t, pool)
+	_, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, port.FencingToken{Scope: "r2/s", Epoch: 1, Generation: 6})
+	require.NoError(t, err)
+	_, err = ledger.Begin(ctx, pool, p.ID, ledger.OpImport, port.FencingToken{Scope: "r1/s", Epoch: 3, Generation: 5})
+	require.ErrorIs(t, err, port.ErrFenced)
+	require.ErrorContains(t, err, "a newer run (generation 6, attempt r2/s#1) took the operation over")
 }
 
 func TestCommitWithStaleTokenIsFencedAndWritesNothing(t *testing.T) {

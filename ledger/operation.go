@@ -32,13 +32,17 @@ var ErrNoFencingToken = errors.New("ledger: no fencing token: fenced operations 
 // Operation is one ledger row: the current attempt and, once committed, the
 // result.
 type Operation struct {
-	ID        uuid.UUID
-	PlanID    uuid.UUID
-	Op        Op
-	Token     string // the recorded attempt's port.FencingToken.String()
-	Scope     string
-	Epoch     int64
-	StartedAt time.Time
+	ID         uuid.UUID
+	PlanID     uuid.UUID
+	Op         Op
+	Token      string // the recorded attempt's port.FencingToken.String()
+	Scope      string
+	Epoch      int64
+	Generation int64
+	// RetiredScopes are the scopes of Generation that a takeover replaced;
+	// a Begin from one of them is refused.
+	RetiredScopes []string
+	StartedAt     time.Time
 	// Attempts counts the Begins recorded, this one included.
 	Attempts int
 	Result   json.RawMessage // nil until committed
@@ -54,9 +58,27 @@ func (o Operation) Interrupted() bool { return !o.Done() && o.Attempts > 1 }
 
 // Begin records tok as the operation's current attempt and returns the row.
 // If the operation already has a result, the row is returned unchanged (check
-// Done). A Begin whose epoch is lower than the recorded one of the same scope
-// returns an error wrapping port.ErrFenced and writes nothing; a different
-// scope is a new run taking the operation over and is accepted.
+// Done). Otherwise tok must not be older than the recorded attempt, else Begin
+// returns an error wrapping port.ErrFenced and writes nothing. Against the
+// recorded attempt, tok is
+//   - older when its Generation is lower: its run was created before the run
+//     that holds the operation, e.g. the run a decision retry superseded,
+//     even while that run's attempt is still stuck in the operation;
+//   - newer when its Generation is higher: a later run (a decision retry)
+//     takes the operation over;
+//   - within the same Generation and Scope, older when its Epoch is lower (an
+//     earlier attempt of the same step), else newer;
+//   - within the same Generation, from a different Scope (the same run
+//     re-executed under a new scope, e.g. a Temporal reset's new run ID):
+//     newer the first time, and the scope it replaces is retired; a retired
+//     scope is refused from then on, so the superseded execution cannot take
+//     the operation back.
+//
+// Scopes of one generation are not ordered, only told apart: a superseded
+// execution whose first Begin comes after its replacement's is taken for a
+// replacement and takes over once (retiring the live scope). After a Temporal
+// reset only an activity the old run had already started can still Begin, so
+// this needs an old attempt that reaches Begin later than the new run's.
 func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.FencingToken) (Operation, error) {
 	if !tok.Valid() {
 		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, ErrNoFencingToken)
@@ -65,7 +87,7 @@ func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.Fencin
 	if err != nil {
 		return Operation{}, fmt.Errorf("new operation id: %w", err)
 	}
-	rows, err := q.Query(ctx, beginOperationSQL, id, planID, op, tok.String(), tok.Scope, tok.Epoch)
+	rows, err := q.Query(ctx, beginOperationSQL, id, planID, op, tok.String(), tok.Scope, tok.Epoch, tok.Generation)
 	if err != nil {
 		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, err)
 	}
@@ -85,8 +107,20 @@ func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.Fencin
 	case cur.Done():
 		return cur, nil
 	}
-	return Operation{}, fmt.Errorf("begin %s of plan %s with %s: attempt %s is newer: %w",
-		op, planID, tok, cur.Token, port.ErrFenced)
+	return Operation{}, fmt.Errorf("begin %s of plan %s with %s (generation %d): %s: %w",
+		op, planID, tok, tok.Generation, refusal(cur, tok), port.ErrFenced)
+}
+
+// refusal says why cur outranks tok, for the operator reading the error.
+func refusal(cur Operation, tok port.FencingToken) string {
+	switch {
+	case cur.Generation > tok.Generation:
+		return fmt.Sprintf("a newer run (generation %d, attempt %s) took the operation over", cur.Generation, cur.Token)
+	case cur.Scope == tok.Scope:
+		return fmt.Sprintf("attempt %s is newer", cur.Token)
+	default:
+		return fmt.Sprintf("scope %s was superseded by %s (attempt %s)", tok.Scope, cur.Scope, cur.Token)
+	}
 }
 
 // Read returns the ledger row of (plan, op); found is false before any Begin.
@@ -122,7 +156,8 @@ func Commit(ctx context.Context, q DBTX, o Operation, result any) error {
 func scanOperation(row pgx.CollectableRow) (Operation, error) {
 	var o Operation
 	var resultAt *time.Time
-	err := row.Scan(&o.ID, &o.PlanID, &o.Op, &o.Token, &o.Scope, &o.Epoch, &o.StartedAt, &o.Attempts, &o.Result, &resultAt)
+	err := row.Scan(&o.ID, &o.PlanID, &o.Op, &o.Token, &o.Scope, &o.Epoch, &o.Generation, &o.RetiredScopes,
+		&o.StartedAt, &o.Attempts, &o.Result, &resultAt)
 	o.ResultAt = timeOrZero(resultAt)
 	return o, err
 }

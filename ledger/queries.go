@@ -194,23 +194,33 @@ func setDownloadStateStmt(planID uuid.UUID, state DownloadState) bob.Query {
 
 // ---- asset_operation (the fenced ledger: hand-written on purpose)
 
-const operationColumns = `id, plan_id, op, attempt_token, attempt_scope, attempt_epoch, attempt_started_at,
-	attempts, result, result_at`
+const operationColumns = `id, plan_id, op, attempt_token, attempt_scope, attempt_epoch, attempt_generation,
+	retired_scopes, attempt_started_at, attempts, result, result_at`
 
 // beginOperationSQL records a new attempt unless the operation has a result
-// or the recorded attempt of the same scope is newer. A different scope is a
-// new run that took the operation over (a retry decision, continue-as-new on
-// another engine): it is accepted, and the old run's commit is then fenced.
+// or the recorded attempt is newer (see Begin for the order): a higher
+// generation always takes over and starts a fresh list of retired scopes; in
+// the same generation, the same scope needs an epoch no lower than the
+// recorded one, and a different scope takes over only if it was never
+// retired, retiring the scope it replaces.
 const beginOperationSQL = `
-INSERT INTO asset_operation (id, plan_id, op, attempt_token, attempt_scope, attempt_epoch)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO asset_operation (id, plan_id, op, attempt_token, attempt_scope, attempt_epoch, attempt_generation)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (plan_id, op) DO UPDATE
 SET attempt_token = EXCLUDED.attempt_token, attempt_scope = EXCLUDED.attempt_scope,
-    attempt_epoch = EXCLUDED.attempt_epoch, attempt_started_at = now(),
-    attempts = asset_operation.attempts + 1, updated_at = now()
+    attempt_epoch = EXCLUDED.attempt_epoch, attempt_generation = EXCLUDED.attempt_generation,
+    retired_scopes = CASE
+        WHEN asset_operation.attempt_generation < EXCLUDED.attempt_generation THEN '{}'
+        WHEN asset_operation.attempt_scope <> EXCLUDED.attempt_scope
+            THEN asset_operation.retired_scopes || asset_operation.attempt_scope
+        ELSE asset_operation.retired_scopes END,
+    attempt_started_at = now(), attempts = asset_operation.attempts + 1, updated_at = now()
 WHERE asset_operation.result_at IS NULL
-  AND (asset_operation.attempt_scope <> EXCLUDED.attempt_scope
-       OR asset_operation.attempt_epoch <= EXCLUDED.attempt_epoch)
+  AND (asset_operation.attempt_generation < EXCLUDED.attempt_generation
+       OR (asset_operation.attempt_generation = EXCLUDED.attempt_generation
+           AND CASE WHEN asset_operation.attempt_scope = EXCLUDED.attempt_scope
+                    THEN asset_operation.attempt_epoch <= EXCLUDED.attempt_epoch
+                    ELSE EXCLUDED.attempt_scope <> ALL (asset_operation.retired_scopes) END))
 RETURNING ` + operationColumns
 
 func selectOperationStmt(planID uuid.UUID, op Op) bob.Query {

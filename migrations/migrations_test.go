@@ -76,10 +76,10 @@ func TestDeletingARunForgetsItsLeaseRows(t *testing.T) {
 		_, err := pool.Exec(ctx, `
 WITH r AS (
   INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input)
-  VALUES (gen_random_uuid(), 'lease', 'k', 1, $1, '{}') RETURNING id
+  VALUES (gen_random_uuid(), 'lease', 'k', 1, $1, '{}') RETURNING id, seq
 ), t AS (
-  INSERT INTO taskport_lease.task (id, kind, handler_version, input, max_attempts, backoff_initial, backoff_max, backoff_coefficient)
-  SELECT id, 'k', 1, '{}', 3, '1s', '1m', 2 FROM r RETURNING id
+  INSERT INTO taskport_lease.task (id, kind, handler_version, input, max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+  SELECT id, 'k', 1, '{}', 3, '1s', '1m', 2, seq FROM r RETURNING id
 )
 INSERT INTO taskport_lease.step_result (task_id, seq, name, result)
 SELECT id, g, 's' || g, '1' FROM t, generate_series(0, 2) g`, fmt.Sprint(i))
@@ -126,8 +126,8 @@ VALUES (gen_random_uuid(), $1, 'k', $2, $3, '{}', $4)`
 	_, err = pool.Exec(ctx, `UPDATE taskport.run SET status = 'sleeping'`)
 	require.ErrorContains(t, err, "run_row_check")
 
-	insertTask := `INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max, backoff_coefficient)
-VALUES (gen_random_uuid(), 'k', 1, '{}', $1, $2, '1s', '1m', 2)`
+	insertTask := `INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+VALUES (gen_random_uuid(), 'k', 1, '{}', $1, $2, '1s', '1m', 2, 1)`
 	_, err = pool.Exec(ctx, insertTask, "lost", 3)
 	require.ErrorContains(t, err, "task_row_check")
 	_, err = pool.Exec(ctx, insertTask, "pending", 0)

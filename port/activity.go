@@ -58,18 +58,29 @@ func Bind[In, Out any](ref ActivityRef[In, Out], fn func(context.Context, In) (O
 }
 
 // FencingToken identifies one attempt of one step and orders it against the
-// other attempts of the same step: within one Scope a larger Epoch is newer.
-// The ledger records it as attempt_token when a step begins, refuses a Begin
-// whose Epoch is lower than the recorded one for the same Scope, and commits
-// only while the recorded token is still exactly this one.
+// other attempts of the same operation. The ledger records it when a step
+// begins an operation, refuses a Begin from an older attempt, and commits only
+// while the recorded token is still exactly this one. Older means, in order:
+//   - a lower Generation: an attempt of a run created before the run that
+//     holds the operation (e.g. the run a decision retry superseded);
+//   - within one Generation and one Scope, a lower Epoch: an earlier attempt
+//     of the same step.
 //
-// Temporal: Scope is workflow ID/run ID/activity ID, Epoch the activity
-// attempt. Lease engine: Scope is run ID/step name, Epoch the run's claim
-// count, Nonce the claim's lease_token.
+// Within one Generation, a different Scope is the same run re-executed under
+// another scope (Temporal: a reset starts a new run ID); the ledger lets it
+// take the operation over once and refuses the scope it replaced afterwards.
+//
+// Generation is the run's creation sequence (taskport.run.seq), the same on
+// both engines. Temporal: Scope is workflow ID/run ID/activity ID, Epoch the
+// activity attempt. Lease engine: Scope is run ID/step name, Epoch the run's
+// claim count, Nonce the claim's lease_token.
 type FencingToken struct {
 	Scope string
 	Epoch int64
 	Nonce string // distinguishes two claims that share an epoch; may be empty
+	// Generation orders runs: a run created later has a larger one. Zero is
+	// a run started before generations were recorded, older than any other.
+	Generation int64
 }
 
 // String renders the token as stored in attempt_token columns.
@@ -82,7 +93,7 @@ func (t FencingToken) String() string {
 }
 
 // Valid reports whether the token can fence anything.
-func (t FencingToken) Valid() bool { return t.Scope != "" && t.Epoch > 0 }
+func (t FencingToken) Valid() bool { return t.Scope != "" && t.Epoch > 0 && t.Generation >= 0 }
 
 // StepInfo is the identity of the step an activity runs as.
 type StepInfo struct {

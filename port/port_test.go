@@ -255,6 +255,9 @@ func TestActivityHelpers(t *testing.T) {
 	require.Equal(t, "r/copy#2#n", info.Token.String())
 	require.True(t, info.Token.Valid())
 	require.False(t, port.FencingToken{}.Valid())
+	require.False(t, port.FencingToken{Scope: "r/copy", Epoch: 1, Generation: -1}.Valid(), "generations are never negative")
+	require.Equal(t, "r/copy#2#n", port.FencingToken{Scope: "r/copy", Epoch: 2, Nonce: "n", Generation: 7}.String(),
+		"the scope names the run, so the stored token needs no generation to be unique")
 	require.NoError(t, port.Heartbeat(actx, "50%"))
 	require.Equal(t, []any{"50%"}, rt.got)
 

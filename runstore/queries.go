@@ -3,7 +3,7 @@ package runstore
 // All statements of the package, parameterized; the column list matches scanRun.
 const runColumns = `id, engine, kind, version, idempotency_key, business_key, priority, input,
 	available_at, status, attempts, last_error, current_step, cancel_requested_at, cancel_reason,
-	created_at, updated_at, finished_at`
+	created_at, updated_at, finished_at, seq`
 
 const insertRunSQL = `
 INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
@@ -47,3 +47,15 @@ ON CONFLICT (topic, run_id) DO UPDATE SET step = EXCLUDED.step, since = now()`
 const removeWaiterSQL = `DELETE FROM taskport.waiter WHERE topic = $1 AND run_id = $2`
 
 const waitersSQL = `SELECT run_id FROM taskport.waiter WHERE topic = $1 ORDER BY since, run_id`
+
+// staleTemporalSQL pages through open Temporal runs whose projection was not
+// written for $1 ms, in (updated_at, id) order after the cursor ($2, $3). The
+// engine and statuses are literals so that every plan, generic ones
+// included, can use the partial index run_open_temporal.
+const staleTemporalSQL = `
+SELECT ` + runColumns + ` FROM taskport.run
+WHERE engine = 'temporal' AND status IN ('pending', 'running', 'waiting')
+  AND updated_at < now() - $1 * interval '1 millisecond'
+  AND (updated_at, id) > ($2, $3)
+ORDER BY updated_at, id
+LIMIT $4`

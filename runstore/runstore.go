@@ -55,6 +55,10 @@ type Run struct {
 	AvailableAt       time.Time
 	CancelRequestedAt time.Time // zero when no cancel was requested
 	CancelReason      string
+	// Seq is the run's creation sequence: a run created after another has a
+	// larger one. Engines hand it to activities as the Generation of their
+	// fencing tokens, so the ledger can refuse a superseded run.
+	Seq int64
 }
 
 // Insert records a new run, or finds the one already recorded for
@@ -192,6 +196,35 @@ func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error)
 	return out, nil
 }
 
+// Cursor is a position in StaleTemporal's order; the zero Cursor is the start.
+type Cursor struct {
+	UpdatedAt time.Time
+	ID        uuid.UUID
+}
+
+// After returns the cursor just past run.
+func After(run Run) Cursor {
+	u, _ := uuid.Parse(string(run.ID)) // ids come from scanRun, always valid
+	return Cursor{UpdatedAt: run.UpdatedAt, ID: u}
+}
+
+// StaleTemporal returns up to limit open runs (pending, running, waiting) of
+// the Temporal engine whose projection was not written for at least age,
+// oldest write first, after cursor: what a reconciler compares with
+// Temporal. It reads the partial index run_open_temporal, so its cost
+// follows limit, not the number of runs.
+func StaleTemporal(ctx context.Context, q DBTX, age time.Duration, after Cursor, limit int) ([]Run, error) {
+	rows, err := q.Query(ctx, staleTemporalSQL, age.Milliseconds(), after.UpdatedAt, after.ID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list stale temporal runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, fmt.Errorf("list stale temporal runs: %w", err)
+	}
+	return runs, nil
+}
+
 // AddWaiter registers run as waiting on topic at step. Registering twice is
 // harmless.
 func AddWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID, step string) error {
@@ -242,7 +275,7 @@ func scanRun(row pgx.CollectableRow) (Run, error) {
 	)
 	err := row.Scan(&id, &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
 		&r.AvailableAt, &r.Status, &r.Attempts, &r.LastError, &r.CurrentStep, &cancelReq, &r.CancelReason,
-		&r.CreatedAt, &r.UpdatedAt, &finished)
+		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq)
 	if err != nil {
 		return Run{}, err
 	}

@@ -3,9 +3,13 @@ package runstore_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/testkit/pgtest"
@@ -26,6 +30,7 @@ func TestInsertIsIdempotentUnderConcurrency(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	const n = 16
 	ids := make([]port.RunID, n)
+	seqs := make([]int64, n)
 	created := make([]bool, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -34,13 +39,14 @@ func TestInsertIsIdempotentUnderConcurrency(t *testing.T) {
 			defer wg.Done()
 			r, c, err := runstore.Insert(ctx, pool, newRun("plan-1:import"))
 			require.NoError(t, err)
-			ids[i], created[i] = r.ID, c
+			ids[i], seqs[i], created[i] = r.ID, r.Seq, c
 		}()
 	}
 	wg.Wait()
 	creators := 0
 	for i := range n {
 		require.Equal(t, ids[0], ids[i])
+		require.Equal(t, seqs[0], seqs[i], "every caller reads the one run's sequence")
 		if created[i] {
 			creators++
 		}
@@ -54,6 +60,7 @@ func TestInsertIsIdempotentUnderConcurrency(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c)
 	require.NotEqual(t, ids[0], other.ID)
+	require.Greater(t, other.Seq, seqs[0], "a run created later has a larger sequence (the generation of its fencing tokens)")
 }
 
 func TestGetCancelProjectList(t *testing.T) {
@@ -139,4 +146,56 @@ func TestWaiters(t *testing.T) {
 	ids, err = runstore.Waiters(ctx, pool, "nobody")
 	require.NoError(t, err)
 	require.Empty(t, ids)
+}
+
+// StaleTemporal pages through the open Temporal runs not written for a
+// while, oldest write first, and reads the partial index, generic plan
+// included.
+func TestStaleTemporalPagesOpenRunsByIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	insert := func(engine runstore.Engine, key string, status port.Status, age time.Duration) port.RunID {
+		r := newRun(key)
+		r.Engine = engine
+		run, _, err := runstore.Insert(ctx, pool, r)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE taskport.run SET status = $2, updated_at = now() - $3 * interval '1 millisecond' WHERE id = $1`,
+			run.ID, status, age.Milliseconds())
+		require.NoError(t, err)
+		return run.ID
+	}
+	oldest := insert(runstore.EngineTemporal, "a", port.StatusWaiting, 3*time.Hour)
+	older := insert(runstore.EngineTemporal, "b", port.StatusRunning, 2*time.Hour)
+	old := insert(runstore.EngineTemporal, "c", port.StatusPending, time.Hour)
+	insert(runstore.EngineTemporal, "fresh", port.StatusRunning, 0)
+	insert(runstore.EngineTemporal, "ended", port.StatusFailed, 4*time.Hour)
+	insert(runstore.EngineLease, "lease", port.StatusWaiting, 4*time.Hour)
+
+	ids := func(runs []runstore.Run) []port.RunID {
+		out := make([]port.RunID, len(runs))
+		for i, r := range runs {
+			out[i] = r.ID
+		}
+		return out
+	}
+	page, err := runstore.StaleTemporal(ctx, pool, time.Minute, runstore.Cursor{}, 2)
+	require.NoError(t, err)
+	require.Equal(t, []port.RunID{oldest, older}, ids(page))
+	page, err = runstore.StaleTemporal(ctx, pool, time.Minute, runstore.After(page[1]), 2)
+	require.NoError(t, err)
+	require.Equal(t, []port.RunID{old}, ids(page), "open Temporal runs only, and not the fresh one")
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, `EXPLAIN `+runstore.StaleTemporalSQL, int64(60000), time.Time{}, uuid.UUID{}, 100)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(plan, "\n"), "run_open_temporal", "the batch reads the partial index")
 }

@@ -31,8 +31,9 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 			Activity: b.Name,
 			Attempt:  int(ai.Attempt),
 			Token: port.FencingToken{
-				Scope: ai.WorkflowExecution.ID + "/" + ai.WorkflowExecution.RunID + "/" + ai.ActivityID,
-				Epoch: int64(ai.Attempt),
+				Scope:      ai.WorkflowExecution.ID + "/" + ai.WorkflowExecution.RunID + "/" + ai.ActivityID,
+				Epoch:      int64(ai.Attempt),
+				Generation: call.Generation,
 			},
 		}
 		log := e.logger.With(slog.String("run_id", string(info.RunID)), slog.String("step", info.Step), slog.Int("attempt", info.Attempt))
@@ -110,10 +111,12 @@ type bookkeeping struct {
 }
 
 // stepCall is the argument of every step activity: the step's encoded input,
-// and whether this attempt moves the run's projection to running.
+// whether this attempt moves the run's projection to running, and the run's
+// generation for the step's fencing token (see runInput).
 type stepCall struct {
-	Input   json.RawMessage `json:"input"`
-	Project bool            `json:"project,omitempty"`
+	Input      json.RawMessage `json:"input"`
+	Project    bool            `json:"project,omitempty"`
+	Generation int64           `json:"generation,omitempty"`
 }
 
 // stepResult is what a step activity returns: the body's encoded output and

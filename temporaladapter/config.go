@@ -38,6 +38,17 @@ type Config struct {
 	// MemoInputBytes bounds the input summary stored in the memo shown by the
 	// Temporal UI; longer inputs are cut. Default 512.
 	MemoInputBytes int
+	// ReconcileInterval paces the projection reconciler a started worker
+	// runs (see reconciler): every interval, one worker per database checks
+	// a batch of open runs against Temporal. Default 30s; negative disables
+	// it in this process.
+	ReconcileInterval time.Duration
+	// ReconcileBatch is how many open runs one round describes at most.
+	// Default 100.
+	ReconcileBatch int
+	// ReconcileAfter leaves alone the runs whose projection was written more
+	// recently than this: their workflow is live and writing it. Default 1m.
+	ReconcileAfter time.Duration
 }
 
 // Defaults documented on Config.
@@ -47,6 +58,9 @@ const (
 	DefaultLocalActivityTimeout = time.Minute
 	DefaultConcurrency          = 100
 	DefaultMemoInputBytes       = 512
+	DefaultReconcileInterval    = 30 * time.Second
+	DefaultReconcileBatch       = 100
+	DefaultReconcileAfter       = time.Minute
 )
 
 func (c Config) withDefaults() Config {
@@ -68,6 +82,15 @@ func (c Config) withDefaults() Config {
 	if c.MemoInputBytes == 0 {
 		c.MemoInputBytes = DefaultMemoInputBytes
 	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.ReconcileBatch == 0 {
+		c.ReconcileBatch = DefaultReconcileBatch
+	}
+	if c.ReconcileAfter == 0 {
+		c.ReconcileAfter = DefaultReconcileAfter
+	}
 	return c
 }
 
@@ -81,6 +104,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("temporaladapter config: default concurrency %d is negative", c.DefaultConcurrency)
 	case c.MemoInputBytes < 0:
 		return fmt.Errorf("temporaladapter config: memo input bytes %d is negative", c.MemoInputBytes)
+	case c.ReconcileBatch < 0:
+		return fmt.Errorf("temporaladapter config: reconcile batch %d is negative", c.ReconcileBatch)
+	case c.ReconcileAfter < 0:
+		return fmt.Errorf("temporaladapter config: reconcile after %s is negative", c.ReconcileAfter)
 	}
 	return nil
 }

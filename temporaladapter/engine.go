@@ -96,6 +96,7 @@ type Engine struct {
 
 	mu     sync.Mutex
 	worker worker.Worker // nil unless started
+	recon  *reconciler   // nil unless started with ReconcileInterval > 0
 	fatal  chan error    // buffered 1: the first fatal worker error
 }
 
@@ -124,10 +125,18 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 // carries the signals drained from the old run's channels, per topic in
 // arrival order, which the next run's waits consume before its own channel;
 // Topics carries the waiter registrations, so the last run removes them.
+//
+// Generation is the run's seq in the run store, the Generation of its
+// fencing tokens. It rides in the input (and on to every step call) because
+// that costs nothing per step, and the input is exactly what a reset or a
+// continue-as-new keeps: every Temporal run of one taskport run has the same
+// generation. A workflow started before generations existed has none (0),
+// which the ledger orders before every run, as its start was.
 type runInput struct {
-	Input   json.RawMessage                  `json:"input"`
-	Pending map[port.Topic][]json.RawMessage `json:"pending,omitempty"`
-	Topics  []port.Topic                     `json:"topics,omitempty"`
+	Input      json.RawMessage                  `json:"input"`
+	Pending    map[port.Topic][]json.RawMessage `json:"pending,omitempty"`
+	Topics     []port.Topic                     `json:"topics,omitempty"`
+	Generation int64                            `json:"generation,omitempty"`
 }
 
 // Enqueue records the run in Postgres (the idempotency authority), then
@@ -185,7 +194,7 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 	if d := time.Until(run.AvailableAt); d > 0 {
 		opts.StartDelay = d
 	}
-	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input})
+	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input, Generation: run.Seq})
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if err != nil && !errors.As(err, &started) {
 		return fmt.Errorf("start workflow of run %s: %w", run.ID, err)
@@ -260,7 +269,11 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 }
 
 // Get reads the run from Temporal (DescribeWorkflow) over the Postgres
-// projection, which it falls back to once Temporal has forgotten the run.
+// projection, which it falls back to once Temporal has forgotten the run. A
+// run whose workflow ended without its own terminal projection (terminated,
+// failed in the SDK on nondeterminism, or its projection write failed) is
+// recorded as Temporal reports it, as the reconciler does for runs nobody
+// reads.
 func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	run, err := runstore.Get(ctx, e.pool, id)
 	if err != nil {
@@ -269,27 +282,8 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	if run.Engine != runstore.EngineTemporal {
 		return run.RunView, nil
 	}
-	desc, err := e.client.DescribeWorkflow(ctx, WorkflowID(id), "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return run.RunView, nil
-	}
-	if err != nil {
-		return port.RunView{}, fmt.Errorf("describe workflow of run %s: %w", id, err)
-	}
-	view := viewFromDescription(run.RunView, desc)
-	if view.Status.Terminal() && !run.Status.Terminal() {
-		// The workflow ended without its own terminal projection (a
-		// nondeterministic handler failed it in the SDK, or it was
-		// terminated): record what Temporal says, so the run is listed.
-		err := runstore.Project(ctx, e.pool, id, runstore.Projection{
-			Status: view.Status, Attempts: view.Attempts, LastError: view.LastError, CurrentStep: view.CurrentStep,
-		})
-		if err != nil {
-			return port.RunView{}, err
-		}
-	}
-	return view, nil
+	view, _, err := e.describe(ctx, run)
+	return view, err
 }
 
 func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription) port.RunView {

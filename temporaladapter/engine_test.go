@@ -278,25 +278,29 @@ func TestRenamedStepFailsTheRunLoudly(t *testing.T) {
 
 	// Same kind and version, first step renamed: the history no longer
 	// matches, and the run must fail instead of blocking.
+	// Its reconciler records the failure in the projection: the SDK fails
+	// the workflow without the run's own terminal projection.
 	reg := port.NewRegistry()
 	require.NoError(t, reg.Register(renamedV1()))
 	require.NoError(t, reg.RegisterActivity(port.Bind(testkinds.Effect, testkinds.Ledger{Pool: h.pool}.Effect)))
-	changed, err := temporaladapter.New(h.c, h.pool, reg, temporaladapter.Config{TaskQueue: h.queue, Logger: testLogger()})
+	changed, err := temporaladapter.New(h.c, h.pool, reg, temporaladapter.Config{TaskQueue: h.queue, Logger: testLogger(),
+		ReconcileInterval: 100 * time.Millisecond, ReconcileAfter: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, changed.Start(ctx, port.StartOptions{}))
 	t.Cleanup(func() { _ = changed.Stop(ctx) })
 	_, err = changed.Signal(ctx, "nondet:1", nil)
 	require.NoError(t, err)
 
-	require.Eventually(t, func() bool {
-		view, err := changed.Get(ctx, id)
-		return err == nil && view.Status == port.StatusFailed
-	}, time.Minute, 50*time.Millisecond)
+	run := h.waitStatus(id, port.StatusFailed) // the projection, without a Get
+	require.Contains(t, run.LastError, "TMPRL1100", "the SDK's nondeterminism error, from the close event")
+	view, err := changed.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusFailed, view.Status)
 	_, ran := h.ledger(id, "v1.renamed")
 	require.False(t, ran, "the renamed step never ran")
 	dead, err := changed.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
 	require.NoError(t, err)
-	require.Len(t, dead, 1, "Get recorded the failure in the projection")
+	require.Len(t, dead, 1)
 	_, ran = h.ledger(id, "v1.second")
 	require.False(t, ran)
 }

@@ -34,13 +34,14 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 	return func(ctx workflow.Context, in runInput) error {
 		info := workflow.GetInfo(ctx)
 		f := &flow{
-			ctx:     ctx,
-			def:     def,
-			runID:   runIDFromWorkflowID(info.WorkflowExecution.ID),
-			books:   e.books,
-			pending: in.Pending,
-			topics:  in.Topics,
-			logger:  slog.New(replayAwareHandler{ctx: ctx, next: e.logger.Handler()}),
+			ctx:        ctx,
+			def:        def,
+			runID:      runIDFromWorkflowID(info.WorkflowExecution.ID),
+			books:      e.books,
+			pending:    in.Pending,
+			topics:     in.Topics,
+			generation: in.Generation,
+			logger:     slog.New(replayAwareHandler{ctx: ctx, next: e.logger.Handler()}),
 			laOpts: workflow.LocalActivityOptions{
 				ScheduleToCloseTimeout: e.cfg.LocalActivityTimeout,
 				StartToCloseTimeout:    min(e.cfg.LocalActivityTimeout, 10*time.Second),
@@ -50,7 +51,7 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 		err := def.Handler.Run(f, in.Input)
 		var can *port.ContinueAsNewError
 		if errors.As(err, &can) {
-			next := runInput{Input: json.RawMessage(can.Input), Pending: f.drain(), Topics: f.topics}
+			next := runInput{Input: json.RawMessage(can.Input), Pending: f.drain(), Topics: f.topics, Generation: f.generation}
 			return workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, next)
 		}
 		status, msg := outcome(ctx, err)
@@ -103,6 +104,8 @@ type flow struct {
 	logger  *slog.Logger
 	pending map[port.Topic][]json.RawMessage // signals carried over a continue-as-new
 	topics  []port.Topic                     // topics registered in the waiter table, in first-wait order
+	// generation is the run's, for the fencing tokens of its steps.
+	generation int64
 
 	projected    bool   // the projection says running since the last wait
 	lastStep     string // for the terminal projection
@@ -159,7 +162,7 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 	// The first step of an execution, and the first after a wait, moves
 	// the projection to running; the others leave Postgres alone (Describe
 	// has the live step), which keeps a step as cheap as a raw activity.
-	fut := workflow.ExecuteActivity(actx, activityName, stepCall{Input: raw, Project: !f.projected})
+	fut := workflow.ExecuteActivity(actx, activityName, stepCall{Input: raw, Project: !f.projected, Generation: f.generation})
 	f.projected = true
 	f.lastStep = name
 	interrupted := false

@@ -78,13 +78,17 @@ func newHarness(t *testing.T) *harness {
 // given versions) on the harness's queue; started unless startWorker is false.
 func (h *harness) engine(startWorker bool, versions ...int) *temporaladapter.Engine {
 	h.t.Helper()
+	return h.engineWith(temporaladapter.Config{}, startWorker, versions...)
+}
+
+// engineWith is engine with cfg's settings; the harness sets the task
+// queue, the stop timeout and the logger.
+func (h *harness) engineWith(cfg temporaladapter.Config, startWorker bool, versions ...int) *temporaladapter.Engine {
+	h.t.Helper()
 	reg := port.NewRegistry()
 	require.NoError(h.t, testkinds.Register(reg, h.pool, versions...))
-	eng, err := temporaladapter.New(h.c, h.pool, reg, temporaladapter.Config{
-		TaskQueue:         h.queue,
-		WorkerStopTimeout: 5 * time.Second,
-		Logger:            testLogger(),
-	})
+	cfg.TaskQueue, cfg.WorkerStopTimeout, cfg.Logger = h.queue, 5*time.Second, testLogger()
+	eng, err := temporaladapter.New(h.c, h.pool, reg, cfg)
 	require.NoError(h.t, err)
 	if startWorker {
 		require.NoError(h.t, eng.Start(context.Background(), port.StartOptions{Concurrency: 20}))

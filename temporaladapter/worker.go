@@ -15,7 +15,8 @@ import (
 // Start registers the served versions of every kind (each as its own
 // workflow type) and every activity, and starts polling. Concurrency sets
 // both the activity and the workflow-task slot counts (Config.DefaultConcurrency
-// when zero).
+// when zero). It also starts the projection reconciler (see reconciler),
+// unless Config.ReconcileInterval is negative.
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	opts, err := port.ValidateStartOptions(opts)
 	if err != nil {
@@ -46,6 +47,9 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		return fmt.Errorf("start temporal worker on %s: %w", e.cfg.TaskQueue, err)
 	}
 	e.worker = w
+	if e.cfg.ReconcileInterval > 0 {
+		e.recon = e.startReconciler(ctx)
+	}
 	e.logger.InfoContext(ctx, "temporal worker started",
 		slog.String("task_queue", e.cfg.TaskQueue), slog.Int("concurrency", conc), slog.Any("workflow_types", served))
 	return nil
@@ -79,13 +83,17 @@ func (e *Engine) onFatal(err error) {
 // the process should exit or restart the engine.
 func (e *Engine) Err() <-chan error { return e.fatal }
 
-// Stop stops polling and waits for in-flight activities up to
-// Config.WorkerStopTimeout; the ones still running then are canceled and
-// handed back to Temporal, which retries them elsewhere. Safe to call twice
-// and without Start.
+// Stop stops the projection reconciler and polling, and waits for in-flight
+// activities up to Config.WorkerStopTimeout; the ones still running then are
+// canceled and handed back to Temporal, which retries them elsewhere. Safe to
+// call twice and without Start.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.recon != nil {
+		e.recon.stop()
+		e.recon = nil
+	}
 	if e.worker == nil {
 		return nil
 	}

@@ -43,6 +43,7 @@ type stackConfig struct {
 	TemporalTLS       bool
 	Concurrency       int
 	StopTimeout       time.Duration
+	ReconcileInterval time.Duration
 	LibraryRoot       string
 	DownloadDir       string
 	QBittorrentURL    string
@@ -63,6 +64,8 @@ func (c *stackConfig) bind(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.TemporalTLS, "temporal-tls", envOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
+	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
+		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process")
 	fs.StringVar(&c.LibraryRoot, "library-root", envOr("LIBRARY_ROOT", "/library"), "absolute directory every plan's target must lie in (env LIBRARY_ROOT)")
 	fs.StringVar(&c.DownloadDir, "download-dir", envOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
 	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", envOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
@@ -179,7 +182,7 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 			return nil, err
 		}
 		s.engine, err = temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
-			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, Logger: log})
+			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, ReconcileInterval: c.ReconcileInterval, Logger: log})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s engine: %w", c.Engine, err)

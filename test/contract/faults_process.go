@@ -11,10 +11,12 @@ package contract
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +35,7 @@ var processFaults = []scenario{
 	{"two_workers_race_200_runs", twoWorkersRace},
 	{"sigstop_past_lease_commit_fenced", stoppedPastLease},
 	{"worker_upgraded_mid_run", upgradedMidRun},
+	{"worker_dies_on_every_attempt", diesOnEveryAttempt},
 }
 
 const workerPkg = "github.com/taskport/taskport/test/internal/worker"
@@ -180,6 +183,18 @@ func poll(within time.Duration, cond func() bool) bool {
 	}
 }
 
+// attemptBy returns the attempt of step of run id that process pid began,
+// if any.
+func (w *world) attemptBy(id port.RunID, step string, pid int) (attempt, bool) {
+	w.t.Helper()
+	for _, a := range w.attempts(id)[step] {
+		if a.Pid == pid {
+			return a, true
+		}
+	}
+	return attempt{}, false
+}
+
 // waitAttemptBy waits until the process pid has begun step of run id and
 // returns that attempt.
 func (w *world) waitAttemptBy(id port.RunID, step string, pid int) attempt {
@@ -188,13 +203,9 @@ func (w *world) waitAttemptBy(id port.RunID, step string, pid int) attempt {
 	// poll, not require.Eventually: the condition queries with require,
 	// which must run on the test's goroutine.
 	begun := poll(waitFor, func() bool {
-		for _, a := range w.attempts(id)[step] {
-			if a.Pid == pid {
-				got = a
-				return true
-			}
-		}
-		return false
+		var ok bool
+		got, ok = w.attemptBy(id, step, pid)
+		return ok
 	})
 	require.Truef(w.t, begun, "pid %d never began step %s of run %s", pid, step, id)
 	return got
@@ -399,4 +410,81 @@ func upgradedMidRun(w *world) {
 	w.expect(oldCommits["v1-b"].Pid == b.Pid(), "v1-b ran on pid %d, want the upgraded worker-b pid %d", oldCommits["v1-b"].Pid, b.Pid())
 	w.t.Logf("checked: old run %s (v%d) commits %v, v1-b on worker-b pid %d; new run %s (v%d) commits %v",
 		old, v.Version, commitCounts(oldCommits), oldCommits["v1-b"].Pid, fresh, vf.Version, commitCounts(freshCommits))
+}
+
+// decision is the row Poison's handler opened for a step that failed for
+// good.
+type decision struct {
+	Step         string
+	Attempts     int
+	NonRetryable bool
+	Reason       string
+}
+
+func (w *world) decision(id port.RunID) (decision, bool) {
+	w.t.Helper()
+	var d decision
+	err := w.pool.QueryRow(bg, `SELECT step, attempts, non_retryable, reason FROM fault_decision WHERE run_id = $1`, string(id)).
+		Scan(&d.Step, &d.Attempts, &d.NonRetryable, &d.Reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return decision{}, false
+	}
+	require.NoError(w.t, err)
+	return d, true
+}
+
+// A poison step: the worker running it is killed (SIGKILL) on every attempt.
+// Once the step is out of attempts, the next worker runs the handler, whose
+// Step returns *port.StepError: it opens its decision and the run fails.
+// Both engines must reach exactly that business outcome (the lease engine
+// used to mark the run dead without calling the handler, leaving no decision).
+func diesOnEveryAttempt(w *world) {
+	w.faultTables()
+	client := w.faultClient()
+	plan := w.newPlan()
+	id := w.enqueue(client, faultkinds.Poison, faultkinds.PoisonIn{Plan: plan}, "poison")
+	var killed []int
+	var last int
+	for i := 0; ; i++ {
+		// Each attempt costs a worker; a step that keeps being retried
+		// past its budget would loop here.
+		require.LessOrEqualf(w.t, i, faultkinds.PoisonAttempts, "the poison step was attempted beyond its %d attempts", faultkinds.PoisonAttempts)
+		wk := w.spawn(fmt.Sprintf("worker-%d", i))
+		last = wk.Pid()
+		// This worker either begins the next attempt of the poison step,
+		// or (the step being out of attempts) runs the handler, which
+		// opens the decision.
+		var began bool
+		settled := poll(waitFor, func() bool {
+			_, began = w.attemptBy(id, "poison", wk.Pid())
+			_, decided := w.decision(id)
+			return began || decided
+		})
+		require.Truef(w.t, settled, "worker-%d pid %d neither began the poison step nor opened a decision", i, wk.Pid())
+		if !began {
+			break
+		}
+		ctx, cancel := context.WithTimeout(bg, time.Minute)
+		require.NoError(w.t, wk.Kill(ctx))
+		cancel()
+		killed = append(killed, wk.Pid())
+		w.t.Logf("injected: SIGKILL worker-%d pid %d during attempt %d of step poison of run %s", i, wk.Pid(), len(killed), id)
+	}
+	view := w.waitStatus(client, id, port.StatusFailed, port.StatusSucceeded, port.StatusCanceled)
+
+	d, decided := w.decision(id)
+	att := w.attempts(id)["poison"]
+	tok, done := w.ledgerToken(plan, "poison")
+	w.expect(view.Status == port.StatusFailed, "run %s ended %s, want failed: the handler returns the step's error", id, view.Status)
+	w.expect(decided, "no decision opened for run %s: the handler never saw the *port.StepError", id)
+	w.expect(d.Step == "poison" && !d.NonRetryable && d.Attempts == faultkinds.PoisonAttempts,
+		"decision %+v, want step poison, retryable, %d attempts", d, faultkinds.PoisonAttempts)
+	w.expect(len(att) == len(killed) && len(att) <= faultkinds.PoisonAttempts,
+		"the poison step began %d times for %d killed workers, budget %d", len(att), len(killed), faultkinds.PoisonAttempts)
+	for _, a := range att {
+		w.expect(slices.Contains(killed, a.Pid), "attempt %s ran on pid %d, which was not killed", a.Token, a.Pid)
+	}
+	w.expect(!done, "ledger poison: token %s has a result; no attempt finished", tok)
+	w.t.Logf("checked: %d attempts, each on a killed worker %v; decision opened on pid %d: %q; run %s",
+		len(att), killed, last, d.Reason, view.Status)
 }

@@ -35,6 +35,7 @@ var scenarios = []scenario{
 	{"version_upgrade", versionUpgrade},
 	{"get_unknown_run", getUnknown},
 	{"bad_input_rejected_nothing_written", badInput},
+	{"superseded_run_cannot_take_operation_back", supersededRunCannotTakeOver},
 }
 
 var bg = context.Background()

@@ -33,7 +33,15 @@ const (
 	Steps port.Kind = "ft.steps"
 	// Versioned is v1: step v1-a, a wait, step v1-b; v2: steps v2-a, v2-b.
 	Versioned port.Kind = "ft.versioned"
+	// Poison runs the fenced step "poison", held at a gate nobody opens, so
+	// that a test can kill the worker on every attempt. When the step fails
+	// for good the handler opens a decision (fault_decision) and fails, as
+	// the business kinds do with a *port.StepError.
+	Poison port.Kind = "ft.poison"
 )
+
+// PoisonAttempts is Poison's retry budget: each attempt costs a worker.
+const PoisonAttempts = 2
 
 // StepNames are the steps of Steps, in order.
 var StepNames = []string{"s1", "s2", "s3"}
@@ -62,6 +70,14 @@ CREATE TABLE fault_commit (
     token   text NOT NULL,
     pid     int  NOT NULL,
     PRIMARY KEY (run_id, step)
+);
+CREATE TABLE fault_decision (
+    run_id        text    PRIMARY KEY,
+    step          text    NOT NULL,
+    attempts      int     NOT NULL,
+    non_retryable boolean NOT NULL,
+    reason        text    NOT NULL,
+    pid           int     NOT NULL
 );
 CREATE TABLE fault_fenced (
     id     bigserial   PRIMARY KEY,
@@ -93,6 +109,20 @@ type VersionedIn struct {
 	TimeoutMS int64 `json:"timeout_ms"`
 }
 
+// PoisonIn is the input of Poison.
+type PoisonIn struct {
+	// Plan owns the ledger row of the poison step.
+	Plan uuid.UUID `json:"plan"`
+}
+
+// decisionIn is what the handler records of the step's *port.StepError.
+type decisionIn struct {
+	Step         string `json:"step"`
+	Attempts     int    `json:"attempts"`
+	NonRetryable bool   `json:"non_retryable"`
+	Reason       string `json:"reason"`
+}
+
 type opIn struct {
 	Plan     uuid.UUID `json:"plan"`
 	Gate     string    `json:"gate,omitempty"`
@@ -103,7 +133,10 @@ type opOut struct {
 	Token string `json:"token"`
 }
 
-var actOp = port.DeclareActivity[opIn, opOut]("ft.op")
+var (
+	actOp     = port.DeclareActivity[opIn, opOut]("ft.op")
+	actDecide = port.DeclareActivity[decisionIn, bool]("ft.decide")
+)
 
 // retry leaves room for the attempts a frozen Temporal worker swallows: its
 // outstanding polls can still be handed a retry, which then times out too.
@@ -113,10 +146,15 @@ var retry = port.RetryPolicy{MaxAttempts: 10, InitialInterval: 100 * time.Millis
 // version when none is given) to reg. Steps is always registered.
 func Register(reg *port.Registry, pool *pgxpool.Pool, versions ...int) error {
 	b := body{pool: pool, pid: os.Getpid()}
-	if err := reg.RegisterActivity(port.Bind(actOp, b.op)); err != nil {
-		return fmt.Errorf("register fault activity: %w", err)
+	if err := reg.RegisterActivity(port.Bind(actOp, b.op), port.Bind(actDecide, b.decide)); err != nil {
+		return fmt.Errorf("register fault activities: %w", err)
 	}
-	defs := []port.Definition{{Kind: Steps, Version: 1, Retry: retry, HeartbeatTimeout: HeartbeatTimeout, Handler: port.Handle(steps)}}
+	poisonRetry := retry
+	poisonRetry.MaxAttempts = PoisonAttempts
+	defs := []port.Definition{
+		{Kind: Steps, Version: 1, Retry: retry, HeartbeatTimeout: HeartbeatTimeout, Handler: port.Handle(steps)},
+		{Kind: Poison, Version: 1, Retry: poisonRetry, HeartbeatTimeout: HeartbeatTimeout, Handler: port.Handle(poison)},
+	}
 	if len(versions) == 0 {
 		versions = []int{1, 2}
 	}
@@ -147,6 +185,18 @@ func steps(f port.Flow, in StepsIn) error {
 		}
 	}
 	return nil
+}
+
+func poison(f port.Flow, in PoisonIn) error {
+	_, err := actOp.Run(f, "poison", opIn{Plan: in.Plan, Gate: "never-opened"})
+	var se *port.StepError
+	if errors.As(err, &se) {
+		d := decisionIn{Step: se.Step, Attempts: se.Attempts, NonRetryable: se.NonRetryable, Reason: se.Error()}
+		if _, derr := actDecide.Run(f, "open-decision", d); derr != nil {
+			return derr
+		}
+	}
+	return err
 }
 
 func versionOne(f port.Flow, in VersionedIn) error {
@@ -240,6 +290,22 @@ ON CONFLICT (run_id, step) DO UPDATE SET commits = fault_commit.commits + 1, tok
 		}
 	}
 	return out, err
+}
+
+// decide records the decision Poison's handler opens; opening it twice is a
+// no-op, like ledger.OpenDecision.
+func (b body) decide(ctx context.Context, in decisionIn) (bool, error) {
+	info, ok := port.StepInfoFrom(ctx)
+	if !ok {
+		return false, port.NonRetryable(errors.New("ft.decide runs only as a step"))
+	}
+	_, err := b.pool.Exec(ctx, `
+INSERT INTO fault_decision (run_id, step, attempts, non_retryable, reason, pid) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (run_id) DO NOTHING`, string(info.RunID), in.Step, in.Attempts, in.NonRetryable, in.Reason, b.pid)
+	if err != nil {
+		return false, fmt.Errorf("open decision for %s: %w", in.Step, err)
+	}
+	return true, nil
 }
 
 // hold waits for the step's gate, heartbeating, like a long copy between

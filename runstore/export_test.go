@@ -1,0 +1,4 @@
+package runstore
+
+// StaleTemporalSQL lets the external tests EXPLAIN the statement.
+const StaleTemporalSQL = staleTemporalSQL

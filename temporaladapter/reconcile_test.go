@@ -1,0 +1,89 @@
+package temporaladapter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/runstore"
+	"github.com/taskport/taskport/temporaladapter"
+	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
+)
+
+// reconcileFast checks every 100 ms the runs whose projection is older than
+// 100 ms, so a stale projection is corrected within a second.
+var reconcileFast = temporaladapter.Config{ReconcileInterval: 100 * time.Millisecond, ReconcileAfter: 100 * time.Millisecond}
+
+// The tests below wait on the Postgres projection (h.waitStatus reads
+// runstore) and never call Get, which would correct the row itself.
+
+// An operator terminates a workflow: the projection becomes failed, with the
+// reason, and the run is a dead letter, without anybody reading the run. Two
+// workers reconcile the same database, as a deployment's replicas do.
+func TestReconcilerRecordsATerminatedWorkflow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	eng := h.engineWith(reconcileFast, true)
+	h.engineWith(reconcileFast, true)
+	id, err := eng.Enqueue(ctx, testkinds.KindWait, testkinds.WaitIn{Topic: "reconcile:terminated"}, port.EnqueueOptions{IdempotencyKey: "terminated"})
+	require.NoError(t, err)
+	h.waitStatus(id, port.StatusWaiting)
+	require.NoError(t, h.c.TerminateWorkflow(ctx, temporaladapter.WorkflowID(id), "", "operator gave up"))
+	t.Logf("injected: terminated the workflow of run %s", id)
+
+	run := h.waitStatus(id, port.StatusFailed)
+	require.Equal(t, "workflow terminated: operator gave up", run.LastError)
+	require.False(t, run.FinishedAt.IsZero())
+	dead, err := eng.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, id, dead[0].ID)
+}
+
+// The workflow's own terminal projection write fails (Postgres refuses it
+// until the fault is lifted) and the workflow completes anyway: the
+// reconciler records the end once Postgres accepts the write.
+func TestReconcilerRecordsAnEndWhoseProjectionWriteFailed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	_, err := h.pool.Exec(ctx, `
+CREATE FUNCTION test_refuse_end() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status IN ('succeeded', 'failed', 'canceled') THEN
+        RAISE EXCEPTION 'test: terminal projection refused';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_refuse_end BEFORE UPDATE ON taskport.run FOR EACH ROW EXECUTE FUNCTION test_refuse_end();`)
+	require.NoError(t, err)
+	// A short local-activity bound: the workflow gives up its projection
+	// write after a second and completes.
+	cfg := reconcileFast
+	cfg.LocalActivityTimeout = time.Second
+	eng := h.engineWith(cfg, true)
+	id, err := eng.Enqueue(ctx, testkinds.KindSteps, testkinds.StepsIn{Steps: 2}, port.EnqueueOptions{IdempotencyKey: "lost-end"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		desc, err := h.c.DescribeWorkflow(ctx, temporaladapter.WorkflowID(id), "")
+		return err == nil && desc.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}, time.Minute, 50*time.Millisecond, "the workflow never completed")
+	run, err := runstore.Get(ctx, h.pool, id)
+	require.NoError(t, err)
+	require.False(t, run.Status.Terminal(), "the fault refused every terminal write, the reconciler's too: %s", run.Status)
+	t.Logf("injected: the terminal projection of run %s refused; workflow completed, projection says %s", id, run.Status)
+
+	_, err = h.pool.Exec(ctx, `DROP TRIGGER test_refuse_end ON taskport.run`)
+	require.NoError(t, err)
+	run = h.waitStatus(id, port.StatusSucceeded)
+	require.Empty(t, run.LastError)
+	for _, s := range []string{"s1", "s2"} {
+		row, ok := h.ledger(id, s)
+		require.True(t, ok && row.Done && row.Commits == 1, "step %s: %+v", s, row)
+	}
+}
