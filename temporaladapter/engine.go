@@ -288,6 +288,14 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 		if err != nil {
 			return port.RunView{}, err
 		}
+		// The handler's own terminal projection, written just before the
+		// workflow closes, may have landed after the first read: Project
+		// left it alone, and its outcome (the handler's error, not
+		// "workflow failed") is what the run reports.
+		if run, err = runstore.Get(ctx, e.pool, id); err != nil {
+			return port.RunView{}, err
+		}
+		return viewFromDescription(run.RunView, desc), nil
 	}
 	return view, nil
 }
