@@ -1,12 +1,12 @@
 package testkit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -109,12 +109,17 @@ func Main(m *testing.M, launchers ...Launcher) int {
 	return code
 }
 
-// tailBytes bounds LogTail: enough for the last few dozen lines of a
-// Temporal server's JSON log, where the cause of a failed start is.
-const tailBytes = 16 << 10
+// LogTail bounds: the last tailLines lines of the last tailBytes of the
+// file, each cut at lineBytes. A Temporal server logs errors as JSON with a
+// stack trace on one line; the message and error come first.
+const (
+	tailBytes = 64 << 10
+	tailLines = 40
+	lineBytes = 600
+)
 
-// LogTail returns the end of the file at path (at most tailBytes, from a
-// line start), or a note saying why it cannot.
+// LogTail returns the end of the file at path, or a note saying why it
+// cannot.
 func LogTail(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -130,10 +135,15 @@ func LogTail(path string) string {
 	if err != nil {
 		return fmt.Sprintf("(log unreadable: %v)", err)
 	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if off > 0 {
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			b = b[i+1:]
+		lines = lines[1:] // cut mid-line
+	}
+	lines = lines[max(len(lines)-tailLines, 0):]
+	for i, l := range lines {
+		if len(l) > lineBytes {
+			lines[i] = l[:lineBytes] + "…"
 		}
 	}
-	return string(b)
+	return strings.Join(lines, "\n")
 }
