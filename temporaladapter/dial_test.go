@@ -89,15 +89,21 @@ func TestDialOverMTLS(t *testing.T) {
 		})
 	}
 
-	t.Run("capability detected", func(t *testing.T) {
+	t.Run("stop handoff detected", func(t *testing.T) {
 		ctx := context.Background()
-		on, err := temporaladapter.PollCompletesOnShutdown(ctx, srv.Client, srv.Namespace)
+		h, err := temporaladapter.DescribeStopHandoff(ctx, srv.Client, srv.Namespace, "any-queue")
 		require.NoError(t, err)
-		require.True(t, on, "temporal-server 1.32 with frontend.enableCancelWorkerPollsOnShutdown")
-		on, err = temporaladapter.PollCompletesOnShutdown(ctx, temporalClient, server.Namespace)
+		require.Equal(t, temporaladapter.StopHandoff{PollCompletesOnShutdown: true, Partitions: 1}, h,
+			"temporal-server 1.32 with the harness's dynamic config")
+		require.True(t, h.KeepsPolledTasks())
+
+		h, err = temporaladapter.DescribeStopHandoff(ctx, temporalClient, server.Namespace, "any-queue")
 		require.NoError(t, err)
-		require.False(t, on, "the CLI's 1.29 dev server predates the capability")
-		_, err = temporaladapter.PollCompletesOnShutdown(ctx, srv.Client, "no-such-namespace")
+		require.False(t, h.PollCompletesOnShutdown, "the CLI's 1.29 dev server predates the capability")
+		require.Equal(t, 4, h.Partitions, "the server's default")
+		require.False(t, h.KeepsPolledTasks())
+
+		_, err = temporaladapter.DescribeStopHandoff(ctx, srv.Client, "no-such-namespace", "any-queue")
 		require.ErrorContains(t, err, "describe namespace no-such-namespace")
 	})
 }

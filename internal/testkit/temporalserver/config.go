@@ -16,13 +16,26 @@ import (
 const baseConfig = "config/development-postgres12.yaml"
 
 // dynamicConfig turns on what the harness's server promises beyond the
-// module's defaults. frontend.enableCancelWorkerPollsOnShutdown (the
-// namespace capability worker_poll_complete_on_shutdown, server 1.31+): a
-// worker's ShutdownWorker call cancels its outstanding polls on the server,
-// so the SDK can let in-flight polls complete and run what they got instead
-// of dropping a task in transit until its timeout.
+// module's defaults:
+//   - frontend.enableCancelWorkerPollsOnShutdown (the namespace capability
+//     worker_poll_complete_on_shutdown, server 1.31+): a worker's
+//     ShutdownWorker call cancels its outstanding polls on the server, so
+//     the SDK lets in-flight polls complete and runs what they got instead
+//     of dropping a task in transit until its timeout;
+//   - one partition per task queue (the default is four). With several,
+//     a poll is forwarded from a child partition to the root, and a task
+//     the root hands to a forwarded poll that ShutdownWorker cancels is
+//     still lost: measured with TestRestartDuringRetries (60 graceful
+//     restarts, 20 failing runs), 9, 11 and 13 runs lost an attempt with
+//     four partitions and the capability on, none with one partition (3 and
+//     14 with one partition and the capability off). Forwarded polls and
+//     cancellation: temporalio/temporal#9267.
 const dynamicConfig = `frontend.enableCancelWorkerPollsOnShutdown:
   - value: true
+matching.numTaskqueueReadPartitions:
+  - value: 1
+matching.numTaskqueueWritePartitions:
+  - value: 1
 `
 
 // services are the server's roles, each with its own gRPC and membership
