@@ -14,6 +14,14 @@ FLOWCHECK   := $(GOBIN)/flowcheck
 # refused by `go install` (its go.mod has a replace directive); v1.5.1 works.
 # It is built once into GOPATH/bin, outside the clone, and reused.
 TEMPORAL_CLI_VERSION := v1.5.1
+# The production-shaped server of the tests (internal/testkit/temporalserver):
+# temporal-server and its SQL schema tool from the same module version.
+# `go install` names them after their folders (server, sql), so they are
+# built into a temporary GOBIN and renamed; installing them also leaves the
+# module's source (schema/, config/) in GOMODCACHE, where the tests read it.
+TEMPORAL_SERVER_VERSION := v1.32.0
+TEMPORAL_SERVER   := $(GOBIN)/temporal-server
+TEMPORAL_SQL_TOOL := $(GOBIN)/temporal-sql-tool
 STATICCHECK_VERSION  := v0.8.2
 # Debian packages the downloader end-to-end test needs.
 APT_PACKAGES := qbittorrent-nox mktorrent
@@ -36,11 +44,23 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: $(TEMPORAL) $(STATICCHECK) apt-packages ## install the Temporal CLI, staticcheck and the Debian packages the tests need
+tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) temporal-server-source $(STATICCHECK) apt-packages ## install the Temporal CLI, temporal-server + its SQL tool, staticcheck and the Debian packages the tests need
 
 $(TEMPORAL):
 	@echo "building the Temporal CLI $(TEMPORAL_CLI_VERSION) into $(GOBIN) (several minutes, once)"
 	GOFLAGS= $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+$(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) &:
+	@echo "building temporal-server and temporal-sql-tool $(TEMPORAL_SERVER_VERSION) into $(GOBIN) (10-15 minutes, once)"
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	GOFLAGS= GOBIN="$$tmp" $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION); \
+	mv "$$tmp/server" $(TEMPORAL_SERVER); mv "$$tmp/sql" $(TEMPORAL_SQL_TOOL)
+
+# The binaries may outlive a cleaned module cache; the schema and base
+# config come from the module's source (a no-op when it is there).
+.PHONY: temporal-server-source
+temporal-server-source:
+	@GOFLAGS= $(GO) mod download go.temporal.io/server@$(TEMPORAL_SERVER_VERSION)
 
 $(STATICCHECK):
 	GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

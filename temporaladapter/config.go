@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -146,6 +148,10 @@ func Dial(ctx context.Context, cfg ClientConfig) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	var notes handshakeNotes
+	if tlsCfg != nil && cfg.TLS == nil {
+		tlsCfg = notes.watch(tlsCfg)
+	}
 	opts := client.Options{
 		HostPort:          cfg.HostPort,
 		Namespace:         cfg.Namespace,
@@ -158,9 +164,85 @@ func Dial(ctx context.Context, cfg ClientConfig) (client.Client, error) {
 	}
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
+		if why := cfg.explainDialError(err, tlsCfg != nil, &notes); why != "" {
+			return nil, fmt.Errorf("dial temporal %s: %s: %w", cfg.HostPort, why, err)
+		}
 		return nil, fmt.Errorf("dial temporal %s: %w", cfg.HostPort, err)
 	}
 	return c, nil
+}
+
+// handshakeNotes records what the server asked of the client during one
+// Dial's TLS handshakes. With TLS 1.3 the server checks the client
+// certificate after the client considers the handshake done, so a refusal
+// often reaches the client as a broken pipe rather than as the server's
+// alert; these notes still say what went wrong.
+type handshakeNotes struct {
+	mu sync.Mutex
+	// asked: the server requested a client certificate.
+	asked bool
+	// unacceptable: why the certificate presented is not one the server
+	// says it accepts (its list of acceptable CAs), nil if it is.
+	unacceptable error
+}
+
+// watch returns a copy of t whose client-certificate callback takes notes.
+func (n *handshakeNotes) watch(t *tls.Config) *tls.Config {
+	t = t.Clone()
+	get := t.GetClientCertificate
+	t.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		cert := &tls.Certificate{} // none configured: send none
+		if get != nil {
+			c, err := get(cri)
+			if err != nil {
+				return nil, err
+			}
+			cert = c
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.asked = true
+		if len(cert.Certificate) > 0 {
+			n.unacceptable = cri.SupportsCertificate(cert)
+		}
+		return cert, nil
+	}
+	return t
+}
+
+// explainDialError names the likely cause of a failed dial in terms of the
+// ClientConfig fields to fix, or returns "". Besides the handshake notes it
+// reads the error text: gRPC reports handshake failures only as text inside
+// an Unavailable status (the TLS alert and x509 errors are not wrapped).
+func (cfg ClientConfig) explainDialError(err error, tlsOn bool, notes *handshakeNotes) string {
+	notes.mu.Lock()
+	asked, unacceptable := notes.asked, notes.unacceptable
+	notes.mu.Unlock()
+	msg := err.Error()
+	has := func(s string) bool { return strings.Contains(msg, s) }
+	refused := fmt.Sprintf("the server refused the client certificate %s: it is not signed by a CA the server trusts", cfg.CertFile)
+	switch {
+	case unacceptable != nil:
+		return fmt.Sprintf("%s (%v)", refused, unacceptable)
+	case has("tls: unknown certificate authority"), has("tls: bad certificate"):
+		return refused
+	case has("tls: certificate expired"):
+		return fmt.Sprintf("the server refused the client certificate %s: it has expired", cfg.CertFile)
+	case cfg.CertFile == "" && (asked || has("tls: certificate required")):
+		return "the server requires a client certificate (mTLS): set the certificate and key files"
+	case has("x509: certificate signed by unknown authority"):
+		if cfg.CAFile != "" {
+			return fmt.Sprintf("the server's certificate is not signed by the CA in %s", cfg.CAFile)
+		}
+		return "the server's certificate is not signed by a CA in the system roots: set the CA file"
+	case has("x509: certificate is valid for"):
+		return "the server's certificate does not name the host dialed: set the server name"
+	case !tlsOn && has("error reading server preface: EOF"):
+		return "the server closed a plaintext connection: it probably requires TLS (set the CA file, or the certificate and key files)"
+	case tlsOn && has("first record does not look like a TLS handshake"):
+		return "the server does not speak TLS: dial it without TLS settings"
+	}
+	return ""
 }
 
 func (cfg ClientConfig) tlsConfig() (*tls.Config, error) {
@@ -193,7 +275,12 @@ func (cfg ClientConfig) tlsConfig() (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load temporal client certificate: %w", err)
 		}
-		t.Certificates = []tls.Certificate{cert}
+		// Always present the configured certificate. With Certificates
+		// instead, Go sends none when the server's list of acceptable CAs
+		// does not include its issuer, and the server can only answer
+		// "certificate required"; this way it says "unknown certificate
+		// authority", which names the actual mistake.
+		t.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
 	}
 	return t, nil
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -49,7 +50,9 @@ func TestClientTLSOptions(t *testing.T) {
 	mtls, err := ClientConfig{CAFile: cert, CertFile: cert, KeyFile: key, ServerName: "ns.tmprl.cloud"}.tlsConfig()
 	require.NoError(t, err)
 	require.NotNil(t, mtls.RootCAs)
-	require.Len(t, mtls.Certificates, 1)
+	presented, err := mtls.GetClientCertificate(&tls.CertificateRequestInfo{})
+	require.NoError(t, err)
+	require.Len(t, presented.Certificate, 1, "the client certificate is presented whatever CAs the server lists")
 	require.Equal(t, "ns.tmprl.cloud", mtls.ServerName)
 
 	_, err = ClientConfig{CertFile: cert}.tlsConfig()

@@ -163,6 +163,17 @@ func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunV
 	if err != nil {
 		return port.RunView{}, false, err
 	}
+	// The handler's own terminal projection, written just before the
+	// workflow closes, may have landed after the first read: Project left
+	// it alone, and its outcome (the handler's error, not "workflow
+	// failed") is what the run reports.
+	cur, err := runstore.Get(ctx, e.pool, run.ID)
+	if err != nil {
+		return port.RunView{}, false, err
+	}
+	if cur.Status != view.Status || cur.LastError != view.LastError {
+		return viewFromDescription(cur.RunView, desc), false, nil
+	}
 	e.logger.InfoContext(ctx, "recorded a run's end that its workflow did not project",
 		slog.String("run_id", string(run.ID)), slog.String("status", string(view.Status)), slog.String("last_error", view.LastError))
 	return view, true, nil

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/port"
@@ -32,19 +34,56 @@ func leaseEngine() contract.Engine {
 	}}
 }
 
-func temporalEngine() contract.Engine {
-	return contract.Engine{Name: "temporal", Open: func(t *testing.T, pool *pgxpool.Pool) contract.Factory {
+// temporalTarget is a Temporal server the temporal engine runs against.
+type temporalTarget struct {
+	// name is the engine's name in test names.
+	name                string
+	client              client.Client
+	hostPort, namespace string
+	// tlsArgs are the worker subprocess's flags to dial it (mTLS files).
+	tlsArgs []string
+}
+
+// devTarget is the CLI's dev server (plaintext).
+func devTarget() temporalTarget {
+	return temporalTarget{name: "temporal", client: devServer.Client, hostPort: devServer.HostPort, namespace: devServer.Namespace}
+}
+
+// pgTarget is temporal-server with Postgres persistence and mTLS.
+func pgTarget() temporalTarget {
+	s := pgServer
+	return temporalTarget{name: "temporal-pg", client: s.Client, hostPort: s.HostPort, namespace: s.Namespace,
+		tlsArgs: []string{"-tls-ca", s.CA.CertFile, "-tls-cert", s.ClientCert.CertFile, "-tls-key", s.ClientCert.KeyFile, "-tls-server-name", s.ServerName}}
+}
+
+// temporalEngine is the temporal adapter on tgt. Whether the engine may
+// lose a task polled as a worker stops is asked of the server (the
+// namespace capability and the task queue's partitions), not configured.
+func temporalEngine(t *testing.T, tgt temporalTarget) contract.Engine {
+	// Partitions are server configuration, the same for every scenario's
+	// queue (all named contract-...).
+	handoff, err := temporaladapter.DescribeStopHandoff(context.Background(), tgt.client, tgt.namespace, "contract-probe")
+	require.NoError(t, err)
+	t.Logf("%s: %+v: a graceful stop keeps polled tasks: %v", tgt.name, handoff, handoff.KeepsPolledTasks())
+	return contract.Engine{Name: tgt.name, Open: func(t *testing.T, pool *pgxpool.Pool) contract.Factory {
 		queue := scenarioQueue(pool)
 		return func(t *testing.T, reg *port.Registry) port.TaskEngine {
-			e, err := temporaladapter.New(temporalServer.Client, pool, reg, temporaladapter.Config{
+			e, err := temporaladapter.New(tgt.client, pool, reg, temporaladapter.Config{
 				TaskQueue: queue, WorkerStopTimeout: 5 * time.Second, Logger: quiet()})
 			require.NoError(t, err)
 			return e
 		}
 	}, WorkerArgs: func(pool *pgxpool.Pool) []string {
-		return []string{"-engine", "temporal", "-db", pool.Config().ConnString(),
-			"-hostport", temporalServer.HostPort, "-namespace", temporalServer.Namespace, "-task-queue", scenarioQueue(pool)}
-	}, Features: contract.Features{LosesPolledTasksOnStop: true}}
+		return append([]string{"-engine", "temporal", "-db", pool.Config().ConnString(),
+			"-hostport", tgt.hostPort, "-namespace", tgt.namespace, "-task-queue", scenarioQueue(pool)}, tgt.tlsArgs...)
+	}, Features: contract.Features{LosesPolledTasksOnStop: !handoff.KeepsPolledTasks()}}
+}
+
+// engines are the configurations every suite runs: the lease engine, and
+// the temporal adapter on the dev server and on the production-shaped
+// server.
+func engines(t *testing.T) []contract.Engine {
+	return []contract.Engine{leaseEngine(), temporalEngine(t, devTarget()), temporalEngine(t, pgTarget())}
 }
 
 // scenarioQueue is the Temporal task queue of the scenario whose database
@@ -56,5 +95,5 @@ func scenarioQueue(pool *pgxpool.Pool) string {
 }
 
 func TestContract(t *testing.T) {
-	contract.Run(t, leaseEngine(), temporalEngine())
+	contract.Run(t, engines(t)...)
 }

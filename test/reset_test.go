@@ -33,7 +33,7 @@ func TestTemporalResetTakesOperationOverOnce(t *testing.T) {
 	require.NoError(t, err)
 	reg := port.NewRegistry()
 	require.NoError(t, faultkinds.Register(reg, pool))
-	eng, err := temporaladapter.New(temporalServer.Client, pool, reg, temporaladapter.Config{
+	eng, err := temporaladapter.New(devServer.Client, pool, reg, temporaladapter.Config{
 		TaskQueue: scenarioQueue(pool), WorkerStopTimeout: 5 * time.Second, Logger: quiet()})
 	require.NoError(t, err)
 	require.NoError(t, eng.Start(ctx, port.StartOptions{Concurrency: 4}))
@@ -50,11 +50,11 @@ func TestTemporalResetTakesOperationOverOnce(t *testing.T) {
 	old := waitOperation(t, pool, plan, "", "the first run never began s1")
 
 	wid := temporaladapter.WorkflowID(id)
-	desc, err := temporalServer.Client.DescribeWorkflow(ctx, wid, "")
+	desc, err := devServer.Client.DescribeWorkflow(ctx, wid, "")
 	require.NoError(t, err)
 	oldRunID := desc.WorkflowExecution.RunID
-	resp, err := temporalServer.Client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace:                 temporalServer.Namespace,
+	resp, err := devServer.Client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace:                 devServer.Namespace,
 		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: wid, RunId: oldRunID},
 		Reason:                    "test: operator reset",
 		WorkflowTaskFinishEventId: firstWorkflowTaskCompleted(t, wid, oldRunID),
@@ -118,7 +118,7 @@ func waitOperation(t *testing.T, db ledger.DBTX, plan uuid.UUID, not, msg string
 // task that scheduled the first step.
 func firstWorkflowTaskCompleted(t *testing.T, wid, runID string) int64 {
 	t.Helper()
-	it := temporalServer.Client.GetWorkflowHistory(context.Background(), wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := devServer.Client.GetWorkflowHistory(context.Background(), wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		require.NoError(t, err)

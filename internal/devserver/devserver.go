@@ -11,18 +11,17 @@ package devserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/taskport/taskport/internal/gotool"
 )
 
 // EnvCLI overrides where the temporal binary is looked up.
@@ -34,23 +33,11 @@ func CLIPath() (string, error) {
 	if p := os.Getenv(EnvCLI); p != "" {
 		return p, nil
 	}
-	if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(string(trimNL(gopath)), "bin", "temporal")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
+	p, err := gotool.Binary("temporal")
+	if err != nil {
+		return "", fmt.Errorf("temporal CLI: %w: run `make tools` (go install github.com/temporalio/cli/cmd/temporal@v1.5.1) or set %s", err, EnvCLI)
 	}
-	if p, err := exec.LookPath("temporal"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("temporal CLI not found: run `make tools` (go install github.com/temporalio/cli/cmd/temporal@v1.5.1) or set " + EnvCLI)
-}
-
-func trimNL(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
+	return p, nil
 }
 
 // Options tune the server.
@@ -133,6 +120,9 @@ func Launch(ctx context.Context, opts Options) (*Server, error) {
 	}
 	return &Server{HostPort: dev.FrontendHostPort(), Namespace: opts.Namespace, Client: dev.Client(), LogFile: logFile, dev: dev}, nil
 }
+
+// LogPath is the file the server writes its output to.
+func (s *Server) LogPath() string { return s.LogFile }
 
 // Stop closes the client and stops the server process.
 func (s *Server) Stop() error {

@@ -13,7 +13,9 @@ import (
 
 // Engine is what an engine's harness plugs into the suite.
 type Engine struct {
-	// Name is the subtest name: "lease" or "temporal".
+	// Name is the subtest name: "lease", "temporal" (the adapter on the
+	// CLI's dev server) or "temporal-pg" (the adapter on temporal-server with
+	// Postgres persistence and mTLS).
 	Name string
 	// Open prepares the engine's side of one scenario over pool (its own
 	// database) and returns a factory. Every engine the factory makes for
@@ -40,6 +42,9 @@ type Features struct {
 	// polls on Stop; servers without the worker_poll_complete_on_shutdown
 	// capability (the 1.29 dev server) can lose a task in transit
 	// (temporalio/sdk-go#1197). Nothing runs twice; a retry is spent.
+	// Detected, not configured: the temporal harness asks the server
+	// (temporaladapter.DescribeStopHandoff: the capability, on a
+	// single-partition task queue).
 	LosesPolledTasksOnStop bool
 }
 

@@ -44,6 +44,15 @@ var server struct {
 // testcontainers' reaper removes it.
 func ServerURL(tb testing.TB) string {
 	tb.Helper()
+	u, err := Server()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return u
+}
+
+// Server is ServerURL for harnesses that run before any test (TestMain).
+func Server() (string, error) {
 	server.once.Do(func() {
 		if u := os.Getenv(EnvURL); u != "" {
 			server.url = u
@@ -52,10 +61,10 @@ func ServerURL(tb testing.TB) string {
 		server.url, server.err = startContainer()
 	})
 	if server.err != nil {
-		tb.Fatalf("pgtest: no Postgres for the tests: %s is not set and testcontainers could not start one (%v). "+
-			"Set %s=postgres://USER@HOST:PORT/DB?sslmode=disable or start Docker.", EnvURL, server.err, EnvURL)
+		return "", fmt.Errorf("pgtest: no Postgres for the tests: %s is not set and testcontainers could not start one (%w). "+
+			"Set %s=postgres://USER@HOST:PORT/DB?sslmode=disable or start Docker", EnvURL, server.err, EnvURL)
 	}
-	return server.url
+	return server.url, nil
 }
 
 func startContainer() (string, error) {
@@ -156,14 +165,8 @@ func createDatabase(tb testing.TB, prefix string, create func(ctx context.Contex
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			tb.Errorf("pgtest: drop %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			tb.Errorf("pgtest: drop %s: %v", name, err)
+		if err := DropDatabase(ctx, base, name); err != nil {
+			tb.Errorf("pgtest: %v", err)
 		}
 	})
 	u, err := WithDatabase(base, name)
@@ -171,6 +174,20 @@ func createDatabase(tb testing.TB, prefix string, create func(ctx context.Contex
 		tb.Fatal(err)
 	}
 	return u
+}
+
+// DropDatabase drops the database name on the server at base, closing its
+// connections.
+func DropDatabase(ctx context.Context, base, name string) error {
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	return nil
 }
 
 func ensureTemplate(ctx context.Context, admin *pgx.Conn, base, tmpl string) error {

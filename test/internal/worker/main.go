@@ -5,6 +5,7 @@
 //
 //	worker -engine lease -db URL [-lease 2s] [-versions 1,2]
 //	worker -engine temporal -db URL -hostport H:P -namespace NS -task-queue Q [-versions 1]
+//	       [-tls-ca FILE -tls-cert FILE -tls-key FILE -tls-server-name NAME]
 package main
 
 import (
@@ -42,6 +43,8 @@ type options struct {
 	concurrency                int
 	lease, poll                time.Duration
 	hostPort, namespace, queue string
+	// Temporal over (m)TLS: see temporaladapter.ClientConfig.
+	tlsCA, tlsCert, tlsKey, tlsServerName string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -56,6 +59,10 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.hostPort, "hostport", "", "temporal: frontend host:port")
 	fs.StringVar(&o.namespace, "namespace", "default", "temporal: namespace")
 	fs.StringVar(&o.queue, "task-queue", "", "temporal: task queue of the scenario")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "temporal: CA file that verifies the server (turns TLS on)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "temporal: client certificate file (mTLS, with -tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "temporal: client key file (mTLS, with -tls-cert)")
+	fs.StringVar(&o.tlsServerName, "tls-server-name", "", "temporal: name checked in the server certificate")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,7 +122,8 @@ func open(ctx context.Context, o options, pool *pgxpool.Pool, reg *port.Registry
 		if o.hostPort == "" || o.queue == "" {
 			return nil, nil, nil, errors.New("-hostport and -task-queue are required with -engine temporal")
 		}
-		c, err := temporaladapter.Dial(ctx, temporaladapter.ClientConfig{HostPort: o.hostPort, Namespace: o.namespace, Logger: logger})
+		c, err := temporaladapter.Dial(ctx, temporaladapter.ClientConfig{HostPort: o.hostPort, Namespace: o.namespace, Logger: logger,
+			CAFile: o.tlsCA, CertFile: o.tlsCert, KeyFile: o.tlsKey, ServerName: o.tlsServerName})
 		if err != nil {
 			return nil, nil, nil, err
 		}
