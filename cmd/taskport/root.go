@@ -23,6 +23,7 @@ func newRootCmd() *cobra.Command {
 	var g globalConfig
 	root := &cobra.Command{
 		Use:           "taskport",
+		Version:       version,
 		Short:         "Durable tasks for the media-acquisition backend, on Temporal or a Postgres lease table",
 		SilenceUsage:  true,
 		SilenceErrors: true,
