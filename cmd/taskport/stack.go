@@ -146,10 +146,10 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 			s.close()
 		}
 	}()
-	if s.bizPool, err = g.pool(ctx, log); err != nil {
+	if s.bizPool, err = g.pool(ctx, log, g.PoolSize); err != nil {
 		return nil, err
 	}
-	if s.enginePool, err = g.pool(ctx, log); err != nil {
+	if s.enginePool, err = g.pool(ctx, log, g.EnginePoolSize); err != nil {
 		return nil, err
 	}
 	qbt, err := qbittorrent.New(qbittorrent.Config{BaseURL: c.QBittorrentURL, Username: c.QBittorrentUser, Password: c.QBittorrentPass, Logger: log})
