@@ -71,53 +71,39 @@ func build(t *testing.T, dir string) built {
 		}
 		switch r.GetKind() {
 		case "Deployment":
-			var d appsv1.Deployment
-			decode(&d)
-			b.deployments[name] = &d
+			b.deployments[name] = decoded[appsv1.Deployment](decode)
 		case "Job":
-			var j batchv1.Job
-			decode(&j)
-			b.jobs[name] = &j
+			b.jobs[name] = decoded[batchv1.Job](decode)
 		case "Service":
-			var s corev1.Service
-			decode(&s)
-			b.services[name] = &s
+			b.services[name] = decoded[corev1.Service](decode)
 		case "ConfigMap":
-			var c corev1.ConfigMap
-			decode(&c)
-			b.configMaps[name] = &c
+			b.configMaps[name] = decoded[corev1.ConfigMap](decode)
 		case "Secret":
-			var s corev1.Secret
-			decode(&s)
-			b.secrets[name] = &s
+			b.secrets[name] = decoded[corev1.Secret](decode)
 		case "ServiceAccount":
-			var s corev1.ServiceAccount
-			decode(&s)
-			b.serviceAccounts[name] = &s
+			b.serviceAccounts[name] = decoded[corev1.ServiceAccount](decode)
 		case "PersistentVolumeClaim":
-			var c corev1.PersistentVolumeClaim
-			decode(&c)
-			b.claims[name] = &c
+			b.claims[name] = decoded[corev1.PersistentVolumeClaim](decode)
 		case "NetworkPolicy":
-			var p networkingv1.NetworkPolicy
-			decode(&p)
-			b.policies = append(b.policies, &p)
+			b.policies = append(b.policies, decoded[networkingv1.NetworkPolicy](decode))
 		case "PodDisruptionBudget":
-			var p policyv1.PodDisruptionBudget
-			decode(&p)
-			b.pdbs = append(b.pdbs, &p)
+			b.pdbs = append(b.pdbs, decoded[policyv1.PodDisruptionBudget](decode))
 		case "HorizontalPodAutoscaler":
-			var h autoscalingv2.HorizontalPodAutoscaler
-			decode(&h)
-			b.hpas = append(b.hpas, &h)
+			b.hpas = append(b.hpas, decoded[autoscalingv2.HorizontalPodAutoscaler](decode))
 		case "Namespace":
-			var n corev1.Namespace
-			decode(&n)
+			decoded[corev1.Namespace](decode)
 		default:
 			t.Fatalf("%s: unexpected kind %s; add it to this test", name, r.GetKind())
 		}
 	}
 	return b
+}
+
+// decoded decodes a resource strictly into a new T.
+func decoded[T any](decode func(any)) *T {
+	v := new(T)
+	decode(v)
+	return v
 }
 
 // overlays are every overlay the repository ships.
