@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -89,16 +90,16 @@ func (g *globalConfig) logger() (*slog.Logger, error) {
 // a connection besides the application's own queries.
 const defaultPoolSize = 20
 
-// pool opens a pool of size connections (unless the URL sets
-// pool_max_conns) and checks the connection, logging the URL with its
-// password masked.
+// pool opens a pool of size connections (defaultPoolSize when size is 0;
+// pool_max_conns in the URL wins) and checks the connection, logging the
+// URL with its password masked.
 func (g *globalConfig) pool(ctx context.Context, log *slog.Logger, size int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
 	if !strings.Contains(g.DatabaseURL, "pool_max_conns") {
-		cfg.MaxConns = int32(size)
+		cfg.MaxConns = int32(cmp.Or(size, defaultPoolSize))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

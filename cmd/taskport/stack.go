@@ -115,9 +115,13 @@ type stack struct {
 	registry   *port.Registry
 	engine     port.TaskEngine
 	dispatcher *outbox.Dispatcher
-	plans      *plans.Service
-	metrics    *prometheus.Registry
-	admin      *admin.Server
+	// dispatchWatch is the engine as the dispatcher sees it: it records
+	// the dispatcher's hand-overs for readiness.
+	dispatchWatch *dispatchWatch
+	health        *workerHealth // set by runWorker
+	plans         *plans.Service
+	metrics       *prometheus.Registry
+	admin         *admin.Server
 }
 
 // withStack builds the wiring from the flags (secrets from the
@@ -184,7 +188,8 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("%s engine: %w", c.Engine, err)
 	}
-	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.engine, outbox.Config{Logger: log}); err != nil {
+	s.dispatchWatch = &dispatchWatch{TaskEngine: s.engine}
+	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.dispatchWatch, outbox.Config{Logger: log}); err != nil {
 		return nil, err
 	}
 	if s.plans, err = plans.New(s.bizPool, s.engine, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
