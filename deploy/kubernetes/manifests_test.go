@@ -22,7 +22,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -32,78 +31,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
-	"sigs.k8s.io/yaml"
 
 	"github.com/taskport/taskport/deploy/image"
+	"github.com/taskport/taskport/deploy/kubernetes"
 )
 
 // subcommands are the taskport subcommands a manifest may run
 // (cmd/taskport registers them).
 var subcommands = []string{"migrate", "worker", "admin"}
 
-type built struct {
-	deployments     map[string]*appsv1.Deployment
-	jobs            map[string]*batchv1.Job
-	services        map[string]*corev1.Service
-	configMaps      map[string]*corev1.ConfigMap
-	secrets         map[string]*corev1.Secret
-	serviceAccounts map[string]*corev1.ServiceAccount
-	claims          map[string]*corev1.PersistentVolumeClaim
-	policies        []*networkingv1.NetworkPolicy
-	pdbs            []*policyv1.PodDisruptionBudget
-	hpas            []*autoscalingv2.HorizontalPodAutoscaler
-}
-
-func build(t *testing.T, dir string) built {
+// build renders an overlay or fails the test.
+func build(t *testing.T, dir string) *kubernetes.Objects {
 	t.Helper()
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), dir)
-	require.NoError(t, err, "kustomize build %s", dir)
-	b := built{deployments: map[string]*appsv1.Deployment{}, jobs: map[string]*batchv1.Job{},
-		services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
-		serviceAccounts: map[string]*corev1.ServiceAccount{}, claims: map[string]*corev1.PersistentVolumeClaim{}}
-	for _, r := range res.Resources() {
-		y, err := r.AsYAML()
-		require.NoError(t, err)
-		name := r.GetName()
-		decode := func(into any) {
-			require.NoError(t, yaml.UnmarshalStrict(y, into), "%s %s: strict decode", r.GetKind(), name)
-		}
-		switch r.GetKind() {
-		case "Deployment":
-			b.deployments[name] = decoded[appsv1.Deployment](decode)
-		case "Job":
-			b.jobs[name] = decoded[batchv1.Job](decode)
-		case "Service":
-			b.services[name] = decoded[corev1.Service](decode)
-		case "ConfigMap":
-			b.configMaps[name] = decoded[corev1.ConfigMap](decode)
-		case "Secret":
-			b.secrets[name] = decoded[corev1.Secret](decode)
-		case "ServiceAccount":
-			b.serviceAccounts[name] = decoded[corev1.ServiceAccount](decode)
-		case "PersistentVolumeClaim":
-			b.claims[name] = decoded[corev1.PersistentVolumeClaim](decode)
-		case "NetworkPolicy":
-			b.policies = append(b.policies, decoded[networkingv1.NetworkPolicy](decode))
-		case "PodDisruptionBudget":
-			b.pdbs = append(b.pdbs, decoded[policyv1.PodDisruptionBudget](decode))
-		case "HorizontalPodAutoscaler":
-			b.hpas = append(b.hpas, decoded[autoscalingv2.HorizontalPodAutoscaler](decode))
-		case "Namespace":
-			decoded[corev1.Namespace](decode)
-		default:
-			t.Fatalf("%s: unexpected kind %s; add it to this test", name, r.GetKind())
-		}
-	}
+	b, err := kubernetes.Render(dir)
+	require.NoError(t, err)
 	return b
-}
-
-// decoded decodes a resource strictly into a new T.
-func decoded[T any](decode func(any)) *T {
-	v := new(T)
-	decode(v)
-	return v
 }
 
 // overlays are every overlay the repository ships.
@@ -125,13 +67,13 @@ func TestOverlays(t *testing.T) {
 	for _, tc := range overlays {
 		t.Run(tc.dir, func(t *testing.T) {
 			b := build(t, tc.dir)
-			worker := b.deployments["taskport-worker"]
+			worker := b.Deployments["taskport-worker"]
 			require.NotNil(t, worker)
 			require.Equal(t, tc.workerReplicas, *worker.Spec.Replicas)
-			require.NotNil(t, b.deployments["taskport-admin"])
+			require.NotNil(t, b.Deployments["taskport-admin"])
 			migrate := migrationJob(t, b)
 
-			for name, d := range b.deployments {
+			for name, d := range b.Deployments {
 				sel, err := metav1LabelSelector(d.Spec.Selector.MatchLabels)
 				require.NoError(t, err)
 				require.True(t, sel.Matches(labels.Set(d.Spec.Template.Labels)), "%s: selector does not match its pod template", name)
@@ -140,11 +82,11 @@ func TestOverlays(t *testing.T) {
 					checkPod(t, name, d.Spec.Template.Spec, true, b, tc.externalSecret)
 				}
 			}
-			for name, j := range b.jobs {
+			for name, j := range b.Jobs {
 				require.False(t, ptrTrue(j.Spec.Template.Spec.AutomountServiceAccountToken, true), name)
 				checkPod(t, name, j.Spec.Template.Spec, false, b, tc.externalSecret)
 			}
-			for name, sa := range b.serviceAccounts {
+			for name, sa := range b.ServiceAccounts {
 				require.False(t, ptrTrue(sa.AutomountServiceAccountToken, true), "service account %s", name)
 			}
 
@@ -152,11 +94,11 @@ func TestOverlays(t *testing.T) {
 			grace := time.Duration(*worker.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
 			require.Greater(t, grace, stop, "the grace period must outlast the worker's graceful stop, or SIGKILL cuts in-flight steps")
 
-			for _, svc := range b.services {
+			for _, svc := range b.Services {
 				require.True(t, selectsSome(svc.Spec.Selector, b), "service %s selects no deployment", svc.Name)
 			}
-			for _, h := range b.hpas {
-				require.NotNil(t, b.deployments[h.Spec.ScaleTargetRef.Name], "hpa %s targets a missing deployment", h.Name)
+			for _, h := range b.HPAs {
+				require.NotNil(t, b.Deployments[h.Spec.ScaleTargetRef.Name], "hpa %s targets a missing deployment", h.Name)
 				require.GreaterOrEqual(t, h.Spec.MaxReplicas, *h.Spec.MinReplicas)
 			}
 
@@ -177,10 +119,10 @@ func TestOverlays(t *testing.T) {
 	}
 }
 
-func migrationJob(t *testing.T, b built) *batchv1.Job {
+func migrationJob(t *testing.T, b *kubernetes.Objects) *batchv1.Job {
 	t.Helper()
-	require.Len(t, b.jobs, 1)
-	for _, j := range b.jobs {
+	require.Len(t, b.Jobs, 1)
+	for _, j := range b.Jobs {
 		require.Equal(t, []string{"migrate", "up"}, j.Spec.Template.Spec.Containers[0].Args)
 		return j
 	}
@@ -209,14 +151,14 @@ func ptrTrue(b *bool, unset bool) bool {
 
 var imageWithTag = regexp.MustCompile(`^[a-z0-9./-]+:[A-Za-z0-9._-]+$`)
 
-func checkPod(t *testing.T, owner string, spec corev1.PodSpec, longRunning bool, b built, externalSecret bool) {
+func checkPod(t *testing.T, owner string, spec corev1.PodSpec, longRunning bool, b *kubernetes.Objects, externalSecret bool) {
 	t.Helper()
 	require.NotNil(t, spec.SecurityContext, owner)
 	require.True(t, spec.SecurityContext.RunAsNonRoot != nil && *spec.SecurityContext.RunAsNonRoot, "%s must run as non-root", owner)
 	// The image's nonroot user (deploy/image.User).
 	require.Equal(t, image.User, fmt.Sprintf("%d:%d", *spec.SecurityContext.RunAsUser, *spec.SecurityContext.RunAsUser), owner)
 	if spec.ServiceAccountName != "" {
-		require.Contains(t, b.serviceAccounts, spec.ServiceAccountName, owner)
+		require.Contains(t, b.ServiceAccounts, spec.ServiceAccountName, owner)
 	}
 	for _, c := range spec.Containers {
 		where := fmt.Sprintf("%s/%s", owner, c.Name)
@@ -238,9 +180,9 @@ func checkPod(t *testing.T, owner string, spec corev1.PodSpec, longRunning bool,
 		for _, from := range c.EnvFrom {
 			switch {
 			case from.ConfigMapRef != nil:
-				require.Contains(t, b.configMaps, from.ConfigMapRef.Name, "%s: config map", where)
+				require.Contains(t, b.ConfigMaps, from.ConfigMapRef.Name, "%s: config map", where)
 			case from.SecretRef != nil && !externalSecret:
-				require.Contains(t, b.secrets, from.SecretRef.Name, "%s: secret", where)
+				require.Contains(t, b.Secrets, from.SecretRef.Name, "%s: secret", where)
 			}
 		}
 	}
@@ -249,7 +191,7 @@ func checkPod(t *testing.T, owner string, spec corev1.PodSpec, longRunning bool,
 // setting is what the process sees for a flag with an environment
 // fallback: the flag in args, else the container's env, else its
 // ConfigMaps.
-func setting(c corev1.Container, b built, flag, env string) (string, bool) {
+func setting(c corev1.Container, b *kubernetes.Objects, flag, env string) (string, bool) {
 	for i, a := range c.Args {
 		if a == flag && i+1 < len(c.Args) {
 			return c.Args[i+1], true
@@ -258,21 +200,7 @@ func setting(c corev1.Container, b built, flag, env string) (string, bool) {
 			return v, true
 		}
 	}
-	for _, e := range c.Env {
-		if e.Name == env {
-			return e.Value, true
-		}
-	}
-	for _, from := range c.EnvFrom {
-		if from.ConfigMapRef != nil {
-			if cm := b.configMaps[from.ConfigMapRef.Name]; cm != nil {
-				if v, ok := cm.Data[env]; ok {
-					return v, true
-				}
-			}
-		}
-	}
-	return "", false
+	return b.Env(c, env)
 }
 
 func mountOf(c corev1.Container, volume string) (string, bool) {
@@ -296,7 +224,7 @@ func claimVolume(spec corev1.PodSpec, claim string) string {
 // The worker writes where it mounts writable volumes: the library and the
 // downloads (DOWNLOAD_DIR, shared with qBittorrent) are ReadWriteMany
 // claims at the configured paths; the root file system is read-only.
-func checkVolumes(t *testing.T, b built, worker *appsv1.Deployment) {
+func checkVolumes(t *testing.T, b *kubernetes.Objects, worker *appsv1.Deployment) {
 	t.Helper()
 	spec := worker.Spec.Template.Spec
 	c := spec.Containers[0]
@@ -311,7 +239,7 @@ func checkVolumes(t *testing.T, b built, worker *appsv1.Deployment) {
 		path, ok := mountOf(c, vol)
 		require.True(t, ok)
 		require.Equal(t, dir, path, "%s must be the mount path of claim %s", v.env, v.claim)
-		pvc := b.claims[v.claim]
+		pvc := b.Claims[v.claim]
 		require.NotNil(t, pvc, "claim %s is not defined", v.claim)
 		require.Contains(t, pvc.Spec.AccessModes, corev1.ReadWriteMany, "%s is shared between pods", v.claim)
 	}
@@ -320,7 +248,7 @@ func checkVolumes(t *testing.T, b built, worker *appsv1.Deployment) {
 	for _, p := range []*corev1.PodSpec{&spec} {
 		for _, v := range p.Volumes {
 			if v.PersistentVolumeClaim != nil {
-				require.Contains(t, b.claims, v.PersistentVolumeClaim.ClaimName)
+				require.Contains(t, b.Claims, v.PersistentVolumeClaim.ClaimName)
 			}
 		}
 	}
@@ -328,14 +256,14 @@ func checkVolumes(t *testing.T, b built, worker *appsv1.Deployment) {
 
 // A PodDisruptionBudget never blocks a node drain: at the fewest replicas
 // the overlay runs, at least one pod may be evicted.
-func checkDrain(t *testing.T, b built, worker *appsv1.Deployment) {
+func checkDrain(t *testing.T, b *kubernetes.Objects, worker *appsv1.Deployment) {
 	t.Helper()
 	fewest := *worker.Spec.Replicas
-	for _, h := range b.hpas {
+	for _, h := range b.HPAs {
 		fewest = min(fewest, *h.Spec.MinReplicas)
 	}
-	require.NotEmpty(t, b.pdbs)
-	for _, p := range b.pdbs {
+	require.NotEmpty(t, b.PDBs)
+	for _, p := range b.PDBs {
 		require.True(t, selectsSome(p.Spec.Selector.MatchLabels, b), "pdb %s selects no deployment", p.Name)
 		var allowed int
 		switch {
@@ -387,7 +315,7 @@ func peerSelects(p networkingv1.NetworkPolicyPeer, podLabels map[string]string) 
 // only, the migration Job DNS and Postgres only; the admin is reached only
 // from the ingress controller and Prometheus, the worker only from
 // Prometheus.
-func checkNetworkPolicies(t *testing.T, b built, qbittorrent bool) {
+func checkNetworkPolicies(t *testing.T, b *kubernetes.Objects, qbittorrent bool) {
 	t.Helper()
 	dns := []portKey{{"53", corev1.ProtocolUDP}, {"53", corev1.ProtocolTCP}}
 	pg, temporal, qbt := portKey{"5432", corev1.ProtocolTCP}, portKey{"7233", corev1.ProtocolTCP}, portKey{"8080", corev1.ProtocolTCP}
@@ -400,15 +328,15 @@ func checkNetworkPolicies(t *testing.T, b built, qbittorrent bool) {
 		"taskport-migrate": {egress: append(slices.Clone(dns), pg)},
 	}
 	pods := map[string]map[string]string{}
-	for _, d := range b.deployments {
+	for _, d := range b.Deployments {
 		pods[d.Name] = d.Spec.Template.Labels
 	}
-	for _, j := range b.jobs {
+	for _, j := range b.Jobs {
 		pods["taskport-migrate"] = j.Spec.Template.Labels
 	}
 	for name, w := range want {
 		var selecting []*networkingv1.NetworkPolicy
-		for _, p := range b.policies {
+		for _, p := range b.Policies {
 			sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
 			require.NoError(t, err)
 			if sel.Matches(labels.Set(pods[name])) {
@@ -441,7 +369,7 @@ func checkNetworkPolicies(t *testing.T, b built, qbittorrent bool) {
 	// The worker's qBittorrent rule reaches the example's pods, and the
 	// example's policy admits the workers on its WebUI port.
 	var reaches bool
-	for _, p := range b.policies {
+	for _, p := range b.Policies {
 		if p.Name != "taskport-worker" {
 			continue
 		}
@@ -453,7 +381,7 @@ func checkNetworkPolicies(t *testing.T, b built, qbittorrent bool) {
 	}
 	require.True(t, reaches, "the worker's egress does not reach qBittorrent's pods")
 	var admitted bool
-	for _, p := range b.policies {
+	for _, p := range b.Policies {
 		if p.Name != "qbittorrent" {
 			continue
 		}
@@ -469,9 +397,9 @@ func checkNetworkPolicies(t *testing.T, b built, qbittorrent bool) {
 // qBittorrent saves where the worker imports from (the same claim at the
 // same path) and, on finish, runs the taskport binary of the workers' own
 // image with the workers' settings.
-func checkQBittorrent(t *testing.T, b built, worker *appsv1.Deployment) {
+func checkQBittorrent(t *testing.T, b *kubernetes.Objects, worker *appsv1.Deployment) {
 	t.Helper()
-	q := b.deployments["qbittorrent"]
+	q := b.Deployments["qbittorrent"]
 	require.NotNil(t, q)
 	spec := q.Spec.Template.Spec
 	c := spec.Containers[0]
@@ -488,7 +416,7 @@ func checkQBittorrent(t *testing.T, b built, worker *appsv1.Deployment) {
 			ref = v.Image.Reference
 			hook, ok := mountOf(c, v.Name)
 			require.True(t, ok)
-			conf := b.configMaps["qbittorrent-seed"].Data["qBittorrent.conf"]
+			conf := b.ConfigMaps["qbittorrent-seed"].Data["qBittorrent.conf"]
 			require.Contains(t, conf, "[AutoRun]\nenabled=true\nprogram="+hook+image.BinaryPath+` plan complete %I --content-path \"%F\"`+"\n",
 				"the on-finish hook runs the mounted taskport binary")
 			require.Contains(t, conf, `Session\DefaultSavePath=`+downloads+"\n")
@@ -508,7 +436,7 @@ func checkQBittorrent(t *testing.T, b built, worker *appsv1.Deployment) {
 	require.ElementsMatch(t, []string{"taskport-config", "taskport-secrets"}, envFrom, "the hook needs the workers' settings")
 	url, _ := setting(wc, b, "--qbittorrent-url", "QBITTORRENT_URL")
 	require.Contains(t, url, "//qbittorrent."+q.Namespace+".svc")
-	require.NotNil(t, b.services["qbittorrent"])
+	require.NotNil(t, b.Services["qbittorrent"])
 }
 
 func flagDuration(t *testing.T, args []string, flag string) time.Duration {
@@ -527,8 +455,8 @@ func metav1LabelSelector(m map[string]string) (labels.Selector, error) {
 	return labels.SelectorFromSet(m), nil
 }
 
-func selectsSome(sel map[string]string, b built) bool {
-	for _, d := range b.deployments {
+func selectsSome(sel map[string]string, b *kubernetes.Objects) bool {
+	for _, d := range b.Deployments {
 		if len(sel) > 0 && labels.SelectorFromSet(sel).Matches(labels.Set(d.Spec.Template.Labels)) {
 			return true
 		}
@@ -557,7 +485,7 @@ func TestConnectionBudget(t *testing.T) {
 	for dir, limit := range maxConnections {
 		t.Run(dir, func(t *testing.T) {
 			b := build(t, dir)
-			for _, s := range b.secrets {
+			for _, s := range b.Secrets {
 				require.NotContains(t, string(s.Data["DATABASE_URL"])+s.StringData["DATABASE_URL"], "pool_max_conns",
 					"pool_max_conns in the URL would override the pool sizes counted here")
 			}
@@ -588,13 +516,13 @@ func TestConnectionBudget(t *testing.T) {
 				total += per * processes
 				lines = append(lines, fmt.Sprintf("%-18s %2d process(es) x %2d = %3d", name, processes, per, per*processes))
 			}
-			for name, d := range b.deployments {
+			for name, d := range b.Deployments {
 				if !isTaskport(d.Spec.Template.Spec) {
 					continue
 				}
 				count(name, d.Spec.Template.Spec.Containers[0], mostPods(t, b, d), true)
 			}
-			for name, j := range b.jobs {
+			for name, j := range b.Jobs {
 				parallel := int32(1)
 				if j.Spec.Parallelism != nil {
 					parallel = *j.Spec.Parallelism
@@ -611,10 +539,10 @@ func TestConnectionBudget(t *testing.T) {
 
 // mostPods is the most pods a Deployment can have at once: its autoscaler's
 // maximum (or its replicas) plus the rolling update's surge.
-func mostPods(t *testing.T, b built, d *appsv1.Deployment) int {
+func mostPods(t *testing.T, b *kubernetes.Objects, d *appsv1.Deployment) int {
 	t.Helper()
 	most := int(*d.Spec.Replicas)
-	for _, h := range b.hpas {
+	for _, h := range b.HPAs {
 		if h.Spec.ScaleTargetRef.Name == d.Name {
 			most = max(most, int(h.Spec.MaxReplicas))
 		}
