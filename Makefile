@@ -16,8 +16,9 @@ FLOWCHECK   := $(GOBIN)/flowcheck
 TEMPORAL_CLI_VERSION := v1.5.1
 STATICCHECK_VERSION  := v0.8.2
 # Debian packages: the downloader end-to-end test (qbittorrent-nox,
-# mktorrent) and the image (ca-certificates: the CA bundle it ships).
-APT_PACKAGES := qbittorrent-nox mktorrent ca-certificates
+# mktorrent), the image (ca-certificates: the CA bundle it ships) and the
+# pod rehearsal (runc: runs the image as the manifests say).
+APT_PACKAGES := qbittorrent-nox mktorrent ca-certificates runc
 
 # Tests use this server when it answers (CI: the local server); otherwise
 # leave TEST_DATABASE_URL unset and testcontainers starts Postgres in Docker.

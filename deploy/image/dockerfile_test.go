@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/deploy/image"
+	"github.com/taskport/taskport/deploy/internal/deploytest"
 )
 
 // dockerImage is what the Dockerfile's final stage declares, with
@@ -41,7 +42,7 @@ type dockerImage struct {
 // PATH, which the Go build declares too. Docker is not run here (no daemon).
 func TestDockerfileMatchesGoBuild(t *testing.T) {
 	const revision = "0123456789abcdef0123456789abcdef01234567"
-	d := parseDockerfile(t, filepath.Join(repoRoot(t), "Dockerfile"), revision)
+	d := parseDockerfile(t, filepath.Join(deploytest.RepoRoot(t), "Dockerfile"), revision)
 
 	img, _ := buildImage(t, image.Revision{ID: revision, Time: time.Unix(0, 0)})
 	cf, err := img.ConfigFile()
@@ -69,7 +70,7 @@ func TestDockerfileMatchesGoBuild(t *testing.T) {
 		image.BinaryPath:   "build:/out/taskport",
 	}, d.files)
 	for _, src := range []string{"deploy/image/rootfs/etc/passwd", "deploy/image/rootfs/etc/group"} {
-		require.FileExists(t, filepath.Join(repoRoot(t), src), "the Dockerfile copies it from the build context")
+		require.FileExists(t, filepath.Join(deploytest.RepoRoot(t), src), "the Dockerfile copies it from the build context")
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -18,20 +17,11 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/deploy/image"
+	"github.com/taskport/taskport/deploy/internal/deploytest"
 )
-
-// repoRoot is the main module, two levels up from deploy/image.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs("../..")
-	require.NoError(t, err)
-	require.FileExists(t, filepath.Join(root, "go.mod"))
-	return root
-}
 
 // buildImage builds the binary into its own directory and the image from
 // it, as `make image` does.
@@ -40,7 +30,7 @@ func buildImage(t *testing.T, rev image.Revision) (v1.Image, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "taskport")
-	require.NoError(t, image.BuildBinary(ctx, image.BinaryConfig{RepoRoot: repoRoot(t), Out: bin, Revision: rev.ID, Env: os.Environ()}))
+	require.NoError(t, image.BuildBinary(ctx, image.BinaryConfig{RepoRoot: deploytest.RepoRoot(t), Out: bin, Revision: rev.ID, Env: os.Environ()}))
 	img, err := image.Build(image.Options{Binary: bin, Revision: rev})
 	require.NoError(t, err)
 	return img, bin
@@ -65,7 +55,7 @@ func sha256File(t *testing.T, path string) string {
 // The binary itself is reproducible because of the flags (GoBuildFlags):
 // Go's toolchain gives identical output for identical inputs and flags.
 func TestReproducible(t *testing.T) {
-	rev, err := image.GitRevision(context.Background(), repoRoot(t))
+	rev, err := image.GitRevision(context.Background(), deploytest.RepoRoot(t))
 	require.NoError(t, err)
 	tag := image.DefaultTag(rev.ID)
 
@@ -139,26 +129,19 @@ func TestImageContents(t *testing.T) {
 
 	files := map[string]*tar.Header{}
 	contents := map[string][]byte{}
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
+	require.NoError(t, image.Walk(img, func(h *tar.Header, r io.Reader) error {
 		require.Equal(t, 0, h.Uid, h.Name)
 		require.Equal(t, 0, h.Gid, h.Name)
 		require.Empty(t, h.Uname, h.Name)
 		require.Equal(t, rev.Time, h.ModTime.UTC(), h.Name)
 		if h.Typeflag == tar.TypeReg {
 			files["/"+h.Name] = h
-			b, err := io.ReadAll(tr)
+			b, err := io.ReadAll(r)
 			require.NoError(t, err)
 			contents["/"+h.Name] = b
 		}
-	}
+		return nil
+	}))
 	require.ElementsMatch(t, []string{image.BinaryPath, image.CABundlePath, "/etc/passwd", "/etc/group"}, keys(files))
 	require.Equal(t, int64(0o755), files[image.BinaryPath].Mode)
 	require.Contains(t, string(contents["/etc/passwd"]), "nonroot:x:65532:65532:")

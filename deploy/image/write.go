@@ -1,7 +1,10 @@
 package image
 
 import (
+	"archive/tar"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -9,6 +12,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -46,4 +50,25 @@ func Write(img v1.Image, dir, tag string) (Outputs, error) {
 		return Outputs{}, fmt.Errorf("docker tarball: %w", err)
 	}
 	return out, nil
+}
+
+// Walk calls fn for every entry of img's file system (its layers
+// flattened, as a runtime unpacks them), in order; fn reads the entry's
+// content from r.
+func Walk(img v1.Image, fn func(h *tar.Header, r io.Reader) error) error {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("image file system: %w", err)
+		}
+		if err := fn(h, tr); err != nil {
+			return err
+		}
+	}
 }

@@ -32,6 +32,10 @@ type Objects struct {
 	Policies        []*networkingv1.NetworkPolicy
 	PDBs            []*policyv1.PodDisruptionBudget
 	HPAs            []*autoscalingv2.HorizontalPodAutoscaler
+	// Custom holds the objects of custom resource kinds (KEDA,
+	// temporal-worker-controller) as decoded JSON: their schemas are their
+	// CRDs', against which the manifests test validates them.
+	Custom []map[string]any
 }
 
 // Render builds the kustomization at dir and decodes every object.
@@ -79,6 +83,12 @@ func Render(dir string) (*Objects, error) {
 			o.PDBs = append(o.PDBs, decoded[policyv1.PodDisruptionBudget](decode))
 		case "HorizontalPodAutoscaler":
 			o.HPAs = append(o.HPAs, decoded[autoscalingv2.HorizontalPodAutoscaler](decode))
+		case "ScaledObject", "TriggerAuthentication", "WorkerDeployment", "Connection":
+			var m map[string]any
+			if err := yaml.Unmarshal(y, &m); err != nil {
+				return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+			}
+			o.Custom = append(o.Custom, m)
 		default:
 			return nil, fmt.Errorf("%s: unexpected kind %s; teach kubernetes.Render to decode it", name, kind)
 		}
@@ -94,6 +104,17 @@ func decoded[T any](decode func(any)) *T {
 	v := new(T)
 	decode(v)
 	return v
+}
+
+// CustomOf returns the custom objects of a kind.
+func (o *Objects) CustomOf(kind string) []map[string]any {
+	var out []map[string]any
+	for _, m := range o.Custom {
+		if m["kind"] == kind {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Env is what a container's process sees for an environment variable set
