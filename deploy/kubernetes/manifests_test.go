@@ -262,6 +262,9 @@ func checkDrain(t *testing.T, b *kubernetes.Objects, worker *appsv1.Deployment) 
 	for _, h := range b.HPAs {
 		fewest = min(fewest, *h.Spec.MinReplicas)
 	}
+	if lo, _, ok := scaledBounds(b, worker.Name); ok {
+		fewest = min(fewest, int32(lo))
+	}
 	require.NotEmpty(t, b.PDBs)
 	for _, p := range b.PDBs {
 		require.True(t, selectsSome(p.Spec.Selector.MatchLabels, b), "pdb %s selects no deployment", p.Name)
@@ -546,6 +549,9 @@ func mostPods(t *testing.T, b *kubernetes.Objects, d *appsv1.Deployment) int {
 		if h.Spec.ScaleTargetRef.Name == d.Name {
 			most = max(most, int(h.Spec.MaxReplicas))
 		}
+	}
+	if _, hi, ok := scaledBounds(b, d.Name); ok {
+		most = max(most, hi)
 	}
 	surge := intstr.FromString("25%") // the Deployment default
 	if ru := d.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxSurge != nil {
