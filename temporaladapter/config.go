@@ -38,6 +38,22 @@ type Config struct {
 	// MemoInputBytes bounds the input summary stored in the memo shown by the
 	// Temporal UI; longer inputs are cut. Default 512.
 	MemoInputBytes int
+	// Deployment, when set, opts the worker into Temporal Worker Deployment
+	// Versioning (what temporal-worker-controller drives): it polls as
+	// version Deployment.Name:Deployment.BuildID, new runs start on the
+	// deployment's current version, and every kind is pinned by default: a
+	// run finishes on the build it started on, so a new build may change a
+	// handler's steps freely. Kind@vN stays for changes inside one binary
+	// (old runs replay on vN-1 code served next to vN). Default: unversioned.
+	Deployment Deployment
+}
+
+// Deployment names a Worker Deployment Version. Both fields or neither.
+type Deployment struct {
+	// Name of the worker deployment (TEMPORAL_DEPLOYMENT_NAME).
+	Name string
+	// BuildID of this worker's code (TEMPORAL_WORKER_BUILD_ID).
+	BuildID string
 }
 
 // Defaults documented on Config.
@@ -81,6 +97,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("temporaladapter config: default concurrency %d is negative", c.DefaultConcurrency)
 	case c.MemoInputBytes < 0:
 		return fmt.Errorf("temporaladapter config: memo input bytes %d is negative", c.MemoInputBytes)
+	case (c.Deployment.Name == "") != (c.Deployment.BuildID == ""):
+		return fmt.Errorf("temporaladapter config: deployment needs both a name and a build id, got %q and %q", c.Deployment.Name, c.Deployment.BuildID)
 	}
 	return nil
 }

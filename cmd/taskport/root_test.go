@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -43,4 +44,20 @@ func TestPoolSizes(t *testing.T) {
 		root.SetArgs([]string{"migrate", "status", "--database-url", "postgres://nowhere.invalid/x"})
 		require.ErrorContains(t, root.ExecuteContext(context.Background()), want)
 	}
+}
+
+// The variables temporal-worker-controller injects reach the worker's
+// flags, and a half-set pair is refused before anything connects.
+func TestWorkerDeploymentFromEnv(t *testing.T) {
+	t.Setenv("TEMPORAL_DEPLOYMENT_NAME", "taskport/taskport-worker")
+	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "5f7c9d")
+	fs := newWorkerCmd(&globalConfig{}).Flags()
+	require.Equal(t, "taskport/taskport-worker", fs.Lookup("temporal-deployment-name").Value.String())
+	require.Equal(t, "5f7c9d", fs.Lookup("temporal-worker-build-id").Value.String())
+
+	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "")
+	g := &globalConfig{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"}
+	c := stackConfig{Engine: "temporal", StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
+	_, err := buildStack(context.Background(), g, c, slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, "--temporal-deployment-name and --temporal-worker-build-id go together")
 }

@@ -41,14 +41,18 @@ type stackConfig struct {
 	TemporalCert      string
 	TemporalKey       string
 	TemporalTLS       bool
-	Concurrency       int
-	StopTimeout       time.Duration
-	LibraryRoot       string
-	DownloadDir       string
-	QBittorrentURL    string
-	QBittorrentUser   string
-	QBittorrentPass   string
-	WebhookURL        string
+	// DeploymentName and BuildID opt the Temporal worker into Worker
+	// Deployment Versioning (temporal-worker-controller injects both).
+	DeploymentName  string
+	BuildID         string
+	Concurrency     int
+	StopTimeout     time.Duration
+	LibraryRoot     string
+	DownloadDir     string
+	QBittorrentURL  string
+	QBittorrentUser string
+	QBittorrentPass string
+	WebhookURL      string
 }
 
 func (c *stackConfig) bind(fs *pflag.FlagSet) {
@@ -61,6 +65,10 @@ func (c *stackConfig) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", envOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
 	fs.StringVar(&c.TemporalKey, "temporal-tls-key", envOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
 	fs.BoolVar(&c.TemporalTLS, "temporal-tls", envOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
+	fs.StringVar(&c.DeploymentName, "temporal-deployment-name", envOr("TEMPORAL_DEPLOYMENT_NAME", ""),
+		"Worker Deployment Versioning: the deployment this worker belongs to (env TEMPORAL_DEPLOYMENT_NAME); needs a build id")
+	fs.StringVar(&c.BuildID, "temporal-worker-build-id", envOr("TEMPORAL_WORKER_BUILD_ID", ""),
+		"Worker Deployment Versioning: this worker's build id; runs stay pinned to the build they started on (env TEMPORAL_WORKER_BUILD_ID)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
 	fs.StringVar(&c.LibraryRoot, "library-root", envOr("LIBRARY_ROOT", "/library"), "absolute directory every plan's target must lie in (env LIBRARY_ROOT)")
@@ -92,6 +100,9 @@ func (c *stackConfig) validate() error {
 	}
 	if c.Concurrency < 0 {
 		return fmt.Errorf("--concurrency must not be negative, got %d", c.Concurrency)
+	}
+	if (c.DeploymentName == "") != (c.BuildID == "") {
+		return fmt.Errorf("--temporal-deployment-name and --temporal-worker-build-id go together, got %q and %q", c.DeploymentName, c.BuildID)
 	}
 	if c.StopTimeout <= 0 {
 		return fmt.Errorf("--stop-timeout must be positive, got %s", c.StopTimeout)
@@ -183,7 +194,8 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 			return nil, err
 		}
 		s.engine, err = temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
-			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, Logger: log})
+			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, Logger: log,
+			Deployment: temporaladapter.Deployment{Name: c.DeploymentName, BuildID: c.BuildID}})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s engine: %w", c.Engine, err)
