@@ -53,9 +53,9 @@ func (h *harness) setCurrent(buildID string) {
 
 func (h *harness) versioning(id port.RunID) (enumspb.VersioningBehavior, string) {
 	h.t.Helper()
-	d, err := h.c.DescribeWorkflowExecution(context.Background(), temporaladapter.WorkflowID(id), "")
+	d, err := h.c.DescribeWorkflow(context.Background(), temporaladapter.WorkflowID(id), "")
 	require.NoError(h.t, err)
-	v := d.GetWorkflowExecutionInfo().GetVersioningInfo()
+	v := d.RawResponse.GetWorkflowExecutionInfo().GetVersioningInfo()
 	return v.GetBehavior(), v.GetDeploymentVersion().GetBuildId()
 }
 
