@@ -86,7 +86,7 @@ bench: ## benchmarks: lease engine, Temporal adapter vs raw SDK, outbox latency,
 # `make image` writes build/image/oci (OCI layout) and
 # build/image/taskport.tar (`docker load`), offline, from Go.
 .PHONY: image
-image: apt-packages ## build the worker image from Go, offline: build/image/oci and build/image/taskport.tar
+image: ## build the worker image from Go, offline: build/image/oci and build/image/taskport.tar
 	cd deploy && $(GO) run ./cmd/image -repo .. -out ../build/image
 
 .PHONY: run

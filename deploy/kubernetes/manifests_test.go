@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -106,6 +107,7 @@ func TestOverlays(t *testing.T) {
 			// creates a new Job instead of editing an immutable template.
 			tag := imageTag(t, migrate.Spec.Template.Spec.Containers[0].Image)
 			require.Equal(t, "taskport-migrate-"+tag, migrate.Name)
+			require.Empty(t, validation.IsDNS1123Subdomain(migrate.Name), "the image tag must be usable in a Job name")
 			require.Equal(t, worker.Spec.Template.Spec.Containers[0].Image, migrate.Spec.Template.Spec.Containers[0].Image)
 			require.NotNil(t, migrate.Spec.TTLSecondsAfterFinished, "finished migration Jobs must go away")
 
