@@ -47,9 +47,11 @@ import (
 	"github.com/taskport/taskport/deploy/kubernetes"
 	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
 	"github.com/taskport/taskport/qbittorrent/qbtfake"
 	"github.com/taskport/taskport/temporaladapter"
+	"github.com/taskport/taskport/workflows"
 )
 
 // timeline records what happened when, from the worker's start, and is
@@ -177,9 +179,9 @@ func TestPodRehearsal(t *testing.T) {
 	}
 	payload := make([]byte, 3<<20+11)
 	_, _ = rand.Read(payload)
-	planA := createPlan(t, cli, "a", payload)
+	planA := createPlan(t, cli, pool, "a", payload)
 	tl.mark("plan A created and approved with `taskport plan create|approve` (containers of the same image)")
-	deliver(t, qbt, planA, payload, volumes, wc, cli)
+	deliver(t, qbt, pool, planA, payload, volumes, wc, cli)
 	tl.mark("qBittorrent's on-finish hook ran: `taskport plan complete %s --content-path ...`", planA.hash)
 	waitPlan(t, pool, planA.id, "completed", w, 2*time.Minute)
 	tl.mark("plan A completed (plan.status in Postgres)")
@@ -194,8 +196,9 @@ func TestPodRehearsal(t *testing.T) {
 	// slow qBittorrent add when the kubelet would send SIGTERM.
 	adds := qbt.AddRequests()
 	qbt.SetDelay(3 * time.Second)
-	planB := createPlan(t, cli, "b", payload)
-	require.Eventually(t, func() bool { return qbt.AddRequests() > adds }, time.Minute, 20*time.Millisecond, "plan B's submit never reached qBittorrent")
+	planB := createPlan(t, cli, pool, "b", payload)
+	require.Eventually(t, func() bool { return qbt.AddRequests() > adds }, time.Minute, 20*time.Millisecond,
+		"plan B's submit never reached qBittorrent:\n%s", w.lastLines(30))
 	tl.mark("plan B's download.submit in flight (qBittorrent add answering in 3s)")
 	require.NoError(t, w.signal("TERM"))
 	term := time.Now()
@@ -253,8 +256,13 @@ type plan struct {
 	id, hash, target, sha256, name string
 }
 
-// createPlan creates and approves a plan for payload through the CLI.
-func createPlan(t *testing.T, cli func(...string) string, name string, payload []byte) plan {
+// createPlan creates and approves a plan for payload through the CLI. It
+// approves once approval.await waits on the plan's topic: the approval is
+// written to Postgres first and the signal is only a wake-up hint (ADR
+// 2.2), so one sent before the run registers as a waiter is dropped and the
+// run sees the approval at its next check, up to ApprovalWait (5 minutes)
+// later; the rehearsal does not wait for that.
+func createPlan(t *testing.T, cli func(...string) string, pool *pgxpool.Pool, name string, payload []byte) plan {
 	t.Helper()
 	hashBytes := make([]byte, 20)
 	_, _ = rand.Read(hashBytes)
@@ -266,6 +274,7 @@ func createPlan(t *testing.T, cli func(...string) string, name string, payload [
 		"--target", p.target, "--size", fmt.Sprint(len(payload)), "--sha256", p.sha256)
 	p.id = strings.TrimSpace(lastLine(out))
 	require.Len(t, p.id, 36, "plan create printed %q", out)
+	waitWaiter(t, pool, workflows.ApprovalTopic(p.id))
 	cli("plan", "approve", p.id, "--by", "rehearsal")
 	return p
 }
@@ -273,7 +282,7 @@ func createPlan(t *testing.T, cli func(...string) string, name string, payload [
 // deliver plays the downloader: once the worker has added the torrent, the
 // payload appears where qBittorrent saves it (on the shared downloads
 // volume), the torrent completes, and the on-finish hook reports it.
-func deliver(t *testing.T, qbt *qbtfake.Server, p plan, payload []byte, volumes map[string]string, wc corev1.Container, cli func(...string) string) {
+func deliver(t *testing.T, qbt *qbtfake.Server, pool *pgxpool.Pool, p plan, payload []byte, volumes map[string]string, wc corev1.Container, cli func(...string) string) {
 	t.Helper()
 	var tor qbittorrent.Torrent
 	require.Eventually(t, func() bool {
@@ -298,8 +307,23 @@ func deliver(t *testing.T, qbt *qbtfake.Server, p plan, payload []byte, volumes 
 		}
 	}
 	require.True(t, ok, "qBittorrent was told to save into %s, which no volume of the worker holds", tor.SavePath)
+	// As for the approval: report once download.await waits, so the hint
+	// is not dropped (its next check would find the download done, up to
+	// DownloadWait later).
+	waitWaiter(t, pool, workflows.DownloadTopic(p.id))
 	require.NoError(t, qbt.Complete(p.hash))
 	cli("plan", "complete", p.hash, "--content-path", tor.SavePath+"/"+p.name)
+}
+
+// waitWaiter waits until a run is registered as waiting on topic (the
+// engines' waiter table), so a signal sent now reaches it.
+func waitWaiter(t *testing.T, pool *pgxpool.Pool, topic port.Topic) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM taskport.waiter WHERE topic = $1`, string(topic)).Scan(&n)
+		return err == nil && n > 0
+	}, 2*time.Minute, 20*time.Millisecond, "no run waits on %s", topic)
 }
 
 func waitPlan(t *testing.T, pool *pgxpool.Pool, id, want string, w *container, d time.Duration) {
