@@ -23,8 +23,10 @@ TEMPORAL_SERVER_VERSION := v1.32.0
 TEMPORAL_SERVER   := $(GOBIN)/temporal-server
 TEMPORAL_SQL_TOOL := $(GOBIN)/temporal-sql-tool
 STATICCHECK_VERSION  := v0.8.2
-# Debian packages the downloader end-to-end test needs.
-APT_PACKAGES := qbittorrent-nox mktorrent
+# Debian packages: the downloader end-to-end test (qbittorrent-nox,
+# mktorrent), the image (ca-certificates: the CA bundle it ships) and the
+# pod rehearsal (runc: runs the image as the manifests say).
+APT_PACKAGES := qbittorrent-nox mktorrent ca-certificates runc
 
 # Tests use this server when it answers (CI: the local server); otherwise
 # leave TEST_DATABASE_URL unset and testcontainers starts Postgres in Docker.
@@ -100,6 +102,12 @@ bench: ## benchmarks: lease engine, Temporal adapter vs raw SDK, outbox latency,
 	$(GO) test -run '^$$' -bench AdapterVsRawSDK -benchtime 20x ./temporaladapter/
 	$(GO) test -run '^$$' -bench CommitToRunStart -benchtime 200x ./outbox/ ./app/
 	cd bench && $(GO) run ./cmd/compare -n 3000 -rounds 5 -db "$$TEST_DATABASE_URL"
+
+# `make image` writes build/image/oci (OCI layout) and
+# build/image/taskport.tar (`docker load`), offline, from Go.
+.PHONY: image
+image: ## build the worker image from Go, offline: build/image/oci and build/image/taskport.tar
+	cd deploy && $(GO) run ./cmd/image -repo .. -out ../build/image
 
 .PHONY: run
 run: $(TEMPORAL) apt-packages ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo

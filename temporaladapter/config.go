@@ -51,6 +51,22 @@ type Config struct {
 	// ReconcileAfter leaves alone the runs whose projection was written more
 	// recently than this: their workflow is live and writing it. Default 1m.
 	ReconcileAfter time.Duration
+	// Deployment, when set, opts the worker into Temporal Worker Deployment
+	// Versioning (what temporal-worker-controller drives): it polls as
+	// version Deployment.Name:Deployment.BuildID, new runs start on the
+	// deployment's current version, and every kind is pinned by default: a
+	// run finishes on the build it started on, so a new build may change a
+	// handler's steps freely. Kind@vN stays for changes inside one binary
+	// (old runs replay on vN-1 code served next to vN). Default: unversioned.
+	Deployment Deployment
+}
+
+// Deployment names a Worker Deployment Version. Both fields or neither.
+type Deployment struct {
+	// Name of the worker deployment (TEMPORAL_DEPLOYMENT_NAME).
+	Name string
+	// BuildID of this worker's code (TEMPORAL_WORKER_BUILD_ID).
+	BuildID string
 }
 
 // Defaults documented on Config.
@@ -110,6 +126,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("temporaladapter config: reconcile batch %d is negative", c.ReconcileBatch)
 	case c.ReconcileAfter < 0:
 		return fmt.Errorf("temporaladapter config: reconcile after %s is negative", c.ReconcileAfter)
+	case (c.Deployment.Name == "") != (c.Deployment.BuildID == ""):
+		return fmt.Errorf("temporaladapter config: deployment needs both a name and a build id, got %q and %q", c.Deployment.Name, c.Deployment.BuildID)
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		WorkerStopTimeout:                       e.cfg.WorkerStopTimeout,
 		WorkflowPanicPolicy:                     worker.FailWorkflow,
 		OnFatalError:                            e.onFatal,
+		DeploymentOptions:                       e.deploymentOptions(),
 	})
 	served := e.registerWorkflows(w, opts)
 	for _, b := range e.reg.Activities() {
@@ -51,7 +52,8 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		e.recon = e.startReconciler(ctx)
 	}
 	e.logger.InfoContext(ctx, "temporal worker started",
-		slog.String("task_queue", e.cfg.TaskQueue), slog.Int("concurrency", conc), slog.Any("workflow_types", served))
+		slog.String("task_queue", e.cfg.TaskQueue), slog.Int("concurrency", conc), slog.Any("workflow_types", served),
+		slog.String("deployment", e.cfg.Deployment.Name), slog.String("build_id", e.cfg.Deployment.BuildID))
 	return nil
 }
 
@@ -68,6 +70,20 @@ func (e *Engine) registerWorkflows(r workflowRegistry, opts port.StartOptions) [
 		served = append(served, name)
 	}
 	return served
+}
+
+// deploymentOptions turns Worker Deployment Versioning on when the config
+// names a version, with pinned as every kind's behaviour.
+func (e *Engine) deploymentOptions() worker.DeploymentOptions {
+	d := e.cfg.Deployment
+	if d.Name == "" {
+		return worker.DeploymentOptions{}
+	}
+	return worker.DeploymentOptions{
+		UseVersioning:             true,
+		Version:                   worker.WorkerDeploymentVersion{DeploymentName: d.Name, BuildID: d.BuildID},
+		DefaultVersioningBehavior: workflow.VersioningBehaviorPinned,
+	}
 }
 
 func (e *Engine) onFatal(err error) {

@@ -11,6 +11,10 @@ import (
 	"syscall"
 )
 
+// version is the revision the binary was built from; the image build sets
+// it with -ldflags "-X main.version=..." (deploy/image.GoBuildFlags).
+var version = "dev"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])

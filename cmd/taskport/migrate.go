@@ -20,7 +20,7 @@ func newMigrateCmd(g *globalConfig) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		pool, err := g.pool(cmd.Context(), log)
+		pool, err := g.pool(cmd.Context(), log, g.PoolSize)
 		if err != nil {
 			return err
 		}

@@ -101,7 +101,7 @@ func runLocal(ctx context.Context, g *globalConfig, c stackConfig, rc runConfig,
 	if err := ensureDatabase(ctx, g.DatabaseURL, log); err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx, log)
+	pool, err := g.pool(ctx, log, g.PoolSize)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,10 @@ type stackConfig struct {
 	TemporalCert      string
 	TemporalKey       string
 	TemporalTLS       bool
+	// DeploymentName and BuildID opt the Temporal worker into Worker
+	// Deployment Versioning (temporal-worker-controller injects both).
+	DeploymentName    string
+	BuildID           string
 	Concurrency       int
 	StopTimeout       time.Duration
 	ReconcileInterval time.Duration
@@ -62,6 +66,10 @@ func (c *stackConfig) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", envOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
 	fs.StringVar(&c.TemporalKey, "temporal-tls-key", envOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
 	fs.BoolVar(&c.TemporalTLS, "temporal-tls", envOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
+	fs.StringVar(&c.DeploymentName, "temporal-deployment-name", envOr("TEMPORAL_DEPLOYMENT_NAME", ""),
+		"Worker Deployment Versioning: the deployment this worker belongs to (env TEMPORAL_DEPLOYMENT_NAME); needs a build id")
+	fs.StringVar(&c.BuildID, "temporal-worker-build-id", envOr("TEMPORAL_WORKER_BUILD_ID", ""),
+		"Worker Deployment Versioning: this worker's build id; runs stay pinned to the build they started on (env TEMPORAL_WORKER_BUILD_ID)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
@@ -96,6 +104,9 @@ func (c *stackConfig) validate() error {
 	if c.Concurrency < 0 {
 		return fmt.Errorf("--concurrency must not be negative, got %d", c.Concurrency)
 	}
+	if (c.DeploymentName == "") != (c.BuildID == "") {
+		return fmt.Errorf("--temporal-deployment-name and --temporal-worker-build-id go together, got %q and %q", c.DeploymentName, c.BuildID)
+	}
 	if c.StopTimeout <= 0 {
 		return fmt.Errorf("--stop-timeout must be positive, got %s", c.StopTimeout)
 	}
@@ -118,9 +129,13 @@ type stack struct {
 	registry   *port.Registry
 	engine     port.TaskEngine
 	dispatcher *outbox.Dispatcher
-	plans      *plans.Service
-	metrics    *prometheus.Registry
-	admin      *admin.Server
+	// dispatchWatch is the engine as the dispatcher sees it: it records
+	// the dispatcher's hand-overs for readiness.
+	dispatchWatch *dispatchWatch
+	health        *workerHealth // set by runWorker
+	plans         *plans.Service
+	metrics       *prometheus.Registry
+	admin         *admin.Server
 }
 
 // withStack builds the wiring from the flags (secrets from the
@@ -149,10 +164,10 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 			s.close()
 		}
 	}()
-	if s.bizPool, err = g.pool(ctx, log); err != nil {
+	if s.bizPool, err = g.pool(ctx, log, g.PoolSize); err != nil {
 		return nil, err
 	}
-	if s.enginePool, err = g.pool(ctx, log); err != nil {
+	if s.enginePool, err = g.pool(ctx, log, g.EnginePoolSize); err != nil {
 		return nil, err
 	}
 	qbt, err := qbittorrent.New(qbittorrent.Config{BaseURL: c.QBittorrentURL, Username: c.QBittorrentUser, Password: c.QBittorrentPass, Logger: log})
@@ -182,7 +197,8 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 			return nil, err
 		}
 		s.engine, err = temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
-			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, ReconcileInterval: c.ReconcileInterval, Logger: log})
+			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, ReconcileInterval: c.ReconcileInterval, Logger: log,
+			Deployment: temporaladapter.Deployment{Name: c.DeploymentName, BuildID: c.BuildID}})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s engine: %w", c.Engine, err)

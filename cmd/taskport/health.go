@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/taskport/taskport/port"
+)
+
+// fatalNotifier is what cmd needs from an engine whose worker can stop for
+// good on its own: temporaladapter.Engine.Err fires when the SDK worker
+// gives up (namespace deleted, unrecoverable poll error). The lease engine
+// has no such path (its loops log and retry until Stop), so it does not
+// implement it. The port has no Done() yet; until it does, cmd declares
+// this small interface itself.
+type fatalNotifier interface {
+	Err() <-chan error
+}
+
+// healthCheckTimeout bounds each dependency check of /readyz, well under
+// the probes' default 1s timeout.
+const healthCheckTimeout = 800 * time.Millisecond
+
+// workerHealth answers the worker's probes:
+//
+//   - /healthz (liveness) fails once the engine has stopped for good, so
+//     the kubelet restarts a process that cannot recover;
+//   - /readyz (readiness) fails while stopping (from SIGTERM on, before the
+//     stop begins), when the engine has stopped for good, when a dependency
+//     check fails (Postgres; the Temporal frontend on that engine), and
+//     when the outbox dispatcher is not running or its last hand-over to
+//     the engine failed.
+type workerHealth struct {
+	checks   []namedCheck
+	dispatch *dispatchWatch // nil when this worker runs no dispatcher
+
+	mu       sync.Mutex
+	stopping bool
+	fatal    error
+}
+
+type namedCheck struct {
+	name  string
+	check func(context.Context) error
+}
+
+func newWorkerHealth(dispatch *dispatchWatch, checks ...namedCheck) *workerHealth {
+	return &workerHealth{checks: checks, dispatch: dispatch}
+}
+
+// beginStop turns readiness off for good: called on SIGTERM, before the
+// engine and the dispatcher are asked to stop.
+func (h *workerHealth) beginStop() {
+	h.mu.Lock()
+	h.stopping = true
+	h.mu.Unlock()
+}
+
+// engineStopped records that the engine's worker stopped for good.
+func (h *workerHealth) engineStopped(err error) {
+	h.mu.Lock()
+	h.fatal = err
+	h.mu.Unlock()
+}
+
+func (h *workerHealth) live() error {
+	h.mu.Lock()
+	fatal := h.fatal
+	h.mu.Unlock()
+	if fatal == nil {
+		return nil
+	}
+	return fmt.Errorf("engine stopped for good: %w", fatal)
+}
+
+func (h *workerHealth) ready(ctx context.Context) error {
+	h.mu.Lock()
+	stopping := h.stopping
+	h.mu.Unlock()
+	if stopping {
+		return errors.New("stopping")
+	}
+	if err := h.live(); err != nil {
+		return err
+	}
+	if h.dispatch != nil {
+		if err := h.dispatch.healthy(); err != nil {
+			return err
+		}
+	}
+	for _, c := range h.checks {
+		cctx, cancel := context.WithTimeout(ctx, healthCheckTimeout)
+		err := c.check(cctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+func (h *workerHealth) register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { answer(w, h.live()) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { answer(w, h.ready(r.Context())) })
+}
+
+func answer(w http.ResponseWriter, err error) {
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// dispatchWatch sits between the outbox dispatcher and the engine and
+// remembers whether the dispatcher is running and how its last hand-over
+// (Enqueue) went: a dispatcher that cannot reach the engine moves no rows,
+// and that worker should not report ready. Input the engine refuses is the
+// row's fault, not the dispatcher's, and a canceled context is a stop.
+type dispatchWatch struct {
+	port.TaskEngine
+
+	mu      sync.Mutex
+	running bool
+	lastErr error
+}
+
+func (d *dispatchWatch) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+	id, err := d.TaskEngine.Enqueue(ctx, kind, input, opts)
+	if ctx.Err() == nil && !errors.Is(err, port.ErrInvalidInput) {
+		d.mu.Lock()
+		d.lastErr = err
+		d.mu.Unlock()
+	}
+	return id, err
+}
+
+func (d *dispatchWatch) setRunning(running bool) {
+	d.mu.Lock()
+	d.running = running
+	d.mu.Unlock()
+}
+
+func (d *dispatchWatch) healthy() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case !d.running:
+		return errors.New("outbox dispatcher not running")
+	case d.lastErr != nil:
+		return fmt.Errorf("outbox dispatcher: last enqueue failed: %w", d.lastErr)
+	}
+	return nil
+}

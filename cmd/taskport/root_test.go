@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+)
+
+// The pool sizes come from the flags, else DB_POOL_SIZE and
+// ENGINE_DB_POOL_SIZE (the manifests' connection budget sets them), and
+// bad values are refused before anything connects.
+func TestPoolSizes(t *testing.T) {
+	db := pgtest.NewEmptyDatabase(t)
+	t.Setenv("DB_POOL_SIZE", "3")
+	t.Setenv("ENGINE_DB_POOL_SIZE", "5")
+	// The flags' values are the variables the pools are opened with.
+	sizes := func(args ...string) (string, string) {
+		root := newRootCmd()
+		root.SetArgs(append([]string{"migrate", "status", "--database-url", db, "--log-level", "error"}, args...))
+		require.NoError(t, root.ExecuteContext(context.Background()))
+		fs := root.PersistentFlags()
+		return fs.Lookup("db-pool-size").Value.String(), fs.Lookup("engine-db-pool-size").Value.String()
+	}
+	biz, engine := sizes()
+	require.Equal(t, "3", biz)
+	require.Equal(t, "5", engine)
+	biz, _ = sizes("--db-pool-size", "7")
+	require.Equal(t, "7", biz, "a flag beats the environment")
+
+	g := globalConfig{DatabaseURL: db}
+	pool, err := g.pool(context.Background(), slog.New(slog.DiscardHandler), 5)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, pool.Config().MaxConns)
+	pool.Close()
+
+	for env, want := range map[string]string{"x": `DB_POOL_SIZE: "x" is not a number`, "0": "--db-pool-size must be at least 1"} {
+		t.Setenv("DB_POOL_SIZE", env)
+		root := newRootCmd()
+		root.SetArgs([]string{"migrate", "status", "--database-url", "postgres://nowhere.invalid/x"})
+		require.ErrorContains(t, root.ExecuteContext(context.Background()), want)
+	}
+}
+
+// The variables temporal-worker-controller injects reach the worker's
+// flags, and a half-set pair is refused before anything connects.
+func TestWorkerDeploymentFromEnv(t *testing.T) {
+	t.Setenv("TEMPORAL_DEPLOYMENT_NAME", "taskport/taskport-worker")
+	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "5f7c9d")
+	fs := newWorkerCmd(&globalConfig{}).Flags()
+	require.Equal(t, "taskport/taskport-worker", fs.Lookup("temporal-deployment-name").Value.String())
+	require.Equal(t, "5f7c9d", fs.Lookup("temporal-worker-build-id").Value.String())
+
+	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "")
+	g := &globalConfig{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"}
+	c := stackConfig{Engine: "temporal", StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
+	_, err := buildStack(context.Background(), g, c, slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, "--temporal-deployment-name and --temporal-worker-build-id go together")
+}
