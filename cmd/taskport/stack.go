@@ -207,7 +207,8 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 	if !ok {
 		return nil, errors.New("engine does not implement port.Admin")
 	}
-	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.engine, lister, outbox.Config{
+	s.dispatchWatch = &dispatchWatch{TaskEngine: s.engine}
+	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.dispatchWatch, lister, outbox.Config{
 		Logger: log, Metrics: newOutboxMetrics(s.metrics)}); err != nil {
 		return nil, err
 	}
