@@ -12,7 +12,6 @@ import (
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
-	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
@@ -87,7 +86,7 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "0123456789abcdef0123456789abcdef01234567", "")), port.ErrNotFound)
 	_, err := w.Plans.Timeline(ctx, unknown)
 	require.ErrorIs(t, err, port.ErrNotFound)
-	require.ErrorIs(t, apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, ledger.DecisionRetry, "ann")), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, acquisition.DecisionRetry, "ann")), port.ErrNotFound)
 
 	for _, err := range []error{
 		apptest.ErrOf(w.Plans.Approve(ctx, "not-a-uuid", "ann", "")),
@@ -95,7 +94,7 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "not-a-hash", "")),
 		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, unknown, "relative/path")),
 		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, "maybe", "ann")),
-		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, ledger.DecisionRetry, "")),
+		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, acquisition.DecisionRetry, "")),
 	} {
 		require.ErrorIs(t, err, port.ErrInvalidInput)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/plans"
 )
 
@@ -142,7 +142,7 @@ func newDecisionCmd(g *globalConfig) *cobra.Command {
 		Use: "list", Short: "List decisions", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
-				ds, err := svc.ListDecisions(cmd.Context(), ledger.DecisionStatus(status), 0)
+				ds, err := svc.ListDecisions(cmd.Context(), acquisition.DecisionStatus(status), 0)
 				if err != nil {
 					return err
 				}
@@ -154,7 +154,7 @@ func newDecisionCmd(g *globalConfig) *cobra.Command {
 			})
 		},
 	}
-	list.Flags().StringVar(&status, "status", string(ledger.DecisionOpen), "open, retry, abandon, or empty for all")
+	list.Flags().StringVar(&status, "status", string(acquisition.DecisionOpen), "open, retry, abandon, or empty for all")
 	var by string
 	resolve := &cobra.Command{
 		Use:   "resolve DECISION retry|abandon",
@@ -162,7 +162,7 @@ func newDecisionCmd(g *globalConfig) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
-				return printAck(cmd)(svc.ResolveDecision(cmd.Context(), args[0], ledger.DecisionStatus(args[1]), by))
+				return printAck(cmd)(svc.ResolveDecision(cmd.Context(), args[0], acquisition.DecisionStatus(args[1]), by))
 			})
 		},
 	}
