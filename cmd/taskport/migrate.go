@@ -5,10 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/migrations"
 )
 
-func newMigrateCmd(g *globalConfig) *cobra.Command {
+func newMigrateCmd(g *stack.Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply, roll back or list the schema migrations (business, ledger, outbox and both engines' tables)",
@@ -16,11 +17,11 @@ func newMigrateCmd(g *globalConfig) *cobra.Command {
 	// withMigrator opens the database, runs fn on a migrator over it and
 	// closes both.
 	withMigrator := func(cmd *cobra.Command, fn func(*migrations.Migrator) error) error {
-		log, err := g.logger()
+		log, err := g.Logger()
 		if err != nil {
 			return err
 		}
-		pool, err := g.pool(cmd.Context(), log, g.PoolSize)
+		pool, err := g.Pool(cmd.Context(), log, g.PoolSize)
 		if err != nil {
 			return err
 		}

@@ -8,19 +8,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/plans"
 )
 
 // withPlans runs fn with the business API over a stack that starts no
 // worker: these commands only write business rows and send hints.
-func withPlans(cmd *cobra.Command, g *globalConfig, c *stackConfig, fn func(*plans.Service) error) error {
-	return withStack(cmd, g, c, func(s *stack) error { return fn(s.plans) })
+func withPlans(cmd *cobra.Command, g *stack.Globals, c *stack.Config, fn func(*plans.Service) error) error {
+	return stack.With(cmd, g, c, func(s *stack.Stack) error { return fn(s.Plans()) })
 }
 
-func newPlanCmd(g *globalConfig) *cobra.Command {
-	var c stackConfig
+func newPlanCmd(g *stack.Globals) *cobra.Command {
+	var c stack.Config
 	cmd := &cobra.Command{Use: "plan", Short: "Create, approve, cancel and inspect acquisition plans (the business API)"}
-	c.bind(cmd.PersistentFlags())
+	c.Bind(cmd.PersistentFlags())
 
 	var np plans.NewPlan
 	var torrentFile string
@@ -133,10 +134,10 @@ func printAck(cmd *cobra.Command) func(plans.Ack, error) error {
 	}
 }
 
-func newDecisionCmd(g *globalConfig) *cobra.Command {
-	var c stackConfig
+func newDecisionCmd(g *stack.Globals) *cobra.Command {
+	var c stack.Config
 	cmd := &cobra.Command{Use: "decision", Short: "The pending-decision centre: runs that exhausted their retries"}
-	c.bind(cmd.PersistentFlags())
+	c.Bind(cmd.PersistentFlags())
 	var status string
 	list := &cobra.Command{
 		Use: "list", Short: "List decisions", Args: cobra.NoArgs,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 )
 
@@ -32,8 +33,8 @@ func TestPoolSizes(t *testing.T) {
 	biz, _ = sizes("--db-pool-size", "7")
 	require.Equal(t, "7", biz, "a flag beats the environment")
 
-	g := globalConfig{DatabaseURL: db}
-	pool, err := g.pool(context.Background(), slog.New(slog.DiscardHandler), 5)
+	g := stack.Globals{DatabaseURL: db}
+	pool, err := g.Pool(context.Background(), slog.New(slog.DiscardHandler), 5)
 	require.NoError(t, err)
 	require.EqualValues(t, 5, pool.Config().MaxConns)
 	pool.Close()
@@ -51,13 +52,13 @@ func TestPoolSizes(t *testing.T) {
 func TestWorkerDeploymentFromEnv(t *testing.T) {
 	t.Setenv("TEMPORAL_DEPLOYMENT_NAME", "taskport/taskport-worker")
 	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "5f7c9d")
-	fs := newWorkerCmd(&globalConfig{}).Flags()
+	fs := newWorkerCmd(&stack.Globals{}).Flags()
 	require.Equal(t, "taskport/taskport-worker", fs.Lookup("temporal-deployment-name").Value.String())
 	require.Equal(t, "5f7c9d", fs.Lookup("temporal-worker-build-id").Value.String())
 
 	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "")
-	g := &globalConfig{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"}
-	c := stackConfig{Engine: "temporal", StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
-	_, err := buildStack(context.Background(), g, c, slog.New(slog.DiscardHandler))
+	g := &stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"}
+	c := stack.Config{Engine: "temporal", StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
+	_, err := stack.Build(context.Background(), g, c, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, err, "--temporal-deployment-name and --temporal-worker-build-id go together")
 }

@@ -34,7 +34,11 @@
 //   - workflows imports only port and the standard library (RuleWorkflows);
 //   - a table is named in SQL only by its owner (RuleTableOwner; the
 //     owners are listed in Owners), and every table the migrations create
-//     has an owner (RuleTableOwned).
+//     has an owner (RuleTableOwned);
+//   - the production binary, cmd/taskport, does not reach the development
+//     harness (internal/devserver, qbittorrent/qbtnox, internal/testkit)
+//     through any chain of the module's imports (RuleNoDevHarness): that is
+//     cmd/taskport-dev's.
 //
 // # What names a table
 //
@@ -76,13 +80,14 @@ import (
 
 // The rules, as Violation.Rule names them.
 const (
-	RulePortLeaf    = "port imports only the standard library and internal/stepctx"
-	RuleStepctxLeaf = "internal/stepctx imports only the standard library"
-	RuleAdapters    = "the adapters never import each other"
-	RuleRunstore    = "only the engines import the run store"
-	RuleWorkflows   = "workflows imports only port and the standard library"
-	RuleTableOwner  = "a table is named in SQL only by its owner"
-	RuleTableOwned  = "every table the migrations create has an owner"
+	RulePortLeaf     = "port imports only the standard library and internal/stepctx"
+	RuleStepctxLeaf  = "internal/stepctx imports only the standard library"
+	RuleAdapters     = "the adapters never import each other"
+	RuleRunstore     = "only the engines import the run store"
+	RuleWorkflows    = "workflows imports only port and the standard library"
+	RuleTableOwner   = "a table is named in SQL only by its owner"
+	RuleTableOwned   = "every table the migrations create has an owner"
+	RuleNoDevHarness = "the production binary does not reach the development harness"
 )
 
 // Owners lists, for each table or each table of a schema ("schema.*"), the
@@ -110,6 +115,8 @@ var (
 	adapters       = []string{"leaseadapter", "temporaladapter"}
 	runstores      = []string{"runstore", "internal/runstore"}
 	migrationsPkg  = "migrations"
+	production     = "cmd/taskport"
+	devHarness     = []string{"internal/devserver", "qbittorrent/qbtnox", "internal/testkit"}
 	stepctx        = "internal/stepctx"
 	builderCalls   = []string{"From", "Into", "Table", "Join", "InnerJoin", "LeftJoin", "RightJoin", "FullJoin", "CrossJoin"}
 	createTableRE  = regexp.MustCompile(`(?i)\bcreate\s+table\s+(?:if\s+not\s+exists\s+)?([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)`)
@@ -476,7 +483,43 @@ func (m Module) Check() []Violation {
 			}
 		}
 	}
-	return dedupe(out)
+	return dedupe(append(out, m.checkProduction()...))
+}
+
+// checkProduction follows the module's imports from the production binary
+// and reports each development-harness package it reaches, with the chain.
+func (m Module) checkProduction() []Violation {
+	imports := map[string][]string{}
+	for _, p := range m.Packages {
+		for _, imp := range p.Imports {
+			if rel, ok := strings.CutPrefix(imp, m.Path+"/"); ok {
+				imports[p.Rel] = append(imports[p.Rel], rel)
+			}
+		}
+	}
+	var out []Violation
+	via := map[string]string{production: ""}
+	queue := []string{production}
+	for len(queue) > 0 {
+		pkg := queue[0]
+		queue = queue[1:]
+		for _, next := range imports[pkg] {
+			if _, seen := via[next]; seen {
+				continue
+			}
+			via[next] = pkg
+			queue = append(queue, next)
+			if slices.ContainsFunc(devHarness, func(d string) bool { return under(next, d) }) {
+				chain := []string{next}
+				for p := pkg; p != ""; p = via[p] {
+					chain = append([]string{p}, chain...)
+				}
+				out = append(out, Violation{Rule: RuleNoDevHarness, Package: production, Subject: m.Path + "/" + next,
+					Detail: "reaches " + next + " through " + strings.Join(chain, " -> ")})
+			}
+		}
+	}
+	return out
 }
 
 func (m Module) checkImport(pkg, imp string) []Violation {

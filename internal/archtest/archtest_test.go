@@ -253,6 +253,12 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"a harness-looking name does not exempt a business package", map[string]string{
 			"acquisition/contest/c.go": "package contest\n\nconst s = `SELECT 1 FROM taskport.waiter`\n",
 		}, []violation{{archtest.RuleTableOwner, "acquisition/contest", "taskport.waiter"}}},
+		{"the production binary reaches the dev server through a shared package", map[string]string{
+			"cmd/taskport/main.go":      "package main\n\nimport _ \"example.com/shop/cmd/internal/stack\"\n",
+			"cmd/internal/stack/dev.go": "package stack\n\nimport _ \"example.com/shop/internal/devserver\"\n",
+			"internal/devserver/d.go":   "package devserver\n",
+			"cmd/taskport-dev/main.go":  "package main\n\nimport _ \"example.com/shop/qbittorrent/qbtnox\"\n",
+		}, []violation{{archtest.RuleNoDevHarness, "cmd/taskport", mod + "internal/devserver"}}},
 		{"a table without an owner", map[string]string{
 			"migrations/sql/00002_audit.sql": "-- +goose Up\nCREATE TABLE audit_log (id uuid);\n",
 		}, []violation{{archtest.RuleTableOwned, "migrations", "audit_log"}}},
