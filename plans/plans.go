@@ -48,7 +48,8 @@ var ErrConflict = acquisition.ErrConflict
 // Config configures a Service.
 type Config struct {
 	// LibraryRoot is the absolute directory every target path must lie in.
-	// Required.
+	// Required to create plans; a Service without one (the decision
+	// commands, which never see a target path) refuses CreatePlan.
 	LibraryRoot string
 	// Logger. Default: discard.
 	Logger *slog.Logger
@@ -67,13 +68,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("plans: pool is required")
 	}
-	if !filepath.IsAbs(cfg.LibraryRoot) {
+	if cfg.LibraryRoot != "" && !filepath.IsAbs(cfg.LibraryRoot) {
 		return nil, &port.FieldError{Field: "library_root", Reason: fmt.Sprintf("must be an absolute path, got %q", cfg.LibraryRoot)}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{pool: pool, root: filepath.Clean(cfg.LibraryRoot), log: cfg.Logger}, nil
+	if cfg.LibraryRoot != "" {
+		cfg.LibraryRoot = filepath.Clean(cfg.LibraryRoot)
+	}
+	return &Service{pool: pool, root: cfg.LibraryRoot, log: cfg.Logger}, nil
 }
 
 // Ack is what an accepted call did, in words for the operator (the CLI and
@@ -186,6 +190,9 @@ func checkMagnet(magnet, hash string) error {
 // target checks that path is absolute, clean of traversal and strictly
 // inside the library root.
 func (s *Service) target(path string) (string, error) {
+	if s.root == "" {
+		return "", invalid("library_root", "not configured: this service cannot create plans")
+	}
 	if !filepath.IsAbs(path) {
 		return "", invalid("target_path", "must be an absolute path, got %q", path)
 	}

@@ -65,6 +65,17 @@ func TestCreatePlanRejectsBadInputAndWritesNothing(t *testing.T) {
 		require.ErrorAs(t, err, &fe, name)
 		require.Equal(t, tc.field, fe.Field, name)
 	}
+	// A service without a library root (the decision commands) creates no
+	// plan; a relative root is refused up front.
+	rootless, err := plans.New(w.Pool, plans.Config{})
+	require.NoError(t, err)
+	_, err = rootless.CreatePlan(context.Background(), good)
+	var fe *port.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "library_root", fe.Field)
+	_, err = plans.New(w.Pool, plans.Config{LibraryRoot: "library"})
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "library_root", fe.Field)
 	require.Equal(t, before, counts(t, w.Pool), "a rejected call writes nothing")
 
 	p, err := w.Plans.CreatePlan(context.Background(), good)

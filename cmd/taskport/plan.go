@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/acquisition"
@@ -12,16 +14,25 @@ import (
 	"github.com/taskport/taskport/plans"
 )
 
-// withPlans runs fn with the business API over a stack that starts no
-// worker: these commands only write business rows and send hints.
-func withPlans(cmd *cobra.Command, g *stack.Globals, c *stack.Config, fn func(*plans.Service) error) error {
-	return stack.With(cmd, g, c, func(s *stack.Stack) error { return fn(s.Plans()) })
+// withPlans runs fn with the business API over the business pool alone:
+// these commands write business rows and their outbox rows, and what must
+// follow (a run, a wake-up, a cancel) goes through the outbox, so they need
+// no engine and dial no Temporal server. libraryRoot may be empty where no
+// plan is created.
+func withPlans(cmd *cobra.Command, g *stack.Globals, libraryRoot string, fn func(*plans.Service) error) error {
+	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) error {
+		svc, err := plans.New(pool, plans.Config{LibraryRoot: libraryRoot, Logger: log})
+		if err != nil {
+			return err
+		}
+		return fn(svc)
+	})
 }
 
 func newPlanCmd(g *stack.Globals) *cobra.Command {
-	var c stack.Config
-	cmd := &cobra.Command{Use: "plan", Short: "Create, approve, cancel and inspect acquisition plans (the business API)"}
-	c.Bind(cmd.PersistentFlags())
+	var root string
+	cmd := &cobra.Command{Use: "plan", Short: "Create, approve, cancel and inspect acquisition plans (the business API; needs only the database)"}
+	stack.BindLibraryRoot(cmd.PersistentFlags(), &root)
 
 	var np plans.NewPlan
 	var torrentFile string
@@ -37,7 +48,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 				}
 				np.Torrent = b
 			}
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				p, err := svc.CreatePlan(cmd.Context(), np)
 				if err != nil {
 					return err
@@ -61,7 +72,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	approve := &cobra.Command{
 		Use: "approve PLAN", Short: "Approve a plan (prints what happened; approving twice says so)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Approve(cmd.Context(), args[0], by, note))
 			})
 		},
@@ -69,7 +80,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	reject := &cobra.Command{
 		Use: "reject PLAN", Short: "Reject a plan", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Reject(cmd.Context(), args[0], by, note))
 			})
 		},
@@ -84,7 +95,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 			"prints what happened, or fails saying why nothing did",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], reason))
 			})
 		},
@@ -95,7 +106,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 		Short: "Report a download complete (qBittorrent's run-on-finish hook: taskport plan complete %I --content-path \"%F\")",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.ReportDownloadComplete(cmd.Context(), args[0], contentPath))
 			})
 		},
@@ -104,7 +115,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	timeline := &cobra.Command{
 		Use: "timeline PLAN", Short: "Print a plan's business timeline", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				tl, err := svc.Timeline(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -135,14 +146,12 @@ func printAck(cmd *cobra.Command) func(plans.Ack, error) error {
 }
 
 func newDecisionCmd(g *stack.Globals) *cobra.Command {
-	var c stack.Config
-	cmd := &cobra.Command{Use: "decision", Short: "The pending-decision centre: runs that exhausted their retries"}
-	c.Bind(cmd.PersistentFlags())
+	cmd := &cobra.Command{Use: "decision", Short: "The pending-decision centre: runs that exhausted their retries (needs only the database)"}
 	var status string
 	list := &cobra.Command{
 		Use: "list", Short: "List decisions", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, "", func(svc *plans.Service) error {
 				ds, err := svc.ListDecisions(cmd.Context(), acquisition.DecisionStatus(status), 0)
 				if err != nil {
 					return err
@@ -162,7 +171,7 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 		Short: "Retry the failed kind, or abandon (a notification: give it up; a plan: compensate it); prints the effect",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, "", func(svc *plans.Service) error {
 				return printAck(cmd)(svc.ResolveDecision(cmd.Context(), args[0], acquisition.DecisionStatus(args[1]), by))
 			})
 		},

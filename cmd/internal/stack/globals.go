@@ -21,45 +21,47 @@ import (
 type Globals struct {
 	DatabaseURL string
 	LogLevel    string
-	// PoolSize bounds the business pool (and the migration's);
-	// EnginePoolSize the engine's own pool (ADR 2.8). Both count against
-	// Postgres max_connections: see the README's connection budget.
-	PoolSize       int
-	EnginePoolSize int
+	// PoolSize bounds the business pool (and the migration's); the engine's
+	// own pool is Config.EnginePoolSize. Both count against Postgres
+	// max_connections: see the README's connection budget.
+	PoolSize int
 }
 
 // Bind adds the persistent flags to root, and applies DB_POOL_SIZE and
-// ENGINE_DB_POOL_SIZE before any command runs.
+// ENGINE_DB_POOL_SIZE to the pool-size flags of the command that runs.
 func (g *Globals) Bind(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&g.DatabaseURL, "database-url", EnvOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		"Postgres URL for business tables and engine tables (env DATABASE_URL)")
 	root.PersistentFlags().StringVar(&g.LogLevel, "log-level", EnvOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
 	root.PersistentFlags().IntVar(&g.PoolSize, "db-pool-size", defaultPoolSize,
 		"connections of the business pool, also the migration's (env DB_POOL_SIZE; pool_max_conns in the URL wins)")
-	root.PersistentFlags().IntVar(&g.EnginePoolSize, "engine-db-pool-size", defaultPoolSize,
-		"connections of the engine's own pool (env ENGINE_DB_POOL_SIZE; pool_max_conns in the URL wins)")
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return g.poolSizesFromEnv(cmd.Flags()) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return poolSizesFromEnv(cmd.Flags()) }
 }
 
 // poolSizesFromEnv applies DB_POOL_SIZE and ENGINE_DB_POOL_SIZE to the
-// pool-size flags not given on the command line, and checks both.
-func (g *Globals) poolSizesFromEnv(fs *pflag.FlagSet) error {
-	for _, s := range []struct {
-		flag, env string
-		into      *int
-	}{{"db-pool-size", "DB_POOL_SIZE", &g.PoolSize}, {"engine-db-pool-size", "ENGINE_DB_POOL_SIZE", &g.EnginePoolSize}} {
-		if v := os.Getenv(s.env); v != "" && !fs.Changed(s.flag) {
-			n, err := strconv.Atoi(v)
-			if err != nil {
+// pool-size flags of fs not given on the command line, and checks them. A
+// command without an engine has no --engine-db-pool-size.
+func poolSizesFromEnv(fs *pflag.FlagSet) error {
+	for _, s := range []struct{ flag, env string }{{"db-pool-size", "DB_POOL_SIZE"}, {"engine-db-pool-size", "ENGINE_DB_POOL_SIZE"}} {
+		f := fs.Lookup(s.flag)
+		if f == nil {
+			continue
+		}
+		if v := os.Getenv(s.env); v != "" && !f.Changed {
+			if err := fs.Set(s.flag, v); err != nil {
 				return fmt.Errorf("%s: %q is not a number", s.env, v)
 			}
-			*s.into = n
 		}
-		if *s.into < 1 {
-			return fmt.Errorf("--%s must be at least 1, got %d", s.flag, *s.into)
+		if n, err := strconv.Atoi(f.Value.String()); err != nil || n < 1 {
+			return fmt.Errorf("--%s must be at least 1, got %s", s.flag, f.Value)
 		}
 	}
 	return nil
+}
+
+// BindLibraryRoot adds --library-root to fs.
+func BindLibraryRoot(fs *pflag.FlagSet, into *string) {
+	fs.StringVar(into, "library-root", EnvOr("LIBRARY_ROOT", "/library"), "absolute directory every plan's target must lie in (env LIBRARY_ROOT)")
 }
 
 // EnvOr is the environment variable key, or def when it is unset or empty:
@@ -107,6 +109,21 @@ func (g *Globals) Pool(ctx context.Context, log *slog.Logger, size int) (*pgxpoo
 	}
 	log.Info("connected to postgres", slog.String("url", redact(g.DatabaseURL)))
 	return pool, nil
+}
+
+// WithPool opens the business pool, runs fn with it and the logger, and
+// closes the pool: all that a command needing only the database opens.
+func (g *Globals) WithPool(ctx context.Context, fn func(*pgxpool.Pool, *slog.Logger) error) error {
+	log, err := g.Logger()
+	if err != nil {
+		return err
+	}
+	pool, err := g.Pool(ctx, log, g.PoolSize)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(pool, log)
 }
 
 func redact(raw string) string {

@@ -39,7 +39,9 @@ import (
 // Config is everything a worker or admin process is configured with;
 // every field has a flag with an environment fallback.
 type Config struct {
-	Engine            string
+	Engine string
+	// EnginePoolSize bounds the engine's own pool (ADR 2.8).
+	EnginePoolSize    int
 	TemporalAddress   string
 	TemporalNamespace string
 	TaskQueue         string
@@ -66,6 +68,8 @@ type Config struct {
 // Bind adds the flags to fs.
 func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Engine, "engine", EnvOr("ENGINE", "temporal"), "temporal or lease (env ENGINE)")
+	fs.IntVar(&c.EnginePoolSize, "engine-db-pool-size", defaultPoolSize,
+		"connections of the engine's own pool (env ENGINE_DB_POOL_SIZE; pool_max_conns in the URL wins)")
 	fs.StringVar(&c.TemporalAddress, "temporal-address", EnvOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
 	fs.StringVar(&c.TemporalNamespace, "temporal-namespace", EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 	fs.StringVar(&c.TaskQueue, "task-queue", EnvOr("TEMPORAL_TASK_QUEUE", temporaladapter.DefaultTaskQueue), "Temporal task queue (env TEMPORAL_TASK_QUEUE)")
@@ -82,7 +86,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process")
-	fs.StringVar(&c.LibraryRoot, "library-root", EnvOr("LIBRARY_ROOT", "/library"), "absolute directory every plan's target must lie in (env LIBRARY_ROOT)")
+	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
 	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
 	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
@@ -176,7 +180,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	if s.bizPool, err = g.Pool(ctx, log, g.PoolSize); err != nil {
 		return nil, err
 	}
-	if s.enginePool, err = g.Pool(ctx, log, g.EnginePoolSize); err != nil {
+	if s.enginePool, err = g.Pool(ctx, log, c.EnginePoolSize); err != nil {
 		return nil, err
 	}
 	qbt, err := qbittorrent.New(qbittorrent.Config{BaseURL: c.QBittorrentURL, Username: c.QBittorrentUser, Password: c.QBittorrentPass, Logger: log})
