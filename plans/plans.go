@@ -442,11 +442,13 @@ func (s *Service) Timeline(ctx context.Context, planID string) (Timeline, error)
 		return Timeline{}, fmt.Errorf("timeline: %w", err)
 	}
 	var tl Timeline
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if tl.Plan, err = acquisition.GetPlan(ctx, tx, id); err != nil {
+	snapshot := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err = pgx.BeginTxFunc(ctx, s.pool, snapshot, func(tx pgx.Tx) error {
+		p, err := acquisition.GetPlan(ctx, tx, id)
+		if err != nil {
 			return err
 		}
-		plan, err := acquisition.Timeline(ctx, tx, id)
+		rows, err := acquisition.Timeline(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -455,8 +457,11 @@ func (s *Service) Timeline(ctx context.Context, planID string) (Timeline, error)
 			return err
 		}
 		handoffs, err := outbox.Timeline(ctx, tx, id.String())
-		tl.Entries = timeline.Merge(plan, ops, handoffs)
-		return err
+		if err != nil {
+			return err
+		}
+		tl = Timeline{Plan: p, Entries: timeline.Merge(rows, ops, handoffs)}
+		return nil
 	})
 	if err != nil {
 		return Timeline{}, fmt.Errorf("timeline: %w", err)
