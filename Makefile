@@ -111,4 +111,4 @@ image: ## build the worker image from Go, offline: build/image/oci and build/ima
 
 .PHONY: run
 run: $(TEMPORAL) apt-packages ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
-	$(GO) run ./cmd/taskport run --temporal-cli $(TEMPORAL)
+	$(GO) run ./cmd/taskport-dev --temporal-cli $(TEMPORAL)

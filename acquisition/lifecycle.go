@@ -2,7 +2,14 @@
 // statuses, the transitions allowed between them, the kind that runs while a
 // plan is in each status, which plans may share a target path or an info
 // hash, and what resolving a pending decision does to a plan. This file is
-// the whole lifecycle; the other files apply it to the plan rows.
+// the whole lifecycle; the other files apply it to the rows.
+//
+// The package owns the business rows (plan, approval, download_task,
+// decision): no other package names those tables in SQL (internal/archtest
+// checks it). Every statement is in queries.go, and every driver error
+// passes through one map, interpretError (errors.go). The operation ledger
+// (asset_operation) is package ledger's, the outbox (outbox_event) package
+// outbox's.
 //
 // Every status change goes through Move (RequestCancel for CancelRequest,
 // which also sets the business cancel flag), a guarded
@@ -223,13 +230,6 @@ const (
 	GiveUp
 )
 
-// Plan is what the decision rules look at.
-type Plan struct {
-	ID              string
-	Status          Status
-	CancelRequested bool
-}
-
 // RetryEffect is what a retry of a decision on kind does to p, or an error
 // wrapping ErrConflict when the retry cannot run (and nothing may be
 // written). A retry of a cancel-path kind (plan.cancel, notify.webhook) runs
@@ -244,9 +244,9 @@ func RetryEffect(kind port.Kind, p Plan) (Effect, string, error) {
 		return 0, "", conflict("plan %s is already %s: there is nothing left to compensate; abandon the decision to close it", p.ID, p.Status)
 	case kind == workflows.KindPlanCancel:
 		return Rerun, "plan.cancel compensates again, then ends the plan", nil
-	case p.CancelRequested || p.Status.Final():
+	case p.CancelRequested() || p.Status.Final():
 		return 0, "", conflict("plan %s is %s (cancel requested: %t): %s cannot run again; abandon the decision to close it",
-			p.ID, p.Status, p.CancelRequested, kind)
+			p.ID, p.Status, p.CancelRequested(), kind)
 	}
 	return Rerun, string(kind) + " runs again", nil
 }

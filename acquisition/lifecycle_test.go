@@ -2,7 +2,9 @@ package acquisition_test
 
 import (
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/acquisition"
@@ -86,8 +88,13 @@ func TestHoldRules(t *testing.T) {
 // What resolving a decision does, for each kind of decision and plan state.
 func TestDecisionEffects(t *testing.T) {
 	t.Parallel()
+	planID := uuid.New()
 	plan := func(s acquisition.Status, cancel bool) acquisition.Plan {
-		return acquisition.Plan{ID: "p1", Status: s, CancelRequested: cancel}
+		p := acquisition.Plan{ID: planID, Status: s}
+		if cancel {
+			p.CancelRequestedAt = time.Now()
+		}
+		return p
 	}
 	for _, tc := range []struct {
 		name    string
@@ -108,7 +115,7 @@ func TestDecisionEffects(t *testing.T) {
 		retry, what, err := acquisition.RetryEffect(tc.kind, tc.plan)
 		if tc.retry == 0 {
 			require.ErrorIs(t, err, acquisition.ErrConflict, tc.name)
-			require.ErrorContains(t, err, "p1", "%s: the refusal names the plan", tc.name)
+			require.ErrorContains(t, err, planID.String(), "%s: the refusal names the plan", tc.name)
 		} else {
 			require.NoError(t, err, tc.name)
 			require.Equal(t, tc.retry, retry, tc.name)

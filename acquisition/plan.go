@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/outbox"
@@ -26,7 +25,7 @@ type DBTX = dbtx.DBTX
 // *TransitionError and writes nothing; an unknown plan is an error wrapping
 // port.ErrNotFound.
 func Move(ctx context.Context, q DBTX, id uuid.UUID, t Transition) error {
-	tag, err := q.Exec(ctx, moveSQL, id, names(t.from), t.to)
+	tag, err := execSQL(ctx, q, moveSQL, id, names(t.from), t.to)
 	if err != nil {
 		return fmt.Errorf("plan %s: %s: %w", id, t.name, err)
 	}
@@ -39,11 +38,8 @@ func Move(ctx context.Context, q DBTX, id uuid.UUID, t Transition) error {
 // refused explains why t matched no row: the plan is unknown, took t
 // already, or is in a status that refuses it.
 func refused(ctx context.Context, q DBTX, id uuid.UUID, t Transition) error {
-	var s Status
-	if err := q.QueryRow(ctx, statusSQL, id).Scan(&s); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("plan %s: %w", id, port.ErrNotFound)
-		}
+	s, err := queryOneSQL(ctx, q, pgx.RowTo[Status], statusSQL, id)
+	if err != nil {
 		return fmt.Errorf("plan %s: %s: %w", id, t.name, err)
 	}
 	if t.repeats(s) {
@@ -57,7 +53,7 @@ func refused(ctx context.Context, q DBTX, id uuid.UUID, t Transition) error {
 // false when the plan was already canceling: the earlier request stands and
 // nothing changes. A final plan is a *TransitionError.
 func RequestCancel(ctx context.Context, q DBTX, id uuid.UUID, reason string) (first bool, err error) {
-	tag, err := q.Exec(ctx, requestCancelSQL, id, names(CancelRequest.from), reason)
+	tag, err := execSQL(ctx, q, requestCancelSQL, id, names(CancelRequest.from), reason)
 	if err != nil {
 		return false, fmt.Errorf("plan %s: %s: %w", id, CancelRequest.name, err)
 	}
@@ -73,11 +69,8 @@ func RequestCancel(ctx context.Context, q DBTX, id uuid.UUID, reason string) (fi
 // request is not moved along the main chain: HandOff then reports canceled
 // and writes nothing (the row lock orders this against RequestCancel).
 func HandOff(ctx context.Context, tx DBTX, id uuid.UUID, t Transition) (canceled bool, err error) {
-	var cancelRequested bool
-	if err := tx.QueryRow(ctx, lockSQL, id).Scan(&cancelRequested); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, fmt.Errorf("plan %s: %w", id, port.ErrNotFound)
-		}
+	cancelRequested, err := queryOneSQL(ctx, tx, pgx.RowTo[bool], lockSQL, id)
+	if err != nil {
 		return false, fmt.Errorf("lock plan %s: %w", id, err)
 	}
 	if cancelRequested && chainIndex(t.to) >= 0 {
@@ -153,48 +146,68 @@ func Wake(planID string, topic port.Topic, key string) outbox.Event {
 	return outbox.Event{Action: outbox.ActionSignal, Topic: topic, IdempotencyKey: key, BusinessKey: planID}
 }
 
-// Constraint names of migration 00005: unique violations on them are mapped
-// to a *TakenError by Taken.
-const (
-	targetIndex = "plan_target_path_held"
-	hashIndex   = "plan_info_hash_active"
-)
+// CreatePlan records a plan awaiting approval and the outbox row of its
+// first run (approval.await), in one transaction on db. A target path or
+// info hash that another plan holds (Status.HoldsTarget, HoldsInfoHash) is
+// refused with a *TakenError naming that plan, and nothing is written. The
+// unique indexes of migration 00005 back the check, so of two concurrent
+// creates one loses, with the same *TakenError.
+func CreatePlan(ctx context.Context, db dbtx.DB, p Plan) (Plan, error) {
+	var out Plan
+	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
+		if err := CheckFree(ctx, tx, p.TargetPath, p.InfoHash); err != nil {
+			return err
+		}
+		var err error
+		if out, err = InsertPlan(ctx, tx, p); err != nil {
+			return err
+		}
+		_, err = outbox.Write(ctx, tx, FirstRun(p.ID.String()))
+		return err
+	})
+	var taken *TakenError
+	if errors.As(err, &taken) && taken.PlanID == uuid.Nil {
+		// A concurrent create won the index after CheckFree passed; name it
+		// from outside the aborted transaction.
+		return Plan{}, lostRace(ctx, db, taken, p)
+	}
+	return out, err
+}
 
 // CheckFree returns a *TakenError naming the plan that holds target or hash
 // (see Status.HoldsTarget and HoldsInfoHash), or nil when both are free.
 func CheckFree(ctx context.Context, q DBTX, target, hash string) error {
-	var (
-		id       uuid.UUID
-		s        Status
-		byTarget bool
-	)
-	err := q.QueryRow(ctx, holderSQL, target, names(filter(Status.HoldsTarget)), hash, names(filter(Status.HoldsInfoHash))).
-		Scan(&id, &s, &byTarget)
+	type holder struct {
+		ID       uuid.UUID
+		Status   Status
+		ByTarget bool
+	}
+	h, err := queryOneSQL(ctx, q, pgx.RowToStructByPos[holder], holderSQL,
+		target, names(filter(Status.HoldsTarget)), hash, names(filter(Status.HoldsInfoHash)))
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, port.ErrNotFound):
 		return nil
 	case err != nil:
 		return fmt.Errorf("check target %s and info hash %s: %w", target, hash, err)
-	case byTarget:
-		return &TakenError{Field: "target_path", Value: target, PlanID: id, Status: s}
+	case h.ByTarget:
+		return &TakenError{Field: "target_path", Value: target, PlanID: h.ID, Status: h.Status}
 	}
-	return &TakenError{Field: "info_hash", Value: hash, PlanID: id, Status: s}
+	return &TakenError{Field: "info_hash", Value: hash, PlanID: h.ID, Status: h.Status}
 }
 
-// Taken maps err, returned by a plan insert that passed CheckFree, to the
-// *TakenError of the concurrent plan that won the unique index of migration
-// 00005 (q must see that plan's commit: not the aborted transaction). Any
-// other error is returned as is.
-func Taken(ctx context.Context, q DBTX, err error, target, hash string) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "23505" || (pe.ConstraintName != targetIndex && pe.ConstraintName != hashIndex) {
+// lostRace completes the *TakenError of a plan p whose insert lost a unique
+// index of migration 00005 to a concurrent plan that passed the same check:
+// it names that plan, read on q (outside the aborted transaction). When the
+// winner has ended meanwhile, lost is returned with the value it lost on.
+func lostRace(ctx context.Context, q DBTX, lost *TakenError, p Plan) error {
+	if err := CheckFree(ctx, q, p.TargetPath, p.InfoHash); err != nil {
 		return err
 	}
-	if terr := CheckFree(ctx, q, target, hash); terr != nil {
-		return terr
+	lost.Value = p.TargetPath
+	if lost.Field == "info_hash" {
+		lost.Value = p.InfoHash
 	}
-	// The winner ended meanwhile; the insert still lost.
-	return conflict("a concurrent plan took the target path or the info hash (index %s); try again", pe.ConstraintName)
+	return lost
 }
 
 func filter(keep func(Status) bool) []Status {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
-	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
 )
 
@@ -21,10 +20,10 @@ const sha64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 // planIn inserts a plan on target and hash and puts it in status s directly,
 // as a fixture (the lifecycle itself never jumps).
-func planIn(t *testing.T, pool *pgxpool.Pool, s acquisition.Status, target, hash string) ledger.Plan {
+func planIn(t *testing.T, pool *pgxpool.Pool, s acquisition.Status, target, hash string) acquisition.Plan {
 	t.Helper()
 	ctx := context.Background()
-	p, err := ledger.InsertPlan(ctx, pool, ledger.Plan{ID: uuid.New(), Title: "t", SourceType: "magnet",
+	p, err := acquisition.InsertPlan(ctx, pool, acquisition.Plan{ID: uuid.New(), Title: "t", SourceType: "magnet",
 		Source: "magnet:?xt=urn:btih:" + hash, InfoHash: hash, TargetPath: target, ExpectedSize: 1, ExpectedSHA256: sha64})
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE plan SET status = $2 WHERE id = $1`, p.ID, s)
@@ -41,7 +40,7 @@ func unique() (target, hash string) {
 
 func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) acquisition.Status {
 	t.Helper()
-	p, err := ledger.GetPlan(context.Background(), pool, id)
+	p, err := acquisition.GetPlan(context.Background(), pool, id)
 	require.NoError(t, err)
 	return p.Status
 }
@@ -98,7 +97,7 @@ func TestRequestCancel(t *testing.T) {
 		target, hash := unique()
 		p := planIn(t, pool, s, target, hash)
 		first, err := acquisition.RequestCancel(ctx, pool, p.ID, "first")
-		got, gerr := ledger.GetPlan(ctx, pool, p.ID)
+		got, gerr := acquisition.GetPlan(ctx, pool, p.ID)
 		require.NoError(t, gerr)
 		switch {
 		case s.Final():
@@ -117,7 +116,7 @@ func TestRequestCancel(t *testing.T) {
 			again, err := acquisition.RequestCancel(ctx, pool, p.ID, "second")
 			require.NoError(t, err)
 			require.False(t, again)
-			got, err = ledger.GetPlan(ctx, pool, p.ID)
+			got, err = acquisition.GetPlan(ctx, pool, p.ID)
 			require.NoError(t, err)
 			require.Equal(t, "first", got.CancelReason, "the first request's reason stands")
 		}
@@ -125,9 +124,10 @@ func TestRequestCancel(t *testing.T) {
 }
 
 // The unique indexes of migration 00005 and the Go rules agree, status by
-// status: CheckFree refuses exactly what the index refuses, and a unique
-// violation (two concurrent creates, the Go check passed by both) is mapped
-// to the same *TakenError naming the plan that holds the target or hash.
+// status: CheckFree refuses exactly what the index refuses, naming the plan
+// that holds the target or hash, and an insert past the check (the loser of
+// two concurrent creates) is refused by the index as a *TakenError on the
+// same field (CreatePlan then names the winner: TestLostRaceNamesTheWinner).
 func TestIndexesAndChecksAgree(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -150,7 +150,7 @@ func TestIndexesAndChecksAgree(t *testing.T) {
 			checked := acquisition.CheckFree(ctx, pool, target, hash)
 			// Insert past the check, as the loser of a race does.
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := ledger.InsertPlan(ctx, tx, ledger.Plan{ID: uuid.New(), Title: "b", SourceType: "magnet",
+				_, err := acquisition.InsertPlan(ctx, tx, acquisition.Plan{ID: uuid.New(), Title: "b", SourceType: "magnet",
 					Source: "magnet:?xt=urn:btih:" + hash, InfoHash: hash, TargetPath: target, ExpectedSize: 1, ExpectedSHA256: sha64})
 				return err
 			})
@@ -159,15 +159,17 @@ func TestIndexesAndChecksAgree(t *testing.T) {
 				require.NoError(t, err, "%s of a %s plan is free", field, s)
 				continue
 			}
-			for _, e := range []error{checked, acquisition.Taken(ctx, pool, err, target, hash)} {
-				var te *acquisition.TakenError
-				require.ErrorAs(t, e, &te, "%s held by a %s plan", field, s)
-				require.ErrorIs(t, e, acquisition.ErrConflict)
-				require.Equal(t, field, te.Field)
-				require.Equal(t, holder.ID, te.PlanID)
-				require.Equal(t, s, te.Status)
-				require.ErrorContains(t, e, holder.ID.String())
-			}
+			var te *acquisition.TakenError
+			require.ErrorAs(t, checked, &te, "%s held by a %s plan", field, s)
+			require.ErrorIs(t, checked, acquisition.ErrConflict)
+			require.Equal(t, acquisition.TakenError{Field: field, Value: map[string]string{"target_path": target, "info_hash": hash}[field],
+				PlanID: holder.ID, Status: s}, *te)
+			require.ErrorContains(t, checked, holder.ID.String())
+
+			var lost *acquisition.TakenError
+			require.ErrorAs(t, err, &lost, "the index refuses %s held by a %s plan", field, s)
+			require.ErrorIs(t, err, acquisition.ErrConflict)
+			require.Equal(t, field, lost.Field)
 		}
 	}
 }

@@ -9,7 +9,7 @@
 // import created (never one it found there).
 //
 // Lock order: a transaction that changes a plan's download row and its
-// status locks the plan row first (ledger.LockPlan), then the download row,
+// status locks the plan row first (acquisition.LockPlan), then the download row,
 // as compensation does; the opposite order could deadlock a step's commit
 // with a concurrent compensation of the same plan.
 //
@@ -31,7 +31,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
 )
@@ -135,21 +135,21 @@ func parsePlanID(s string) (uuid.UUID, error) {
 
 // plan loads the plan a step acts on. An unknown plan cannot appear by
 // retrying, so it is non-retryable.
-func (a *Activities) plan(ctx context.Context, ref string) (ledger.Plan, error) {
+func (a *Activities) plan(ctx context.Context, ref string) (acquisition.Plan, error) {
 	id, err := parsePlanID(ref)
 	if err != nil {
-		return ledger.Plan{}, err
+		return acquisition.Plan{}, err
 	}
-	p, err := ledger.GetPlan(ctx, a.pool, id)
+	p, err := acquisition.GetPlan(ctx, a.pool, id)
 	if errors.Is(err, port.ErrNotFound) {
-		return ledger.Plan{}, port.NonRetryable(err)
+		return acquisition.Plan{}, port.NonRetryable(err)
 	}
 	return p, err
 }
 
 // active loads the plan a step acts on and reports whether its business
 // cancel flag is set, in which case the step does nothing and hands nothing on.
-func (a *Activities) active(ctx context.Context, ref string) (p ledger.Plan, canceled bool, err error) {
+func (a *Activities) active(ctx context.Context, ref string) (p acquisition.Plan, canceled bool, err error) {
 	p, err = a.plan(ctx, ref)
 	return p, err == nil && p.CancelRequested(), err
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskport/taskport/acquisition"
-	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/workflows"
 )
 
@@ -21,11 +21,11 @@ func (a *Activities) CheckApproval(ctx context.Context, ref workflows.PlanRef) (
 	if p.CancelRequested() {
 		return workflows.ApprovalState{Canceled: true}, nil
 	}
-	ap, found, err := ledger.GetApproval(ctx, a.pool, p.ID)
+	ap, found, err := acquisition.GetApproval(ctx, a.pool, p.ID)
 	if err != nil {
 		return workflows.ApprovalState{}, err
 	}
-	return workflows.ApprovalState{Decided: found, Approved: found && ap.Decision == ledger.Approved}, nil
+	return workflows.ApprovalState{Decided: found, Approved: found && ap.Decision == acquisition.Approved}, nil
 }
 
 // HandOffApproved writes the outbox row of download.submit for an approved
@@ -37,7 +37,7 @@ func (a *Activities) HandOffApproved(ctx context.Context, ref workflows.PlanRef)
 		return workflows.Outcome{}, err
 	}
 	var out workflows.Outcome
-	err = ledger.InTx(ctx, a.pool, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, a.pool, func(tx pgx.Tx) error {
 		out.Canceled, err = acquisition.HandOff(ctx, tx, id, acquisition.Approve)
 		return err
 	})

@@ -113,7 +113,7 @@ type importNote struct {
 	SHA256 string `json:"sha256"`
 }
 
-func (a *Activities) importNote(ctx context.Context, p ledger.Plan) (n importNote, noted bool, err error) {
+func (a *Activities) importNote(ctx context.Context, p acquisition.Plan) (n importNote, noted bool, err error) {
 	noted, err = ledger.ReadNote(ctx, a.pool, p.ID, ledger.OpImport, &n)
 	return n, noted, err
 }
@@ -124,7 +124,7 @@ func (a *Activities) importNote(ctx context.Context, p ledger.Plan) (n importNot
 // file that an earlier attempt of this plan created stays created. A
 // different file at the target is never overwritten: that cannot heal by
 // retrying, so it is non-retryable (a decision).
-func (a *Activities) claimTarget(ctx context.Context, p ledger.Plan, o ledger.Operation) (string, error) {
+func (a *Activities) claimTarget(ctx context.Context, p acquisition.Plan, o ledger.Operation) (string, error) {
 	prev, noted, err := a.importNote(ctx, p)
 	if err != nil {
 		return "", err
@@ -148,7 +148,7 @@ func (a *Activities) claimTarget(ctx context.Context, p ledger.Plan, o ledger.Op
 
 // importRequest wires the business cancel flag and the heartbeat into the
 // chunk loop of the copy.
-func (a *Activities) importRequest(ctx context.Context, p ledger.Plan, source string) ImportRequest {
+func (a *Activities) importRequest(ctx context.Context, p acquisition.Plan, source string) ImportRequest {
 	var mu sync.Mutex
 	var beatErr error
 	return ImportRequest{
@@ -181,8 +181,8 @@ func (a *Activities) importRequest(ctx context.Context, p ledger.Plan, source st
 	}
 }
 
-func (a *Activities) canceled(ctx context.Context, p ledger.Plan) (bool, error) {
-	cur, err := ledger.GetPlan(ctx, a.pool, p.ID)
+func (a *Activities) canceled(ctx context.Context, p acquisition.Plan) (bool, error) {
+	cur, err := acquisition.GetPlan(ctx, a.pool, p.ID)
 	if err != nil {
 		return false, err
 	}
@@ -193,7 +193,7 @@ func (a *Activities) canceled(ctx context.Context, p ledger.Plan) (bool, error) 
 // files, and the target file only when this plan created it (its ledger
 // note says so) and the file still has the size and hash noted. A file the
 // plan adopted, or one changed since, is left alone.
-func (a *Activities) discard(ctx context.Context, p ledger.Plan) error {
+func (a *Activities) discard(ctx context.Context, p acquisition.Plan) error {
 	if err := a.files.RemoveTemps(p.TargetPath); err != nil {
 		return fmt.Errorf("remove temp files of plan %s: %w", p.ID, err)
 	}
@@ -213,8 +213,8 @@ func (a *Activities) discard(ctx context.Context, p ledger.Plan) error {
 
 // contentPath is where the downloader put the payload: recorded at
 // completion, else asked from the downloader.
-func (a *Activities) contentPath(ctx context.Context, p ledger.Plan) (string, error) {
-	d, err := ledger.GetDownload(ctx, a.pool, p.ID)
+func (a *Activities) contentPath(ctx context.Context, p acquisition.Plan) (string, error) {
+	d, err := acquisition.GetDownload(ctx, a.pool, p.ID)
 	if err != nil {
 		return "", err
 	}

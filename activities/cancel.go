@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/workflows"
 )
@@ -54,7 +55,7 @@ func (a *Activities) Compensate(ctx context.Context, in workflows.CancelInput) (
 	if err != nil || ran {
 		return out, err
 	}
-	err = ledger.InTx(ctx, a.pool, func(tx pgx.Tx) error { return endPlan(ctx, tx, p, end) })
+	err = dbtx.InTx(ctx, a.pool, func(tx pgx.Tx) error { return endPlan(ctx, tx, p, end) })
 	if err != nil {
 		return workflows.Outcome{}, fmt.Errorf("end compensated plan %s: %w", p.ID, err)
 	}
@@ -65,12 +66,12 @@ func (a *Activities) Compensate(ctx context.Context, in workflows.CancelInput) (
 // download removed and writes the notification of its end. A plan that
 // already ended (another compensation of it got there first) is left as it
 // is.
-func endPlan(ctx context.Context, tx pgx.Tx, p ledger.Plan, end acquisition.Transition) error {
-	cur, err := ledger.LockPlan(ctx, tx, p.ID)
+func endPlan(ctx context.Context, tx pgx.Tx, p acquisition.Plan, end acquisition.Transition) error {
+	cur, err := acquisition.LockPlan(ctx, tx, p.ID)
 	if err != nil || cur.Status.Final() {
 		return err
 	}
-	if err := ledger.SetDownloadState(ctx, tx, p.ID, ledger.DownloadRemoved); err != nil {
+	if err := acquisition.SetDownloadState(ctx, tx, p.ID, acquisition.DownloadRemoved); err != nil {
 		return err
 	}
 	_, err = acquisition.HandOff(ctx, tx, p.ID, end)

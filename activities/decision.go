@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskport/taskport/acquisition"
-	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
@@ -23,13 +23,13 @@ func (a *Activities) OpenDecision(ctx context.Context, req workflows.DecisionReq
 	if err != nil {
 		return workflows.DecisionOpened{}, err
 	}
-	var d ledger.Decision
-	err = ledger.InTx(ctx, a.pool, func(tx pgx.Tx) error {
-		p, err := ledger.LockPlan(ctx, tx, id)
+	var d acquisition.Decision
+	err = dbtx.InTx(ctx, a.pool, func(tx pgx.Tx) error {
+		p, err := acquisition.LockPlan(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		if d, err = ledger.OpenDecision(ctx, tx, id, req.Kind, req.RunID, req.Input, req.Reason); err != nil {
+		if d, err = acquisition.OpenDecision(ctx, tx, id, req.Kind, req.RunID, req.Input, req.Reason); err != nil {
 			return err
 		}
 		// A webhook or compensation failure, or one on a plan that ended or
@@ -59,7 +59,7 @@ func (a *Activities) ResolveDecision(ctx context.Context, ref workflows.Decision
 	if err != nil {
 		return workflows.Outcome{}, port.NonRetryable(fmt.Errorf("decision id %q: %w", ref.DecisionID, err))
 	}
-	d, err := ledger.GetDecision(ctx, a.pool, id)
+	d, err := acquisition.GetDecision(ctx, a.pool, id)
 	if errors.Is(err, port.ErrNotFound) {
 		return workflows.Outcome{}, port.NonRetryable(err)
 	}
@@ -67,15 +67,14 @@ func (a *Activities) ResolveDecision(ctx context.Context, ref workflows.Decision
 		return workflows.Outcome{}, err
 	}
 	var out workflows.Outcome
-	err = ledger.InTx(ctx, a.pool, func(tx pgx.Tx) error {
-		p, err := ledger.LockPlan(ctx, tx, d.PlanID)
+	err = dbtx.InTx(ctx, a.pool, func(tx pgx.Tx) error {
+		p, err := acquisition.LockPlan(ctx, tx, d.PlanID)
 		if err != nil {
 			return err
 		}
-		state := acquisition.Plan{ID: p.ID.String(), Status: p.Status, CancelRequested: p.CancelRequested()}
 		switch d.Status {
-		case ledger.DecisionRetry:
-			if _, _, err := acquisition.RetryEffect(d.Kind, state); err != nil {
+		case acquisition.DecisionRetry:
+			if _, _, err := acquisition.RetryEffect(d.Kind, p); err != nil {
 				out.Canceled = true // overtaken by a cancel (or the plan's end) since the retry was resolved
 				return nil
 			}
@@ -86,8 +85,8 @@ func (a *Activities) ResolveDecision(ctx context.Context, ref workflows.Decision
 			}
 			_, err = outbox.Write(ctx, tx, acquisition.Enqueue(d.Kind, "decision:"+d.ID.String()+":retry", p.ID.String(), d.Input))
 			return err
-		case ledger.DecisionAbandon:
-			if effect, _ := acquisition.AbandonEffect(d.Kind, state); effect != acquisition.Compensate {
+		case acquisition.DecisionAbandon:
+			if effect, _ := acquisition.AbandonEffect(d.Kind, p); effect != acquisition.Compensate {
 				return nil
 			}
 			reason := "abandoned after decision " + d.ID.String()

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
@@ -56,11 +57,11 @@ func (a *Activities) SubmitDownload(ctx context.Context, ref workflows.PlanRef) 
 			return workflows.Outcome{}, err
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
-			if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+			if _, err := acquisition.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
 				return err
 			}
-			_, err := ledger.UpsertDownload(ctx, tx, ledger.DownloadTask{
-				PlanID: p.ID, InfoHash: p.InfoHash, Tag: qbittorrent.ManagedTag(p.ID.String()), SavePath: req.SavePath, State: ledger.DownloadSubmitted,
+			_, err := acquisition.UpsertDownload(ctx, tx, acquisition.DownloadTask{
+				PlanID: p.ID, InfoHash: p.InfoHash, Tag: qbittorrent.ManagedTag(p.ID.String()), SavePath: req.SavePath, State: acquisition.DownloadSubmitted,
 			})
 			if err != nil {
 				return err
@@ -75,13 +76,13 @@ func (a *Activities) SubmitDownload(ctx context.Context, ref workflows.PlanRef) 
 	// A cancel that landed while the add was in flight may have compensated
 	// before the torrent existed: remove it here too (compensation is
 	// idempotent, so doing it twice is harmless).
-	if cur, err := ledger.GetPlan(ctx, a.pool, p.ID); err == nil && cur.CancelRequested() {
+	if cur, err := acquisition.GetPlan(ctx, a.pool, p.ID); err == nil && cur.CancelRequested() {
 		return workflows.Outcome{Canceled: true}, a.removeTorrents(ctx, p)
 	}
 	return out, nil
 }
 
-func addRequest(p ledger.Plan, saveDir string) (qbittorrent.AddRequest, error) {
+func addRequest(p acquisition.Plan, saveDir string) (qbittorrent.AddRequest, error) {
 	req := qbittorrent.AddRequest{SavePath: saveDir, Tags: []string{qbittorrent.ManagedTag(p.ID.String())}}
 	switch p.SourceType {
 	case "magnet", "url":
@@ -103,7 +104,7 @@ func addRequest(p ledger.Plan, saveDir string) (qbittorrent.AddRequest, error) {
 // someone else (another program, or a person): that is a non-retryable
 // error, since adding it again cannot change it, and the plan never touches
 // that torrent.
-func (a *Activities) present(ctx context.Context, p ledger.Plan) (bool, error) {
+func (a *Activities) present(ctx context.Context, p acquisition.Plan) (bool, error) {
 	ts, err := a.dl.Torrents(ctx, qbittorrent.Filter{Hashes: []string{p.InfoHash}})
 	if err != nil {
 		return false, fmt.Errorf("list torrents of plan %s by hash: %w", p.ID, err)
@@ -120,7 +121,7 @@ func (a *Activities) present(ctx context.Context, p ledger.Plan) (bool, error) {
 
 // owned lists the plan's torrents: those carrying its managed tag, and only
 // those, whatever their hash.
-func (a *Activities) owned(ctx context.Context, p ledger.Plan) ([]qbittorrent.Torrent, error) {
+func (a *Activities) owned(ctx context.Context, p acquisition.Plan) ([]qbittorrent.Torrent, error) {
 	ts, err := a.dl.Torrents(ctx, qbittorrent.Filter{Tag: qbittorrent.ManagedTag(p.ID.String())})
 	if err != nil {
 		return nil, fmt.Errorf("list torrents of plan %s by tag: %w", p.ID, err)
@@ -131,7 +132,7 @@ func (a *Activities) owned(ctx context.Context, p ledger.Plan) ([]qbittorrent.To
 // ownTorrent is the plan's torrent of its info hash, if the downloader has
 // it: filtered by hash and managed tag, so a torrent of the same hash that
 // another owner added is never read as the plan's.
-func (a *Activities) ownTorrent(ctx context.Context, p ledger.Plan) (qbittorrent.Torrent, bool, error) {
+func (a *Activities) ownTorrent(ctx context.Context, p acquisition.Plan) (qbittorrent.Torrent, bool, error) {
 	ts, err := a.dl.Torrents(ctx, qbittorrent.Filter{Hashes: []string{p.InfoHash}, Tag: qbittorrent.ManagedTag(p.ID.String())})
 	if err != nil || len(ts) == 0 {
 		return qbittorrent.Torrent{}, false, err
@@ -140,7 +141,7 @@ func (a *Activities) ownTorrent(ctx context.Context, p ledger.Plan) (qbittorrent
 }
 
 // removeTorrents pauses, then deletes with their files, the plan's torrents.
-func (a *Activities) removeTorrents(ctx context.Context, p ledger.Plan) error {
+func (a *Activities) removeTorrents(ctx context.Context, p acquisition.Plan) error {
 	ts, err := a.owned(ctx, p)
 	if err != nil || len(ts) == 0 {
 		return err
@@ -169,7 +170,7 @@ func (a *Activities) CheckDownload(ctx context.Context, ref workflows.PlanRef) (
 	if err != nil || canceled {
 		return workflows.DownloadState{Canceled: canceled}, err
 	}
-	d, err := ledger.GetDownload(ctx, a.pool, p.ID)
+	d, err := acquisition.GetDownload(ctx, a.pool, p.ID)
 	if err != nil {
 		return workflows.DownloadState{}, err
 	}
@@ -184,16 +185,16 @@ func (a *Activities) CheckDownload(ctx context.Context, ref workflows.PlanRef) (
 		done = done || t.Complete()
 	}
 	if !done {
-		if err := ledger.SetDownloadProgress(ctx, a.pool, p.ID, progress); err != nil {
+		if err := acquisition.SetDownloadProgress(ctx, a.pool, p.ID, progress); err != nil {
 			return workflows.DownloadState{}, err
 		}
 		return workflows.DownloadState{Progress: progress}, nil
 	}
-	err = ledger.InTx(ctx, a.pool, func(tx pgx.Tx) error {
-		if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+	err = dbtx.InTx(ctx, a.pool, func(tx pgx.Tx) error {
+		if _, err := acquisition.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
 			return err
 		}
-		if _, err := ledger.CompleteDownload(ctx, tx, p.ID, contentPath); err != nil {
+		if _, err := acquisition.CompleteDownload(ctx, tx, p.ID, contentPath); err != nil {
 			return err
 		}
 		canceled, err = acquisition.HandOff(ctx, tx, p.ID, acquisition.FinishDownload)
@@ -220,10 +221,10 @@ func (a *Activities) CleanupDownload(ctx context.Context, ref workflows.PlanRef)
 			return workflows.Outcome{}, a.removeTorrents(ctx, p)
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
-			if _, err := ledger.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
+			if _, err := acquisition.LockPlan(ctx, tx, p.ID); err != nil { // lock order: see the package doc
 				return err
 			}
-			if err := ledger.SetDownloadState(ctx, tx, p.ID, ledger.DownloadRemoved); err != nil {
+			if err := acquisition.SetDownloadState(ctx, tx, p.ID, acquisition.DownloadRemoved); err != nil {
 				return err
 			}
 			_, err := acquisition.HandOff(ctx, tx, p.ID, acquisition.Complete)

@@ -23,7 +23,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/acquisition"
-	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
@@ -83,9 +82,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 // Overview is what /admin shows, also served as JSON.
 type Overview struct {
-	Plans     []PlanRow         `json:"plans"`
-	Decisions []ledger.Decision `json:"open_decisions"`
-	Dead      []port.RunView    `json:"dead_letters"`
+	Plans     []PlanRow              `json:"plans"`
+	Decisions []acquisition.Decision `json:"open_decisions"`
+	Dead      []port.RunView         `json:"dead_letters"`
 	// FailedOutbox are the outbox rows given up as failed: a hand-off, a
 	// wake-up or a cancel that did not happen until an operator retries it.
 	FailedOutbox []outbox.FailedRow `json:"failed_outbox"`
@@ -107,14 +106,14 @@ type PlanRow struct {
 // Overview gathers the lists.
 func (s *Server) Overview(ctx context.Context) (Overview, error) {
 	var o Overview
-	recent, err := ledger.ListPlans(ctx, s.pool, 50)
+	recent, err := acquisition.ListPlans(ctx, s.pool, 50)
 	if err != nil {
 		return o, fmt.Errorf("recent plans: %w", err)
 	}
 	for _, p := range recent {
 		o.Plans = append(o.Plans, PlanRow{ID: p.ID.String(), Title: p.Title, Status: p.Status, TargetPath: p.TargetPath, UpdatedAt: p.UpdatedAt})
 	}
-	if o.Decisions, err = s.plans.ListDecisions(ctx, ledger.DecisionOpen, 100); err != nil {
+	if o.Decisions, err = s.plans.ListDecisions(ctx, acquisition.DecisionOpen, 100); err != nil {
 		return o, fmt.Errorf("open decisions: %w", err)
 	}
 	if o.Dead, err = s.runs.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 100}); err != nil {
@@ -194,7 +193,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
-	ack, err := s.plans.ResolveDecision(r.Context(), r.PathValue("id"), ledger.DecisionStatus(r.PathValue("action")), "admin")
+	ack, err := s.plans.ResolveDecision(r.Context(), r.PathValue("id"), acquisition.DecisionStatus(r.PathValue("action")), "admin")
 	s.act(w, r, "/admin", ack.Message, err)
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
-	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
@@ -114,9 +113,9 @@ func TestRetryFailedCompensationOnEngines(t *testing.T) {
 
 			w.QBT.FailNext(1_000_000, http.StatusServiceUnavailable)
 			apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
-			var d ledger.Decision
+			var d acquisition.Decision
 			require.Eventually(t, func() bool {
-				open, err := ledger.OpenDecisionsOf(ctx, w.Pool, w.Plan(t, id).ID)
+				open, err := acquisition.OpenDecisionsOf(ctx, w.Pool, w.Plan(t, id).ID)
 				require.NoError(t, err)
 				if len(open) == 1 {
 					d = open[0]
@@ -129,7 +128,7 @@ func TestRetryFailedCompensationOnEngines(t *testing.T) {
 			require.ErrorContains(t, err, d.ID.String(), "a second cancel names the decision to resolve")
 
 			w.QBT.FailNext(0, 0)
-			apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), ledger.DecisionRetry, "ann"))
+			apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), acquisition.DecisionRetry, "ann"))
 			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Canceled },
 				2*time.Minute, 50*time.Millisecond)
 			deleted, _ := w.QBT.Deleted(a.Hash)

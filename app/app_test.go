@@ -70,9 +70,17 @@ func TestFullAcquisition(t *testing.T) {
 	}, w.Outbox(t, id))
 	require.Equal(t, []string{"plan:" + id + ":plan.completed"}, w.Webhooks.Keys())
 
+	// The timeline merges every owner's lines, oldest first.
 	tl, err := w.Plans.Timeline(ctx, id)
 	require.NoError(t, err)
-	require.NotEmpty(t, tl.Entries)
+	sources := map[string]bool{}
+	for i, e := range tl.Entries {
+		sources[e.Source] = true
+		if i > 0 {
+			require.False(t, e.At.Before(tl.Entries[i-1].At), "timeline out of order at %d: %+v", i, e)
+		}
+	}
+	require.Equal(t, map[string]bool{"plan": true, "approval": true, "download": true, "operation": true, "handoff": true}, sources)
 }
 
 // cancelingFiles cancels the plan from inside the copy, after its first
@@ -161,13 +169,13 @@ func TestDecisionRetryAfterCorruptDownload(t *testing.T) {
 	w.Drive(t)
 	require.Equal(t, acquisition.Failed, w.Plan(t, id).Status)
 	require.Empty(t, w.LibraryFiles(t), "a mismatching copy leaves nothing behind")
-	open, err := w.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
+	open, err := w.Plans.ListDecisions(ctx, acquisition.DecisionOpen, 0)
 	require.NoError(t, err)
 	require.Len(t, open, 1)
 	require.Equal(t, port.Kind("asset.import"), open[0].Kind)
 
 	w.FinishDownload(t, p, a) // the user fixed the download
-	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, open[0].ID.String(), ledger.DecisionRetry, "ann"))
+	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, open[0].ID.String(), acquisition.DecisionRetry, "ann"))
 	w.Drive(t)
 	require.Equal(t, acquisition.Completed, w.Plan(t, id).Status)
 	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))

@@ -16,7 +16,6 @@ import (
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app"
 	"github.com/taskport/taskport/app/apptest"
-	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
 	"github.com/taskport/taskport/temporaladapter"
@@ -110,13 +109,13 @@ func decisionRetry(t *testing.T, w *apptest.World) {
 	corrupt.Content = append([]byte("x"), a.Content[1:]...)
 	w.FinishDownload(t, p, corrupt)
 	apptest.Acked(t)(w.Plans.ReportDownloadComplete(ctx, id, ""))
-	var open []ledger.Decision
+	var open []acquisition.Decision
 	require.Eventually(t, func() bool {
 		var err error
-		open, err = w.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
+		open, err = w.Plans.ListDecisions(ctx, acquisition.DecisionOpen, 0)
 		return err == nil && len(open) == 1
 	}, 2*time.Minute, 50*time.Millisecond)
 	w.FinishDownload(t, p, a)
-	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, open[0].ID.String(), ledger.DecisionRetry, "ann"))
+	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, open[0].ID.String(), acquisition.DecisionRetry, "ann"))
 	require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Completed }, 2*time.Minute, 50*time.Millisecond)
 }

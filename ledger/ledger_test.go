@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
@@ -19,11 +20,11 @@ import (
 
 // newPlan inserts a plan with a target path and info hash of its own (no
 // two live plans may share either).
-func newPlan(t *testing.T, pool *pgxpool.Pool) ledger.Plan {
+func newPlan(t *testing.T, pool *pgxpool.Pool) acquisition.Plan {
 	t.Helper()
 	id := uuid.New()
 	hash := hashOf(id)
-	p, err := ledger.InsertPlan(context.Background(), pool, ledger.Plan{
+	p, err := acquisition.InsertPlan(context.Background(), pool, acquisition.Plan{
 		ID: id, Title: "t", SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hash,
 		InfoHash: hash, TargetPath: "/lib/" + id.String(), ExpectedSize: 3, ExpectedSHA256: sha64,
 	})
@@ -165,14 +166,14 @@ func TestCommitWithStaleTokenIsFencedAndWritesNothing(t *testing.T) {
 
 	// The stale attempt commits together with a business change, in one
 	// transaction: the fence must leave both unwritten.
-	err = ledger.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, pool, func(tx pgx.Tx) error {
 		if err := ledger.Commit(ctx, tx, stale, map[string]string{"by": "stale"}); err != nil {
 			return err
 		}
 		return acquisition.Move(ctx, tx, p.ID, acquisition.Approve)
 	})
 	require.ErrorIs(t, err, port.ErrFenced)
-	got, err := ledger.GetPlan(ctx, pool, p.ID)
+	got, err := acquisition.GetPlan(ctx, pool, p.ID)
 	require.NoError(t, err)
 	require.Equal(t, acquisition.AwaitingApproval, got.Status)
 	row, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpSubmit)
@@ -236,7 +237,7 @@ func TestRunReconcilesAfterInterruptedAttemptAndReturnsStoredResult(t *testing.T
 	require.NoError(t, err)
 	require.Equal(t, 7, got, "a committed result is returned as is")
 	require.Equal(t, 1, applies)
-	plan, err := ledger.GetPlan(context.Background(), pool, p.ID)
+	plan, err := acquisition.GetPlan(context.Background(), pool, p.ID)
 	require.NoError(t, err)
 	require.Equal(t, acquisition.Approved, plan.Status)
 }
@@ -287,132 +288,27 @@ func TestRunStaleAttemptFencedAtCommit(t *testing.T) {
 	require.JSONEq(t, `"new"`, string(row.Result))
 }
 
-func TestTimelineReadsBusinessTables(t *testing.T) {
+// The ledger's part of a plan's timeline: each attempt's start and each
+// committed result.
+func TestTimelineOfOperations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	p := newPlan(t, pool)
-	_, err := ledger.InsertApproval(ctx, pool, ledger.Approval{ID: uuid.New(), PlanID: p.ID, Decision: ledger.Approved, DecidedBy: "ann"})
-	require.NoError(t, err)
 	op, err := ledger.Begin(ctx, pool, p.ID, ledger.OpSubmit, tok("r/submit", 1))
 	require.NoError(t, err)
 	require.NoError(t, ledger.Commit(ctx, pool, op, "ok"))
+	_, err = ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("r/import", 1))
+	require.NoError(t, err)
 	entries, err := ledger.Timeline(ctx, pool, p.ID)
 	require.NoError(t, err)
 	var events []string
 	for _, e := range entries {
-		events = append(events, e.Source+":"+e.Event)
+		require.Equal(t, "operation", e.Source)
+		events = append(events, e.Event+" "+e.Detail)
 	}
-	require.Subset(t, events, []string{"plan:created", "approval:approved", "operation:download.submit attempt 1", "operation:download.submit done"})
-}
-
-// ListPlans is newest first and honours the limit; a value full of SQL
-// syntax is stored as it is, since every value goes in as an argument.
-func TestListPlansNewestFirst(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	var ids []uuid.UUID
-	for _, title := range []string{"first", "second", `third'); DELETE FROM plan; --`} {
-		id := uuid.Must(uuid.NewV7())
-		p, err := ledger.InsertPlan(ctx, pool, ledger.Plan{
-			ID: id, Title: title, SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hashOf(id),
-			InfoHash: hashOf(id), TargetPath: "/lib/" + title, ExpectedSize: 3, ExpectedSHA256: sha64,
-		})
-		require.NoError(t, err)
-		ids = append(ids, p.ID)
-	}
-	got, err := ledger.ListPlans(ctx, pool, 2)
+	require.ElementsMatch(t, []string{"download.submit attempt 1 r/submit#1", `download.submit done "ok"`, "asset.import attempt 1 r/import#1"}, events)
+	other, err := ledger.Timeline(ctx, pool, newPlan(t, pool).ID)
 	require.NoError(t, err)
-	require.Len(t, got, 2)
-	require.Equal(t, []uuid.UUID{ids[2], ids[1]}, []uuid.UUID{got[0].ID, got[1].ID})
-	require.Equal(t, `third'); DELETE FROM plan; --`, got[0].Title)
-	require.Equal(t, "/lib/second", got[1].TargetPath)
-	require.Equal(t, sha64, got[1].ExpectedSHA256)
-
-	all, err := ledger.ListPlans(ctx, pool, 10)
-	require.NoError(t, err)
-	require.Len(t, all, 3)
-}
-
-func TestListDecisionsFiltersByStatus(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	p := newPlan(t, pool)
-	first, err := ledger.OpenDecision(ctx, pool, p.ID, "download.await", "run-1", []byte(`{"plan_id":"x"}`), "timed out")
-	require.NoError(t, err)
-	second, err := ledger.OpenDecision(ctx, pool, p.ID, "asset.import", "run-2", []byte(`{}`), "disk full")
-	require.NoError(t, err)
-	again, err := ledger.OpenDecision(ctx, pool, p.ID, "download.await", "run-1", []byte(`{}`), "twice")
-	require.NoError(t, err)
-	require.Equal(t, first.ID, again.ID, "opening the same run twice returns the first decision")
-	resolved, err := ledger.ResolveDecision(ctx, pool, first.ID, ledger.DecisionRetry, "ann")
-	require.NoError(t, err)
-	require.True(t, resolved)
-	resolved, err = ledger.ResolveDecision(ctx, pool, first.ID, ledger.DecisionAbandon, "bob")
-	require.NoError(t, err)
-	require.False(t, resolved, "the first resolution stands")
-
-	ids := func(status ledger.DecisionStatus, limit int) []uuid.UUID {
-		ds, err := ledger.ListDecisions(ctx, pool, status, limit)
-		require.NoError(t, err)
-		var out []uuid.UUID
-		for _, d := range ds {
-			out = append(out, d.ID)
-		}
-		return out
-	}
-	require.Equal(t, []uuid.UUID{first.ID, second.ID}, ids("", 10), "no status lists all, oldest first")
-	require.Equal(t, []uuid.UUID{first.ID}, ids("", 1))
-	require.Equal(t, []uuid.UUID{second.ID}, ids(ledger.DecisionOpen, 10))
-	require.Equal(t, []uuid.UUID{first.ID}, ids(ledger.DecisionRetry, 10))
-	require.Empty(t, ids(ledger.DecisionAbandon, 10))
-
-	d, err := ledger.GetDecision(ctx, pool, first.ID)
-	require.NoError(t, err)
-	require.Equal(t, "ann", d.ResolvedBy)
-	require.Equal(t, ledger.DecisionRetry, d.Status)
-	require.JSONEq(t, `{"plan_id":"x"}`, string(d.Input))
-}
-
-// The first completion report counts; an empty content path leaves the
-// recorded one alone, and a removed download is never completed.
-func TestCompleteDownloadFirstReportWins(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	submitted := func(state ledger.DownloadState) ledger.Plan {
-		p := newPlan(t, pool)
-		_, err := ledger.UpsertDownload(ctx, pool, ledger.DownloadTask{PlanID: p.ID, InfoHash: p.InfoHash, Tag: "tp", SavePath: "/dl", State: ledger.DownloadSubmitted})
-		require.NoError(t, err)
-		require.NoError(t, ledger.SetDownloadProgress(ctx, pool, p.ID, 0.5))
-		require.NoError(t, ledger.SetDownloadState(ctx, pool, p.ID, state))
-		return p
-	}
-	complete := func(p ledger.Plan, contentPath string, wantChanged bool) ledger.DownloadTask {
-		changed, err := ledger.CompleteDownload(ctx, pool, p.ID, contentPath)
-		require.NoError(t, err)
-		require.Equal(t, wantChanged, changed)
-		d, err := ledger.GetDownload(ctx, pool, p.ID)
-		require.NoError(t, err)
-		return d
-	}
-
-	known := submitted(ledger.DownloadSubmitted)
-	complete(known, "/dl/a.mkv", true)
-	d := complete(known, "/dl/other.mkv", false)
-	require.Equal(t, ledger.DownloadCompleted, d.State)
-	require.Equal(t, "/dl/a.mkv", d.ContentPath, "a later report changes nothing")
-	require.InDelta(t, 1.0, d.Progress, 1e-9)
-	require.False(t, d.CompletedAt.IsZero())
-
-	d = complete(submitted(ledger.DownloadSubmitted), "", true)
-	require.Equal(t, ledger.DownloadCompleted, d.State)
-	require.Empty(t, d.ContentPath)
-
-	d = complete(submitted(ledger.DownloadRemoved), "/dl/r.mkv", false)
-	require.Equal(t, ledger.DownloadRemoved, d.State)
-	require.InDelta(t, 0.5, d.Progress, 1e-9)
-	require.True(t, d.CompletedAt.IsZero())
+	require.Empty(t, other, "another plan's operations are not in it")
 }

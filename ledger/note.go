@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -37,15 +36,18 @@ func Note(ctx context.Context, q DBTX, o Operation, detail any) error {
 // ReadNote decodes the detail noted on (plan, op) into out; found is false
 // when the operation has no row or no detail.
 func ReadNote(ctx context.Context, q DBTX, planID uuid.UUID, op Op, out any) (found bool, err error) {
-	var raw []byte
-	err = q.QueryRow(ctx, selectNoteSQL, planID, op).Scan(&raw)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && raw == nil {
-		return false, nil
-	}
+	rows, err := q.Query(ctx, selectNoteSQL, planID, op)
 	if err != nil {
 		return false, fmt.Errorf("read note of %s of plan %s: %w", op, planID, err)
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
+	notes, err := pgx.CollectRows(rows, pgx.RowTo[[]byte]) // no row: no operation yet
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("read note of %s of plan %s: %w", op, planID, err)
+	case len(notes) == 0 || notes[0] == nil:
+		return false, nil
+	}
+	if err := json.Unmarshal(notes[0], out); err != nil {
 		return false, fmt.Errorf("decode note of %s of plan %s: %w", op, planID, err)
 	}
 	return true, nil

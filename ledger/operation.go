@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/port"
 )
 
@@ -87,16 +88,18 @@ func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.Fencin
 	if err != nil {
 		return Operation{}, fmt.Errorf("new operation id: %w", err)
 	}
+	// The upsert returns the row it wrote, or none when its WHERE refused
+	// the attempt (a result exists, or the recorded attempt outranks tok).
 	rows, err := q.Query(ctx, beginOperationSQL, id, planID, op, tok.String(), tok.Scope, tok.Epoch, tok.Generation)
 	if err != nil {
 		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, err)
 	}
-	o, err := pgx.CollectExactlyOneRow(rows, scanOperation)
-	if err == nil {
-		return o, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	written, err := pgx.CollectRows(rows, scanOperation)
+	if err != nil {
 		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, err)
+	}
+	if len(written) == 1 {
+		return written[0], nil
 	}
 	cur, found, err := Read(ctx, q, planID, op)
 	switch {
@@ -125,14 +128,18 @@ func refusal(cur Operation, tok port.FencingToken) string {
 
 // Read returns the ledger row of (plan, op); found is false before any Begin.
 func Read(ctx context.Context, q DBTX, planID uuid.UUID, op Op) (o Operation, found bool, err error) {
-	o, err = queryOne(ctx, q, selectOperationStmt(planID, op), scanOperation)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Operation{}, false, nil
-	}
+	rows, err := q.Query(ctx, selectOperationSQL, planID, op)
 	if err != nil {
 		return Operation{}, false, fmt.Errorf("read %s of plan %s: %w", op, planID, err)
 	}
-	return o, true, nil
+	ops, err := pgx.CollectRows(rows, scanOperation) // at most one: UNIQUE (plan_id, op)
+	switch {
+	case err != nil:
+		return Operation{}, false, fmt.Errorf("read %s of plan %s: %w", op, planID, err)
+	case len(ops) == 0:
+		return Operation{}, false, nil
+	}
+	return ops[0], true, nil
 }
 
 // Commit stores result on o while o's attempt is still the recorded one.
@@ -158,7 +165,9 @@ func scanOperation(row pgx.CollectableRow) (Operation, error) {
 	var resultAt *time.Time
 	err := row.Scan(&o.ID, &o.PlanID, &o.Op, &o.Token, &o.Scope, &o.Epoch, &o.Generation, &o.RetiredScopes,
 		&o.StartedAt, &o.Attempts, &o.Result, &resultAt)
-	o.ResultAt = timeOrZero(resultAt)
+	if resultAt != nil {
+		o.ResultAt = *resultAt
+	}
 	return o, err
 }
 
@@ -183,14 +192,14 @@ type Fenced[R any] struct {
 // then Commit and Apply in one transaction. A stale attempt gets an error
 // wrapping port.ErrFenced and its transaction is rolled back. Outside an
 // activity context it fails with ErrNoFencingToken before writing anything.
-func Run[R any](ctx context.Context, db Beginner, f Fenced[R]) (R, error) {
+func Run[R any](ctx context.Context, db dbtx.Beginner, f Fenced[R]) (R, error) {
 	var zero R
 	info, ok := port.StepInfoFrom(ctx)
 	if !ok {
 		return zero, port.NonRetryable(fmt.Errorf("%s of plan %s: %w", f.Op, f.PlanID, ErrNoFencingToken))
 	}
 	var o Operation
-	err := InTx(ctx, db, func(tx pgx.Tx) error {
+	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		o, err = Begin(ctx, tx, f.PlanID, f.Op, info.Token)
 		return err
@@ -216,7 +225,7 @@ func Run[R any](ctx context.Context, db Beginner, f Fenced[R]) (R, error) {
 			return zero, err
 		}
 	}
-	err = InTx(ctx, db, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		if err := Commit(ctx, tx, o, r); err != nil {
 			return err
 		}

@@ -1,198 +1,8 @@
 package ledger
 
-import (
-	"context"
-	"encoding/json"
-	"fmt"
-
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/stephenafamo/bob"
-	"github.com/stephenafamo/bob/dialect/psql"
-	"github.com/stephenafamo/bob/dialect/psql/im"
-	"github.com/stephenafamo/bob/dialect/psql/sm"
-	"github.com/stephenafamo/bob/dialect/psql/um"
-
-	"github.com/taskport/taskport/port"
-)
-
-// Every statement of the package, in one place.
-//
-// The plain repository statements are built with bob's Postgres dialect:
-// every input is a psql.Arg (a $n placeholder, never text), and a clause that
-// depends on an argument (an optional filter, an optional column) is added
-// only when it applies, instead of SQL tricks like ($1 = '' OR status = $1).
-// Fixed values of the schema (a state the statement moves a row to) are
-// literals through psql.S, which quotes them, as they were in hand-written SQL.
-//
-// Statements whose meaning sits in a subtle predicate stay hand-written
-// constants, because a builder would hide the rule in method chains: the
-// fenced commit and note, the ON CONFLICT rules of Begin and UpsertDownload,
-// and the timeline union. (Plan status changes are acquisition's guarded
-// transitions.)
-//
-// Built statements run through DBTX (pgx), not through bob's pgx driver: that
-// driver wraps *pgxpool.Pool and pgx.Tx in its own types, so every caller that
-// holds a plain pgx.Tx (Fenced.Apply, the outbox's transaction) would have to
-// convert. Building to (sql, args) keeps DBTX the one seam. The SQL text of a
-// built statement depends only on its shape, so pgx's statement cache still
-// prepares each shape once per connection.
-
-// queryBuilt builds stmt and runs it as a query on q.
-func queryBuilt(ctx context.Context, q DBTX, stmt bob.Query) (pgx.Rows, error) {
-	sql, args, err := bob.Build(ctx, stmt)
-	if err != nil {
-		return nil, fmt.Errorf("build statement: %w", err)
-	}
-	return q.Query(ctx, sql, args...)
-}
-
-// queryOne runs stmt and scans its one row; no row is pgx.ErrNoRows.
-func queryOne[T any](ctx context.Context, q DBTX, stmt bob.Query, scan pgx.RowToFunc[T]) (T, error) {
-	rows, err := queryBuilt(ctx, q, stmt)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	return pgx.CollectExactlyOneRow(rows, scan)
-}
-
-// queryAll runs stmt and scans every row.
-func queryAll[T any](ctx context.Context, q DBTX, stmt bob.Query, scan pgx.RowToFunc[T]) ([]T, error) {
-	rows, err := queryBuilt(ctx, q, stmt)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, scan)
-}
-
-// execBuilt builds stmt and executes it on q.
-func execBuilt(ctx context.Context, q DBTX, stmt bob.Query) (pgconn.CommandTag, error) {
-	sql, args, err := bob.Build(ctx, stmt)
-	if err != nil {
-		return pgconn.CommandTag{}, fmt.Errorf("build statement: %w", err)
-	}
-	return q.Exec(ctx, sql, args...)
-}
-
-// col names a column, quoted.
-func col(name string) psql.Expression { return psql.Quote(name) }
-
-// now is the transaction timestamp, for the *_at columns.
-func now() psql.Expression { return psql.Raw("now()") }
-
-// ---- plan
-
-const planColumns = `id, title, source_type, source, info_hash, target_path, expected_size, expected_sha256,
-	status, cancel_requested_at, cancel_reason, created_at, updated_at`
-
-func insertPlanStmt(p Plan) bob.Query {
-	return psql.Insert(
-		im.Into("plan", "id", "title", "source_type", "source", "info_hash", "target_path", "expected_size", "expected_sha256"),
-		im.Values(psql.Arg(p.ID, p.Title, p.SourceType, p.Source, p.InfoHash, p.TargetPath, p.ExpectedSize, p.ExpectedSHA256)),
-		im.Returning(planColumns),
-	)
-}
-
-// selectPlanStmt reads one plan; lock adds FOR UPDATE.
-func selectPlanStmt(id uuid.UUID, lock bool) bob.Query {
-	q := psql.Select(sm.Columns(planColumns), sm.From("plan"), sm.Where(col("id").EQ(psql.Arg(id))))
-	if lock {
-		q.Apply(sm.ForUpdate())
-	}
-	return q
-}
-
-func selectPlansByHashStmt(infoHash string) bob.Query {
-	return psql.Select(
-		sm.Columns(planColumns), sm.From("plan"),
-		sm.Where(col("info_hash").EQ(psql.Arg(infoHash))),
-		sm.OrderBy("created_at"), sm.OrderBy("id"),
-	)
-}
-
-// listPlansStmt reads the newest plans first.
-func listPlansStmt(limit int) bob.Query {
-	return psql.Select(
-		sm.Columns(planColumns), sm.From("plan"),
-		sm.OrderBy("created_at").Desc(), sm.OrderBy("id").Desc(),
-		sm.Limit(psql.Arg(limit)),
-	)
-}
-
-// ---- approval
-
-const approvalColumns = `id, plan_id, decision, decided_by, note, created_at`
-
-// insertApprovalStmt inserts nothing when the plan was already decided.
-func insertApprovalStmt(a Approval) bob.Query {
-	return psql.Insert(
-		im.Into("approval", "id", "plan_id", "decision", "decided_by", "note"),
-		im.Values(psql.Arg(a.ID, a.PlanID, a.Decision, a.DecidedBy, a.Note)),
-		im.OnConflict("plan_id").DoNothing(),
-	)
-}
-
-func selectApprovalStmt(planID uuid.UUID) bob.Query {
-	return psql.Select(sm.Columns(approvalColumns), sm.From("approval"), sm.Where(col("plan_id").EQ(psql.Arg(planID))))
-}
-
-// ---- download_task
-
-const downloadColumns = `id, plan_id, info_hash, tag, save_path, content_path, state, progress, completed_at,
-	created_at, updated_at`
-
-// A resubmission (retry decision) keeps the row and its completion.
-const upsertDownloadSQL = `
-INSERT INTO download_task (id, plan_id, info_hash, tag, save_path, state)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (plan_id) DO UPDATE
-SET state = CASE WHEN download_task.state = 'completed' THEN download_task.state ELSE EXCLUDED.state END,
-    save_path = EXCLUDED.save_path, updated_at = now()
-RETURNING ` + downloadColumns
-
-func selectDownloadStmt(planID uuid.UUID) bob.Query {
-	return psql.Select(sm.Columns(downloadColumns), sm.From("download_task"), sm.Where(col("plan_id").EQ(psql.Arg(planID))))
-}
-
-// completeDownloadStmt records the first completion report only; a later one,
-// or one for a removed download, matches no row. An empty contentPath means
-// the reporter does not know it, so the column is left out of the SET.
-func completeDownloadStmt(planID uuid.UUID, contentPath string) bob.Query {
-	q := psql.Update(
-		um.Table("download_task"),
-		um.SetCol("state").To(psql.S(string(DownloadCompleted))),
-		um.SetCol("progress").To(psql.Raw("1")),
-		um.SetCol("completed_at").To(now()), um.SetCol("updated_at").To(now()),
-		um.Where(col("plan_id").EQ(psql.Arg(planID))),
-		um.Where(col("completed_at").IsNull()),
-		um.Where(col("state").NE(psql.S(string(DownloadRemoved)))),
-	)
-	if contentPath != "" {
-		q.Apply(um.SetCol("content_path").ToArg(contentPath))
-	}
-	return q
-}
-
-func setDownloadProgressStmt(planID uuid.UUID, progress float64) bob.Query {
-	return psql.Update(
-		um.Table("download_task"),
-		um.SetCol("progress").ToArg(progress), um.SetCol("updated_at").To(now()),
-		um.Where(col("plan_id").EQ(psql.Arg(planID))),
-		um.Where(col("completed_at").IsNull()),
-	)
-}
-
-func setDownloadStateStmt(planID uuid.UUID, state DownloadState) bob.Query {
-	return psql.Update(
-		um.Table("download_task"),
-		um.SetCol("state").ToArg(state), um.SetCol("updated_at").To(now()),
-		um.Where(col("plan_id").EQ(psql.Arg(planID))),
-	)
-}
-
-// ---- asset_operation (the fenced ledger: hand-written on purpose)
+// Every statement of the package, hand-written on purpose: the fence is in
+// their predicates (Begin's ON CONFLICT rule, the commit's and the note's
+// attempt_token match), and a builder would hide it in method chains.
 
 const operationColumns = `id, plan_id, op, attempt_token, attempt_scope, attempt_epoch, attempt_generation,
 	retired_scopes, attempt_started_at, attempts, result, result_at`
@@ -223,12 +33,7 @@ WHERE asset_operation.result_at IS NULL
                     ELSE EXCLUDED.attempt_scope <> ALL (asset_operation.retired_scopes) END))
 RETURNING ` + operationColumns
 
-func selectOperationStmt(planID uuid.UUID, op Op) bob.Query {
-	return psql.Select(
-		sm.Columns(operationColumns), sm.From("asset_operation"),
-		sm.Where(col("plan_id").EQ(psql.Arg(planID))), sm.Where(col("op").EQ(psql.Arg(op))),
-	)
-}
+const selectOperationSQL = `SELECT ` + operationColumns + ` FROM asset_operation WHERE plan_id = $1 AND op = $2`
 
 // commitOperationSQL is the fence of ADR 2.3, kept in the exact form the
 // migration documents: it matches only while the attempt that began is still
@@ -237,103 +42,6 @@ const commitOperationSQL = `
 UPDATE asset_operation SET result = $3, result_at = now(), updated_at = now()
 WHERE id = $1 AND attempt_token = $2 AND result_at IS NULL`
 
-// ---- decision
-
-const decisionColumns = `id, plan_id, kind, run_id, input, reason, status, resolved_by, resolved_at, created_at`
-
-// insertDecisionStmt inserts nothing when the (plan, kind, run) is open already.
-func insertDecisionStmt(id, planID uuid.UUID, kind port.Kind, runID port.RunID, input json.RawMessage, reason string) bob.Query {
-	return psql.Insert(
-		im.Into("decision", "id", "plan_id", "kind", "run_id", "input", "reason"),
-		im.Values(psql.Arg(id, planID, kind, runID, input, reason)),
-		im.OnConflict("plan_id", "kind", "run_id").DoNothing(),
-	)
-}
-
-func selectDecisionByRunStmt(planID uuid.UUID, kind port.Kind, runID port.RunID) bob.Query {
-	return psql.Select(
-		sm.Columns(decisionColumns), sm.From("decision"),
-		sm.Where(col("plan_id").EQ(psql.Arg(planID))),
-		sm.Where(col("kind").EQ(psql.Arg(kind))),
-		sm.Where(col("run_id").EQ(psql.Arg(runID))),
-	)
-}
-
-func selectDecisionStmt(id uuid.UUID) bob.Query {
-	return psql.Select(sm.Columns(decisionColumns), sm.From("decision"), sm.Where(col("id").EQ(psql.Arg(id))))
-}
-
-// listDecisionsStmt reads the oldest decisions first; an empty status lists
-// every status.
-func listDecisionsStmt(status DecisionStatus, limit int) bob.Query {
-	q := psql.Select(
-		sm.Columns(decisionColumns), sm.From("decision"),
-		sm.OrderBy("created_at"), sm.OrderBy("id"),
-		sm.Limit(psql.Arg(limit)),
-	)
-	if status != "" {
-		q.Apply(sm.Where(col("status").EQ(psql.Arg(status))))
-	}
-	return q
-}
-
-func openDecisionsOfStmt(planID uuid.UUID) bob.Query {
-	return psql.Select(
-		sm.Columns(decisionColumns), sm.From("decision"),
-		sm.Where(col("plan_id").EQ(psql.Arg(planID))),
-		sm.Where(col("status").EQ(psql.S(string(DecisionOpen)))),
-		sm.OrderBy("created_at"), sm.OrderBy("id"),
-	)
-}
-
-// resolveDecisionStmt matches only an open decision: the first resolution
-// stands.
-func resolveDecisionStmt(id uuid.UUID, status DecisionStatus, by string) bob.Query {
-	return psql.Update(
-		um.Table("decision"),
-		um.SetCol("status").ToArg(status), um.SetCol("resolved_by").ToArg(by), um.SetCol("resolved_at").To(now()),
-		um.Where(col("id").EQ(psql.Arg(id))),
-		um.Where(col("status").EQ(psql.S(string(DecisionOpen)))),
-	)
-}
-
-// ---- timeline
-
-// timelineSQL reads business tables only (ADR 2.7): never the engine's step
-// attempts, which keep orphan rows stuck in running.
-const timelineSQL = `
-SELECT at, source, event, detail FROM (
-    SELECT created_at AS at, 'plan' AS source, 'created' AS event, title AS detail FROM plan WHERE id = $1
-    UNION ALL
-    SELECT cancel_requested_at, 'plan', 'cancel requested', cancel_reason FROM plan
-    WHERE id = $1 AND cancel_requested_at IS NOT NULL
-    UNION ALL
-    SELECT created_at, 'approval', decision, decided_by || CASE WHEN note = '' THEN '' ELSE ': ' || note END
-    FROM approval WHERE plan_id = $1
-    UNION ALL
-    SELECT created_at, 'download', 'submitted', tag || ' ' || info_hash FROM download_task WHERE plan_id = $1
-    UNION ALL
-    SELECT completed_at, 'download', 'completed', content_path FROM download_task
-    WHERE plan_id = $1 AND completed_at IS NOT NULL
-    UNION ALL
-    SELECT attempt_started_at, 'operation', op || ' attempt ' || attempts, attempt_token FROM asset_operation
-    WHERE plan_id = $1
-    UNION ALL
-    SELECT result_at, 'operation', op || ' done', result::text FROM asset_operation
-    WHERE plan_id = $1 AND result_at IS NOT NULL
-    UNION ALL
-    SELECT created_at, 'handoff',
-           CASE action WHEN 'enqueue' THEN kind WHEN 'signal' THEN 'signal ' || topic ELSE 'cancel runs' END,
-           idempotency_key
-    FROM outbox_event WHERE business_key = $1::text
-    UNION ALL
-    SELECT created_at, 'decision', 'opened for ' || kind, reason FROM decision WHERE plan_id = $1
-    UNION ALL
-    SELECT resolved_at, 'decision', 'resolved: ' || status, resolved_by FROM decision
-    WHERE plan_id = $1 AND resolved_at IS NOT NULL
-) t
-ORDER BY at, source, event`
-
 // noteOperationSQL is fenced like the commit: the detail is written only
 // while the attempt that noted it is the recorded one and has no result.
 const noteOperationSQL = `
@@ -341,3 +49,18 @@ UPDATE asset_operation SET detail = $3, updated_at = now()
 WHERE id = $1 AND attempt_token = $2 AND result_at IS NULL`
 
 const selectNoteSQL = `SELECT detail FROM asset_operation WHERE plan_id = $1 AND op = $2`
+
+// timelineSQL reads the ledger's part of a plan's business timeline
+// (ADR 2.7), in the column order of timeline.Entry: each attempt's start,
+// and the result once committed (never the engine's step attempts, which
+// keep orphan rows stuck in running).
+const timelineSQL = `
+SELECT at, source, event, detail FROM (
+    SELECT attempt_started_at AS at, 'operation' AS source, op || ' attempt ' || attempts AS event,
+           attempt_token AS detail
+    FROM asset_operation WHERE plan_id = $1
+    UNION ALL
+    SELECT result_at, 'operation', op || ' done', result::text FROM asset_operation
+    WHERE plan_id = $1 AND result_at IS NOT NULL
+) t
+ORDER BY at, source, event`

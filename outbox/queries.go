@@ -52,3 +52,13 @@ WHERE id = $1 AND status = 'failed'`
 // notifySQL wakes the dispatchers after a retry (the insert trigger only
 // fires on inserts).
 const notifySQL = `SELECT pg_notify('outbox_event', '')`
+
+// timelineSQL reads the outbox's part of a plan's business timeline
+// (ADR 2.7), in the column order of timeline.Entry: each hand-off the
+// plan's transactions wrote, keyed by its business key.
+const timelineSQL = `
+SELECT created_at AS at, 'handoff' AS source,
+       CASE action WHEN 'enqueue' THEN kind WHEN 'signal' THEN 'signal ' || topic ELSE 'cancel runs' END AS event,
+       idempotency_key AS detail
+FROM outbox_event WHERE business_key = $1
+ORDER BY at, source, event`

@@ -30,6 +30,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/timeline"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
@@ -46,7 +48,8 @@ var ErrConflict = acquisition.ErrConflict
 // Config configures a Service.
 type Config struct {
 	// LibraryRoot is the absolute directory every target path must lie in.
-	// Required.
+	// Required to create plans; a Service without one (the decision
+	// commands, which never see a target path) refuses CreatePlan.
 	LibraryRoot string
 	// Logger. Default: discard.
 	Logger *slog.Logger
@@ -65,13 +68,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("plans: pool is required")
 	}
-	if !filepath.IsAbs(cfg.LibraryRoot) {
+	if cfg.LibraryRoot != "" && !filepath.IsAbs(cfg.LibraryRoot) {
 		return nil, &port.FieldError{Field: "library_root", Reason: fmt.Sprintf("must be an absolute path, got %q", cfg.LibraryRoot)}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{pool: pool, root: filepath.Clean(cfg.LibraryRoot), log: cfg.Logger}, nil
+	if cfg.LibraryRoot != "" {
+		cfg.LibraryRoot = filepath.Clean(cfg.LibraryRoot)
+	}
+	return &Service{pool: pool, root: cfg.LibraryRoot, log: cfg.Logger}, nil
 }
 
 // Ack is what an accepted call did, in words for the operator (the CLI and
@@ -103,8 +109,8 @@ func invalid(field, format string, args ...any) error {
 }
 
 // validate checks np and returns the plan row to insert.
-func (s *Service) validate(np NewPlan) (ledger.Plan, error) {
-	p := ledger.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize}
+func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
+	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize}
 	if p.Title == "" {
 		return p, invalid("title", "must not be empty")
 	}
@@ -184,6 +190,9 @@ func checkMagnet(magnet, hash string) error {
 // target checks that path is absolute, clean of traversal and strictly
 // inside the library root.
 func (s *Service) target(path string) (string, error) {
+	if s.root == "" {
+		return "", invalid("library_root", "not configured: this service cannot create plans")
+	}
 	if !filepath.IsAbs(path) {
 		return "", invalid("target_path", "must be an absolute path, got %q", path)
 	}
@@ -200,27 +209,17 @@ func (s *Service) target(path string) (string, error) {
 // (acquisition.Status.HoldsTarget, HoldsInfoHash) is refused with an
 // *acquisition.TakenError naming that plan, and nothing is written; a unique
 // index backs the check, so two concurrent creates cannot both pass it.
-func (s *Service) CreatePlan(ctx context.Context, np NewPlan) (ledger.Plan, error) {
+func (s *Service) CreatePlan(ctx context.Context, np NewPlan) (acquisition.Plan, error) {
 	p, err := s.validate(np)
 	if err != nil {
-		return ledger.Plan{}, fmt.Errorf("create plan: %w", err)
+		return acquisition.Plan{}, fmt.Errorf("create plan: %w", err)
 	}
 	if p.ID, err = uuid.NewV7(); err != nil {
-		return ledger.Plan{}, fmt.Errorf("create plan: new id: %w", err)
+		return acquisition.Plan{}, fmt.Errorf("create plan: new id: %w", err)
 	}
-	var out ledger.Plan
-	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := acquisition.CheckFree(ctx, tx, p.TargetPath, p.InfoHash); err != nil {
-			return err
-		}
-		if out, err = ledger.InsertPlan(ctx, tx, p); err != nil {
-			return err
-		}
-		_, err = outbox.Write(ctx, tx, acquisition.FirstRun(p.ID.String()))
-		return err
-	})
+	out, err := acquisition.CreatePlan(ctx, s.pool, p)
 	if err != nil {
-		return ledger.Plan{}, fmt.Errorf("create plan: %w", acquisition.Taken(ctx, s.pool, err, p.TargetPath, p.InfoHash))
+		return acquisition.Plan{}, fmt.Errorf("create plan: %w", err)
 	}
 	return out, nil
 }
@@ -237,16 +236,19 @@ func parseID(field, s string) (uuid.UUID, error) {
 // approval.await run. Approving an approved plan again changes nothing and
 // says so.
 func (s *Service) Approve(ctx context.Context, planID, by, note string) (Ack, error) {
-	return s.decide(ctx, planID, ledger.Approved, by, note)
+	return s.decide(ctx, planID, acquisition.Approve, by, note)
 }
 
 // Reject records the rejection of a plan awaiting approval, and the wake-up
 // of its approval.await run, which then ends.
 func (s *Service) Reject(ctx context.Context, planID, by, note string) (Ack, error) {
-	return s.decide(ctx, planID, ledger.Rejected, by, note)
+	return s.decide(ctx, planID, acquisition.Reject, by, note)
 }
 
-func (s *Service) decide(ctx context.Context, planID, decision, by, note string) (Ack, error) {
+// decide records the approval that takes t (Approve or Reject); the
+// approval's decision is the status t moves the plan to.
+func (s *Service) decide(ctx context.Context, planID string, t acquisition.Transition, by, note string) (Ack, error) {
+	decision := t.To()
 	id, err := parseID("plan_id", planID)
 	if err != nil {
 		return Ack{}, fmt.Errorf("%s plan: %w", decision, err)
@@ -254,16 +256,12 @@ func (s *Service) decide(ctx context.Context, planID, decision, by, note string)
 	if strings.TrimSpace(by) == "" {
 		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, invalid("decided_by", "must not be empty"))
 	}
-	t := acquisition.Approve
-	if decision == ledger.Rejected {
-		t = acquisition.Reject
-	}
 	var ack Ack
-	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := ledger.LockPlan(ctx, tx, id); err != nil {
+	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := acquisition.LockPlan(ctx, tx, id); err != nil {
 			return err
 		}
-		prev, found, err := ledger.GetApproval(ctx, tx, id)
+		prev, found, err := acquisition.GetApproval(ctx, tx, id)
 		switch {
 		case err != nil:
 			return err
@@ -281,7 +279,7 @@ func (s *Service) decide(ctx context.Context, planID, decision, by, note string)
 		if err != nil {
 			return fmt.Errorf("new approval id: %w", err)
 		}
-		if _, err := ledger.InsertApproval(ctx, tx, ledger.Approval{ID: aid, PlanID: id, Decision: decision, DecidedBy: by, Note: note}); err != nil {
+		if _, err := acquisition.InsertApproval(ctx, tx, acquisition.Approval{ID: aid, PlanID: id, Decision: decision, DecidedBy: by, Note: note}); err != nil {
 			return err
 		}
 		_, err = outbox.Write(ctx, tx, acquisition.Wake(id.String(), workflows.ApprovalTopic(id.String()), "approval:"+aid.String()))
@@ -307,8 +305,8 @@ func (s *Service) Cancel(ctx context.Context, planID, reason string) (Ack, error
 		return Ack{}, fmt.Errorf("cancel plan: %w", err)
 	}
 	var ack Ack
-	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		p, err := ledger.LockPlan(ctx, tx, id)
+	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		p, err := acquisition.LockPlan(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -343,8 +341,8 @@ func (s *Service) Cancel(ctx context.Context, planID, reason string) (Ack, error
 
 // compensationStuck is the error of a canceling plan whose compensation
 // failed for good: another cancel cannot help, resolving its decision can.
-func compensationStuck(ctx context.Context, q ledger.DBTX, id uuid.UUID) error {
-	open, err := ledger.OpenDecisionsOf(ctx, q, id)
+func compensationStuck(ctx context.Context, q acquisition.DBTX, id uuid.UUID) error {
+	open, err := acquisition.OpenDecisionsOf(ctx, q, id)
 	if err != nil {
 		return err
 	}
@@ -370,15 +368,15 @@ func (s *Service) ReportDownloadComplete(ctx context.Context, planIDOrHash, cont
 		return Ack{}, fmt.Errorf("report download: %w", err)
 	}
 	var ack Ack
-	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		d, err := ledger.GetDownload(ctx, tx, id)
+	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		d, err := acquisition.GetDownload(ctx, tx, id)
 		if errors.Is(err, port.ErrNotFound) {
 			return fmt.Errorf("plan %s has not been submitted: %w", id, ErrConflict)
 		}
 		if err != nil {
 			return err
 		}
-		changed, err := ledger.CompleteDownload(ctx, tx, id, contentPath)
+		changed, err := acquisition.CompleteDownload(ctx, tx, id, contentPath)
 		if err != nil {
 			return err
 		}
@@ -401,7 +399,7 @@ func (s *Service) ReportDownloadComplete(ctx context.Context, planIDOrHash, cont
 // plan that holds it, else the newest plan with it.
 func (s *Service) resolvePlan(ctx context.Context, ref string) (uuid.UUID, error) {
 	if id, err := uuid.Parse(ref); err == nil {
-		if _, err := ledger.GetPlan(ctx, s.pool, id); err != nil {
+		if _, err := acquisition.GetPlan(ctx, s.pool, id); err != nil {
 			return uuid.Nil, err
 		}
 		return id, nil
@@ -410,7 +408,7 @@ func (s *Service) resolvePlan(ctx context.Context, ref string) (uuid.UUID, error
 	if err != nil {
 		return uuid.Nil, invalid("plan", "neither a plan id nor an info hash: %q", ref)
 	}
-	ps, err := ledger.PlansByHash(ctx, s.pool, hash)
+	ps, err := acquisition.PlansByHash(ctx, s.pool, hash)
 	if err != nil {
 		return uuid.Nil, err
 	}
@@ -425,33 +423,56 @@ func (s *Service) resolvePlan(ctx context.Context, ref string) (uuid.UUID, error
 	return ps[len(ps)-1].ID, nil
 }
 
+// TimelineEntry is one line of a plan's business timeline.
+type TimelineEntry = timeline.Entry
+
 // Timeline is a plan and what happened to it, from business tables only.
 type Timeline struct {
-	Plan    ledger.Plan
-	Entries []ledger.TimelineEntry
+	Plan    acquisition.Plan
+	Entries []TimelineEntry
 }
 
-// Timeline returns the business timeline of a plan.
+// Timeline returns the business timeline of a plan (ADR 2.7): each owner of
+// a business table reads its own lines (acquisition: the plan, approval,
+// download and decisions; ledger: operations; outbox: hand-offs), in one
+// read-only snapshot, and they are merged oldest first.
 func (s *Service) Timeline(ctx context.Context, planID string) (Timeline, error) {
 	id, err := parseID("plan_id", planID)
 	if err != nil {
 		return Timeline{}, fmt.Errorf("timeline: %w", err)
 	}
-	p, err := ledger.GetPlan(ctx, s.pool, id)
+	var tl Timeline
+	snapshot := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err = pgx.BeginTxFunc(ctx, s.pool, snapshot, func(tx pgx.Tx) error {
+		p, err := acquisition.GetPlan(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		rows, err := acquisition.Timeline(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		ops, err := ledger.Timeline(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		handoffs, err := outbox.Timeline(ctx, tx, id.String())
+		if err != nil {
+			return err
+		}
+		tl = Timeline{Plan: p, Entries: timeline.Merge(rows, ops, handoffs)}
+		return nil
+	})
 	if err != nil {
 		return Timeline{}, fmt.Errorf("timeline: %w", err)
 	}
-	entries, err := ledger.Timeline(ctx, s.pool, id)
-	if err != nil {
-		return Timeline{}, err
-	}
-	return Timeline{Plan: p, Entries: entries}, nil
+	return tl, nil
 }
 
 // ListDecisions returns the decisions in status (empty: all), oldest first.
-func (s *Service) ListDecisions(ctx context.Context, status ledger.DecisionStatus, limit int) ([]ledger.Decision, error) {
+func (s *Service) ListDecisions(ctx context.Context, status acquisition.DecisionStatus, limit int) ([]acquisition.Decision, error) {
 	switch status {
-	case "", ledger.DecisionOpen, ledger.DecisionRetry, ledger.DecisionAbandon:
+	case "", acquisition.DecisionOpen, acquisition.DecisionRetry, acquisition.DecisionAbandon:
 	default:
 		return nil, fmt.Errorf("list decisions: %w", invalid("status", "unknown status %q", status))
 	}
@@ -461,7 +482,7 @@ func (s *Service) ListDecisions(ctx context.Context, status ledger.DecisionStatu
 	if limit == 0 {
 		limit = 100
 	}
-	return ledger.ListDecisions(ctx, s.pool, status, limit)
+	return acquisition.ListDecisions(ctx, s.pool, status, limit)
 }
 
 // ResolveDecision resolves an open decision as retry or abandon and enqueues
@@ -470,40 +491,39 @@ func (s *Service) ListDecisions(ctx context.Context, status ledger.DecisionStatu
 // run (a main-chain kind on a plan with a cancel request, a compensation of a
 // plan that ended) is refused here, with the decision left open and nothing
 // written, rather than acknowledged and then dropped.
-func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action ledger.DecisionStatus, by string) (Ack, error) {
+func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action acquisition.DecisionStatus, by string) (Ack, error) {
 	id, err := parseID("decision_id", decisionID)
 	if err != nil {
 		return Ack{}, fmt.Errorf("resolve decision: %w", err)
 	}
-	if action != ledger.DecisionRetry && action != ledger.DecisionAbandon {
+	if action != acquisition.DecisionRetry && action != acquisition.DecisionAbandon {
 		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("action", "must be retry or abandon, got %q", action))
 	}
 	if strings.TrimSpace(by) == "" {
 		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("resolved_by", "must not be empty"))
 	}
 	var ack Ack
-	err = ledger.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		d, err := ledger.GetDecision(ctx, tx, id)
+	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		d, err := acquisition.GetDecision(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		if d.Status != ledger.DecisionOpen {
+		if d.Status != acquisition.DecisionOpen {
 			return fmt.Errorf("decision is already %s: %w", d.Status, ErrConflict)
 		}
-		p, err := ledger.LockPlan(ctx, tx, d.PlanID)
+		p, err := acquisition.LockPlan(ctx, tx, d.PlanID)
 		if err != nil {
 			return err
 		}
-		state := acquisition.Plan{ID: p.ID.String(), Status: p.Status, CancelRequested: p.CancelRequested()}
 		var effect string
-		if action == ledger.DecisionRetry {
-			if _, effect, err = acquisition.RetryEffect(d.Kind, state); err != nil {
+		if action == acquisition.DecisionRetry {
+			if _, effect, err = acquisition.RetryEffect(d.Kind, p); err != nil {
 				return err
 			}
 		} else {
-			_, effect = acquisition.AbandonEffect(d.Kind, state)
+			_, effect = acquisition.AbandonEffect(d.Kind, p)
 		}
-		resolved, err := ledger.ResolveDecision(ctx, tx, id, action, by)
+		resolved, err := acquisition.ResolveDecision(ctx, tx, id, action, by)
 		if err != nil {
 			return err
 		}

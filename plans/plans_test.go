@@ -12,7 +12,6 @@ import (
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
-	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
@@ -66,6 +65,17 @@ func TestCreatePlanRejectsBadInputAndWritesNothing(t *testing.T) {
 		require.ErrorAs(t, err, &fe, name)
 		require.Equal(t, tc.field, fe.Field, name)
 	}
+	// A service without a library root (the decision commands) creates no
+	// plan; a relative root is refused up front.
+	rootless, err := plans.New(w.Pool, plans.Config{})
+	require.NoError(t, err)
+	_, err = rootless.CreatePlan(context.Background(), good)
+	var fe *port.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "library_root", fe.Field)
+	_, err = plans.New(w.Pool, plans.Config{LibraryRoot: "library"})
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "library_root", fe.Field)
 	require.Equal(t, before, counts(t, w.Pool), "a rejected call writes nothing")
 
 	p, err := w.Plans.CreatePlan(context.Background(), good)
@@ -87,7 +97,7 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "0123456789abcdef0123456789abcdef01234567", "")), port.ErrNotFound)
 	_, err := w.Plans.Timeline(ctx, unknown)
 	require.ErrorIs(t, err, port.ErrNotFound)
-	require.ErrorIs(t, apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, ledger.DecisionRetry, "ann")), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, acquisition.DecisionRetry, "ann")), port.ErrNotFound)
 
 	for _, err := range []error{
 		apptest.ErrOf(w.Plans.Approve(ctx, "not-a-uuid", "ann", "")),
@@ -95,7 +105,7 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "not-a-hash", "")),
 		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, unknown, "relative/path")),
 		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, "maybe", "ann")),
-		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, ledger.DecisionRetry, "")),
+		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, acquisition.DecisionRetry, "")),
 	} {
 		require.ErrorIs(t, err, port.ErrInvalidInput)
 	}

@@ -17,11 +17,11 @@ import (
 )
 
 // openDecision returns the one open decision of kind.
-func openDecision(t *testing.T, w *apptest.World, kind port.Kind) ledger.Decision {
+func openDecision(t *testing.T, w *apptest.World, kind port.Kind) acquisition.Decision {
 	t.Helper()
-	open, err := w.Plans.ListDecisions(context.Background(), ledger.DecisionOpen, 0)
+	open, err := w.Plans.ListDecisions(context.Background(), acquisition.DecisionOpen, 0)
 	require.NoError(t, err)
-	var found []ledger.Decision
+	var found []acquisition.Decision
 	for _, d := range open {
 		if d.Kind == kind {
 			found = append(found, d)
@@ -45,7 +45,7 @@ func kindRows(t *testing.T, w *apptest.World, id string, kind port.Kind) []strin
 
 // failedSubmit creates and approves a plan whose download.submit exhausts
 // its attempts: the plan is failed, with a decision open.
-func failedSubmit(t *testing.T, w *apptest.World, name string) (string, ledger.Decision) {
+func failedSubmit(t *testing.T, w *apptest.World, name string) (string, acquisition.Decision) {
 	t.Helper()
 	p := w.CreatePlan(t, apptest.NewAsset(name, 10_000))
 	id := p.ID.String()
@@ -57,7 +57,7 @@ func failedSubmit(t *testing.T, w *apptest.World, name string) (string, ledger.D
 }
 
 // completed drives a plan for a to completion.
-func completed(t *testing.T, w *apptest.World, a apptest.Asset) ledger.Plan {
+func completed(t *testing.T, w *apptest.World, a apptest.Asset) acquisition.Plan {
 	t.Helper()
 	ctx := context.Background()
 	p := w.CreatePlan(t, a)
@@ -83,7 +83,7 @@ func TestAbandonWebhookDecisionKeepsCompletedPlan(t *testing.T) {
 	id := p.ID.String()
 	d := openDecision(t, w, workflows.KindNotifyWebhook)
 
-	ack := apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), ledger.DecisionAbandon, "ann"))
+	ack := apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), acquisition.DecisionAbandon, "ann"))
 	require.Contains(t, ack.Message, "notification is given up")
 	w.Drive(t)
 
@@ -105,7 +105,7 @@ func TestAbandonAfterCancelLeavesPlanCanceled(t *testing.T) {
 	w.Drive(t)
 	require.Equal(t, acquisition.Canceled, w.Plan(t, id).Status)
 
-	ack := apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), ledger.DecisionAbandon, "ann"))
+	ack := apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), acquisition.DecisionAbandon, "ann"))
 	require.Contains(t, ack.Message, "already canceled: nothing to abandon", "the answer says the plan is unchanged")
 	w.Drive(t)
 	require.Equal(t, acquisition.Canceled, w.Plan(t, id).Status, "a final plan stays final")
@@ -149,7 +149,7 @@ func TestRetryCanceledNotificationDelivers(t *testing.T) {
 	d := openDecision(t, w, workflows.KindNotifyWebhook)
 
 	w.Webhooks.FailWith(0)
-	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), ledger.DecisionRetry, "ann"))
+	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), acquisition.DecisionRetry, "ann"))
 	w.Drive(t)
 	require.Equal(t, []string{"plan:" + id + ":plan.canceled", "plan:" + id + ":plan.canceled"}, w.Webhooks.Keys(),
 		"the refused delivery, then the retried one")
@@ -178,7 +178,7 @@ func TestRetryFailedCompensationEndsPlan(t *testing.T) {
 	require.ErrorContains(t, err, d.ID.String())
 
 	w.QBT.FailNext(0, 0)
-	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), ledger.DecisionRetry, "ann"))
+	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, d.ID.String(), acquisition.DecisionRetry, "ann"))
 	w.Drive(t)
 	require.Equal(t, acquisition.Canceled, w.Plan(t, id).Status)
 	deleted, _ := w.QBT.Deleted(a.Hash)
@@ -196,11 +196,11 @@ func TestRetryMainChainOnCanceledPlanIsRefused(t *testing.T) {
 	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
 
 	before := w.Outbox(t, id)
-	_, err := w.Plans.ResolveDecision(ctx, d.ID.String(), ledger.DecisionRetry, "ann")
+	_, err := w.Plans.ResolveDecision(ctx, d.ID.String(), acquisition.DecisionRetry, "ann")
 	require.Error(t, err, "a retry that cannot run is refused")
 	require.ErrorContains(t, err, "cancel")
 	require.Equal(t, before, w.Outbox(t, id), "nothing written")
-	still, err := ledger.GetDecision(ctx, w.Pool, d.ID)
+	still, err := acquisition.GetDecision(ctx, w.Pool, d.ID)
 	require.NoError(t, err)
-	require.Equal(t, ledger.DecisionOpen, still.Status, "the decision stays open")
+	require.Equal(t, acquisition.DecisionOpen, still.Status, "the decision stays open")
 }

@@ -26,7 +26,7 @@ import (
 type fixture struct {
 	*apptest.World
 	asset apptest.Asset
-	plan  ledger.Plan
+	plan  acquisition.Plan
 	id    string
 }
 
@@ -52,7 +52,7 @@ func (f *fixture) run(t *testing.T, kind port.Kind, input any) *flowtest.Run {
 
 func (f *fixture) status(t *testing.T) acquisition.Status {
 	t.Helper()
-	p, err := ledger.GetPlan(context.Background(), f.Pool, f.plan.ID)
+	p, err := acquisition.GetPlan(context.Background(), f.Pool, f.plan.ID)
 	require.NoError(t, err)
 	return p.Status
 }
@@ -168,9 +168,9 @@ func TestDownloadSubmitReconcilesDroppedAdd(t *testing.T) {
 	require.Len(t, ts, 1)
 	require.True(t, ts[0].HasTag("tp-"+f.id))
 	require.Equal(t, filepath.Join(f.DownloadDir, f.id), ts[0].SavePath)
-	d, err := ledger.GetDownload(ctx, f.Pool, f.plan.ID)
+	d, err := acquisition.GetDownload(ctx, f.Pool, f.plan.ID)
 	require.NoError(t, err)
-	require.Equal(t, ledger.DownloadSubmitted, d.State)
+	require.Equal(t, acquisition.DownloadSubmitted, d.State)
 	require.Equal(t, acquisition.Downloading, f.status(t))
 	require.True(t, f.Operations(t, f.id)[ledger.OpSubmit])
 	require.Contains(t, f.Outbox(t, f.id), "download.await pending plan:"+f.id+":download.await")
@@ -189,7 +189,7 @@ func TestDownloadSubmitExhaustedOpensDecision(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, 5, se.Attempts)
 	require.Equal(t, []string{"submit", "open-decision"}, r.Steps)
-	ds, err := f.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
+	ds, err := f.Plans.ListDecisions(ctx, acquisition.DecisionOpen, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Equal(t, workflows.KindDownloadSubmit, ds[0].Kind)
@@ -215,9 +215,9 @@ func TestDownloadAwait(t *testing.T) {
 	require.NoError(t, r.Execute(ctx))
 	require.Equal(t, []string{"check-download-0", "wait-download-0", "check-download-1", "wait-download-1", "check-download-2"}, r.Steps)
 	require.Equal(t, workflows.DownloadWait, r.Waits[0].Timeout)
-	d, err := ledger.GetDownload(ctx, f.Pool, f.plan.ID)
+	d, err := acquisition.GetDownload(ctx, f.Pool, f.plan.ID)
 	require.NoError(t, err)
-	require.Equal(t, ledger.DownloadCompleted, d.State)
+	require.Equal(t, acquisition.DownloadCompleted, d.State)
 	require.Equal(t, filepath.Join(f.DownloadDir, f.id, f.asset.Name), d.ContentPath)
 	require.Equal(t, acquisition.Downloaded, f.status(t))
 	require.Contains(t, f.Outbox(t, f.id), "asset.import pending plan:"+f.id+":asset.import")
@@ -308,7 +308,7 @@ func TestAssetVerifyMismatchOpensDecision(t *testing.T) {
 	require.True(t, se.NonRetryable)
 	require.Equal(t, []string{"verify"}, r.Executed[:1])
 	require.Equal(t, acquisition.Failed, f.status(t))
-	ds, err := f.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
+	ds, err := f.Plans.ListDecisions(ctx, acquisition.DecisionOpen, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 }
@@ -324,9 +324,9 @@ func TestDownloadCleanup(t *testing.T) {
 	require.True(t, deleted && withFiles)
 	require.True(t, f.QBT.Paused(f.asset.Hash) || deleted)
 	require.Equal(t, acquisition.Completed, f.status(t))
-	d, err := ledger.GetDownload(ctx, f.Pool, f.plan.ID)
+	d, err := acquisition.GetDownload(ctx, f.Pool, f.plan.ID)
 	require.NoError(t, err)
-	require.Equal(t, ledger.DownloadRemoved, d.State)
+	require.Equal(t, acquisition.DownloadRemoved, d.State)
 	require.Contains(t, f.Outbox(t, f.id), "notify.webhook pending plan:"+f.id+":plan.completed")
 }
 
@@ -371,14 +371,14 @@ func TestPlanCancelCompensates(t *testing.T) {
 func TestDecisionResolve(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, action := range []ledger.DecisionStatus{ledger.DecisionRetry, ledger.DecisionAbandon} {
+	for _, action := range []acquisition.DecisionStatus{acquisition.DecisionRetry, acquisition.DecisionAbandon} {
 		t.Run(string(action), func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
 			apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
 			f.QBT.FailNext(5, http.StatusInternalServerError)
 			require.Error(t, f.run(t, workflows.KindDownloadSubmit, f.ref()).Execute(ctx))
-			ds, err := f.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
+			ds, err := f.Plans.ListDecisions(ctx, acquisition.DecisionOpen, 0)
 			require.NoError(t, err)
 			require.Len(t, ds, 1)
 			did := ds[0].ID.String()
@@ -392,7 +392,7 @@ func TestDecisionResolve(t *testing.T) {
 			require.ErrorIs(t, apptest.ErrOf(f.Plans.ResolveDecision(ctx, did, action, "ann")), plans.ErrConflict)
 			r = f.run(t, workflows.KindDecisionResolve, workflows.DecisionRef{DecisionID: did})
 			require.NoError(t, r.Execute(ctx))
-			if action == ledger.DecisionRetry {
+			if action == acquisition.DecisionRetry {
 				require.Contains(t, f.Outbox(t, f.id), "download.submit pending decision:"+did+":retry")
 				require.Equal(t, acquisition.Approved, f.status(t))
 				return
@@ -419,7 +419,7 @@ func TestNotifyWebhook(t *testing.T) {
 	var se *port.StepError
 	require.ErrorAs(t, r.Execute(ctx), &se)
 	require.Equal(t, 1, se.Attempts)
-	ds, err := f.Plans.ListDecisions(ctx, ledger.DecisionOpen, 0)
+	ds, err := f.Plans.ListDecisions(ctx, acquisition.DecisionOpen, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1, "the failed webhook is in the decision centre")
 	require.Equal(t, acquisition.AwaitingApproval, f.status(t), "a webhook failure does not fail the plan")

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
@@ -143,7 +144,7 @@ func (a Asset) Magnet() string {
 }
 
 // CreatePlan creates a plan for a, targeting LibraryDir/<name>.
-func (w *World) CreatePlan(t testing.TB, a Asset) ledger.Plan {
+func (w *World) CreatePlan(t testing.TB, a Asset) acquisition.Plan {
 	t.Helper()
 	p, err := w.Plans.CreatePlan(context.Background(), plans.NewPlan{
 		Title: a.Name, Magnet: a.Magnet(), InfoHash: a.Hash, TargetPath: w.Target(a),
@@ -158,7 +159,7 @@ func (w *World) Target(a Asset) string { return filepath.Join(w.LibraryDir, a.Na
 
 // FinishDownload plays the downloader finishing: the content appears where
 // qBittorrent would put it and the fake reports the torrent complete.
-func (w *World) FinishDownload(t testing.TB, p ledger.Plan, a Asset) {
+func (w *World) FinishDownload(t testing.TB, p acquisition.Plan, a Asset) {
 	t.Helper()
 	dir := filepath.Join(w.DownloadDir, p.ID.String())
 	require.NoError(t, os.MkdirAll(dir, 0o755))
@@ -275,7 +276,7 @@ func (w *World) project(t testing.TB, id port.RunID, err error) {
 }
 
 // Plan returns a plan as stored now.
-func (w *World) Plan(t testing.TB, id string) ledger.Plan {
+func (w *World) Plan(t testing.TB, id string) acquisition.Plan {
 	t.Helper()
 	tl, err := w.Plans.Timeline(context.Background(), id)
 	require.NoError(t, err)

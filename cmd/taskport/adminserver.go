@@ -1,14 +1,14 @@
 package main
 
 import (
-	"log/slog"
-
 	"github.com/spf13/cobra"
+
+	"github.com/taskport/taskport/cmd/internal/stack"
 )
 
-func newAdminCmd(g *globalConfig) *cobra.Command {
+func newAdminCmd(g *stack.Globals) *cobra.Command {
 	var (
-		c    stackConfig
+		c    stack.Config
 		addr string
 	)
 	cmd := &cobra.Command{
@@ -16,22 +16,10 @@ func newAdminCmd(g *globalConfig) *cobra.Command {
 		Short: "Serve /admin: plans and their business timeline, pending decisions, dead letters, runs on old versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withStack(cmd, g, &c, func(s *stack) error {
-				bound, served, err := s.serve(cmd.Context(), addr)
-				if err != nil {
-					return err
-				}
-				s.log.Info("admin serving", slog.String("url", "http://"+bound+"/admin"))
-				select {
-				case <-cmd.Context().Done():
-					return nil
-				case err := <-served:
-					return err
-				}
-			})
+			return stack.With(cmd, g, &c, func(s *stack.Stack) error { return s.RunAdmin(cmd.Context(), addr) })
 		},
 	}
-	c.bind(cmd.Flags())
-	cmd.Flags().StringVar(&addr, "addr", envOr("ADMIN_ADDR", ":8080"), "listen address (env ADMIN_ADDR)")
+	c.Bind(cmd.Flags())
+	cmd.Flags().StringVar(&addr, "addr", stack.EnvOr("ADMIN_ADDR", ":8080"), "listen address (env ADMIN_ADDR)")
 	return cmd
 }

@@ -1,6 +1,7 @@
 // Command taskport runs the taskport processes: schema migrations, workers
-// on either engine, the outbox dispatcher, the admin surface, and `run`, the
-// local all-in-one with a demo acquisition to watch in the Temporal UI.
+// on either engine with the outbox dispatcher, the admin surface, and the
+// business commands (plan, decision). It creates no database and starts no
+// server of its own: the local all-in-one with a demo is cmd/taskport-dev.
 package main
 
 import (

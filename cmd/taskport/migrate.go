@@ -2,13 +2,16 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/migrations"
 )
 
-func newMigrateCmd(g *globalConfig) *cobra.Command {
+func newMigrateCmd(g *stack.Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply, roll back or list the schema migrations (business, ledger, outbox and both engines' tables)",
@@ -16,21 +19,14 @@ func newMigrateCmd(g *globalConfig) *cobra.Command {
 	// withMigrator opens the database, runs fn on a migrator over it and
 	// closes both.
 	withMigrator := func(cmd *cobra.Command, fn func(*migrations.Migrator) error) error {
-		log, err := g.logger()
-		if err != nil {
-			return err
-		}
-		pool, err := g.pool(cmd.Context(), log, g.PoolSize)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		m, err := migrations.New(pool, log)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		return fn(m)
+		return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) error {
+			m, err := migrations.New(pool, log)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			return fn(m)
+		})
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "up",

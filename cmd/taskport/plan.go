@@ -2,25 +2,37 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/plans"
 )
 
-// withPlans runs fn with the business API over a stack that starts no
-// worker: these commands only write business rows and send hints.
-func withPlans(cmd *cobra.Command, g *globalConfig, c *stackConfig, fn func(*plans.Service) error) error {
-	return withStack(cmd, g, c, func(s *stack) error { return fn(s.plans) })
+// withPlans runs fn with the business API over the business pool alone:
+// these commands write business rows and their outbox rows, and what must
+// follow (a run, a wake-up, a cancel) goes through the outbox, so they need
+// no engine and dial no Temporal server. libraryRoot may be empty where no
+// plan is created.
+func withPlans(cmd *cobra.Command, g *stack.Globals, libraryRoot string, fn func(*plans.Service) error) error {
+	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) error {
+		svc, err := plans.New(pool, plans.Config{LibraryRoot: libraryRoot, Logger: log})
+		if err != nil {
+			return err
+		}
+		return fn(svc)
+	})
 }
 
-func newPlanCmd(g *globalConfig) *cobra.Command {
-	var c stackConfig
-	cmd := &cobra.Command{Use: "plan", Short: "Create, approve, cancel and inspect acquisition plans (the business API)"}
-	c.bind(cmd.PersistentFlags())
+func newPlanCmd(g *stack.Globals) *cobra.Command {
+	var root string
+	cmd := &cobra.Command{Use: "plan", Short: "Create, approve, cancel and inspect acquisition plans (the business API; needs only the database)"}
+	stack.BindLibraryRoot(cmd.PersistentFlags(), &root)
 
 	var np plans.NewPlan
 	var torrentFile string
@@ -36,7 +48,7 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 				}
 				np.Torrent = b
 			}
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				p, err := svc.CreatePlan(cmd.Context(), np)
 				if err != nil {
 					return err
@@ -60,7 +72,7 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 	approve := &cobra.Command{
 		Use: "approve PLAN", Short: "Approve a plan (prints what happened; approving twice says so)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Approve(cmd.Context(), args[0], by, note))
 			})
 		},
@@ -68,7 +80,7 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 	reject := &cobra.Command{
 		Use: "reject PLAN", Short: "Reject a plan", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Reject(cmd.Context(), args[0], by, note))
 			})
 		},
@@ -83,7 +95,7 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 			"prints what happened, or fails saying why nothing did",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], reason))
 			})
 		},
@@ -94,7 +106,7 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 		Short: "Report a download complete (qBittorrent's run-on-finish hook: taskport plan complete %I --content-path \"%F\")",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.ReportDownloadComplete(cmd.Context(), args[0], contentPath))
 			})
 		},
@@ -103,7 +115,7 @@ func newPlanCmd(g *globalConfig) *cobra.Command {
 	timeline := &cobra.Command{
 		Use: "timeline PLAN", Short: "Print a plan's business timeline", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
+			return withPlans(cmd, g, root, func(svc *plans.Service) error {
 				tl, err := svc.Timeline(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -133,16 +145,14 @@ func printAck(cmd *cobra.Command) func(plans.Ack, error) error {
 	}
 }
 
-func newDecisionCmd(g *globalConfig) *cobra.Command {
-	var c stackConfig
-	cmd := &cobra.Command{Use: "decision", Short: "The pending-decision centre: runs that exhausted their retries"}
-	c.bind(cmd.PersistentFlags())
+func newDecisionCmd(g *stack.Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "decision", Short: "The pending-decision centre: runs that exhausted their retries (needs only the database)"}
 	var status string
 	list := &cobra.Command{
 		Use: "list", Short: "List decisions", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
-				ds, err := svc.ListDecisions(cmd.Context(), ledger.DecisionStatus(status), 0)
+			return withPlans(cmd, g, "", func(svc *plans.Service) error {
+				ds, err := svc.ListDecisions(cmd.Context(), acquisition.DecisionStatus(status), 0)
 				if err != nil {
 					return err
 				}
@@ -154,15 +164,15 @@ func newDecisionCmd(g *globalConfig) *cobra.Command {
 			})
 		},
 	}
-	list.Flags().StringVar(&status, "status", string(ledger.DecisionOpen), "open, retry, abandon, or empty for all")
+	list.Flags().StringVar(&status, "status", string(acquisition.DecisionOpen), "open, retry, abandon, or empty for all")
 	var by string
 	resolve := &cobra.Command{
 		Use:   "resolve DECISION retry|abandon",
 		Short: "Retry the failed kind, or abandon (a notification: give it up; a plan: compensate it); prints the effect",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, &c, func(svc *plans.Service) error {
-				return printAck(cmd)(svc.ResolveDecision(cmd.Context(), args[0], ledger.DecisionStatus(args[1]), by))
+			return withPlans(cmd, g, "", func(svc *plans.Service) error {
+				return printAck(cmd)(svc.ResolveDecision(cmd.Context(), args[0], acquisition.DecisionStatus(args[1]), by))
 			})
 		},
 	}

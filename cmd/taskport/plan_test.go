@@ -10,8 +10,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/testkit"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 )
+
+// execute runs the command line args (then extra) and returns its output.
+func execute(args []string, extra ...string) (string, error) {
+	var out bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(append(slices.Clone(args), extra...))
+	root.SetOut(&out)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
 
 // The plan and decision commands drive the business API: bad input is
 // refused with the field named and nothing written; a good plan is created,
@@ -20,14 +31,12 @@ func TestPlanCommands(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	lib := t.TempDir()
-	common := []string{"--database-url", db, "--log-level", "error", "--engine", "lease", "--library-root", lib, "--download-dir", t.TempDir()}
 	run := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		root := newRootCmd()
-		root.SetArgs(append(args, common...))
-		root.SetOut(&out)
-		err := root.ExecuteContext(context.Background())
-		return out.String(), err
+		common := []string{"--database-url", db, "--log-level", "error"}
+		if args[0] == "plan" {
+			common = append(common, "--library-root", lib)
+		}
+		return execute(args, common...)
 	}
 	const hash = "0123456789abcdef0123456789abcdef01234567"
 	good := []string{"plan", "create", "--title", "Film", "--magnet", "magnet:?xt=urn:btih:" + hash, "--info-hash", hash,
@@ -73,4 +82,44 @@ func TestPlanCommands(t *testing.T) {
 	out, err = run("decision", "list")
 	require.NoError(t, err)
 	require.Empty(t, strings.TrimSpace(out))
+}
+
+// The business commands need only the database: with the worker's
+// environment pointing at a Temporal frontend where nothing listens, a plan
+// is created (its row and its first run's outbox row written) and
+// decisions are listed; their help lists their own flags, no engine's.
+func TestBusinessCommandsNeedOnlyTheDatabase(t *testing.T) {
+	t.Setenv("ENGINE", "temporal")
+	t.Setenv("TEMPORAL_ADDRESS", testkit.FreeAddr(t)) // nothing listens there
+	db := pgtest.NewDatabase(t)
+	lib := t.TempDir()
+	const hash = "89abcdef0123456789abcdef0123456789abcdef"
+	out, err := execute([]string{"plan", "create", "--title", "Film", "--magnet", "magnet:?xt=urn:btih:" + hash, "--info-hash", hash,
+		"--target", lib + "/film.mkv", "--size", "10", "--sha256", strings.Repeat("b", 64)},
+		"--database-url", db, "--log-level", "error", "--library-root", lib)
+	require.NoError(t, err)
+	id := strings.TrimSpace(out)
+	pool, err := pgxpool.New(context.Background(), db)
+	require.NoError(t, err)
+	defer pool.Close()
+	var status, firstRun string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status FROM plan WHERE id = $1`, id).Scan(&status))
+	require.Equal(t, "awaiting_approval", status)
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT kind FROM outbox_event WHERE business_key = $1`, id).Scan(&firstRun))
+	require.Equal(t, "approval.await", firstRun)
+	_, err = execute([]string{"decision", "list"}, "--database-url", db, "--log-level", "error")
+	require.NoError(t, err)
+
+	for _, args := range [][]string{{"plan", "--help"}, {"plan", "create", "--help"}, {"plan", "approve", "--help"},
+		{"decision", "--help"}, {"decision", "resolve", "--help"}} {
+		help, err := execute(args)
+		require.NoError(t, err)
+		require.Contains(t, help, "--database-url", args)
+		for _, worker := range []string{"temporal", "--engine", "qbittorrent", "webhook", "--download-dir", "--concurrency", "--stop-timeout"} {
+			require.NotContains(t, help, worker, "%v lists a worker flag", args)
+		}
+	}
+	help, err := execute([]string{"plan", "--help"})
+	require.NoError(t, err)
+	require.Contains(t, help, "--library-root")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 )
 
@@ -18,22 +19,34 @@ func TestPoolSizes(t *testing.T) {
 	db := pgtest.NewEmptyDatabase(t)
 	t.Setenv("DB_POOL_SIZE", "3")
 	t.Setenv("ENGINE_DB_POOL_SIZE", "5")
-	// The flags' values are the variables the pools are opened with.
-	sizes := func(args ...string) (string, string) {
+	// The flags' values are the variables the pools are opened with. The
+	// engine's pool is a flag of the commands that run an engine only: the
+	// admin command reads it, then stops at its unreachable database.
+	sizes := func(bizArgs, engineArgs []string) (string, string) {
 		root := newRootCmd()
-		root.SetArgs(append([]string{"migrate", "status", "--database-url", db, "--log-level", "error"}, args...))
+		root.SetArgs(append([]string{"migrate", "status", "--database-url", db, "--log-level", "error"}, bizArgs...))
 		require.NoError(t, root.ExecuteContext(context.Background()))
-		fs := root.PersistentFlags()
-		return fs.Lookup("db-pool-size").Value.String(), fs.Lookup("engine-db-pool-size").Value.String()
+		biz := root.PersistentFlags().Lookup("db-pool-size").Value.String()
+		migrate, _, err := root.Find([]string{"migrate", "status"})
+		require.NoError(t, err)
+		require.Nil(t, migrate.Flags().Lookup("engine-db-pool-size"), "migrate runs no engine")
+
+		root = newRootCmd()
+		root.SetArgs(append([]string{"admin", "--database-url", "postgres://nowhere.invalid/x", "--log-level", "error"}, engineArgs...))
+		require.ErrorContains(t, root.ExecuteContext(context.Background()), "nowhere.invalid")
+		admin, _, err := root.Find([]string{"admin"})
+		require.NoError(t, err)
+		return biz, admin.Flags().Lookup("engine-db-pool-size").Value.String()
 	}
-	biz, engine := sizes()
+	biz, engine := sizes(nil, nil)
 	require.Equal(t, "3", biz)
 	require.Equal(t, "5", engine)
-	biz, _ = sizes("--db-pool-size", "7")
+	biz, engine = sizes([]string{"--db-pool-size", "7"}, []string{"--engine-db-pool-size", "8"})
 	require.Equal(t, "7", biz, "a flag beats the environment")
+	require.Equal(t, "8", engine, "a flag beats the environment")
 
-	g := globalConfig{DatabaseURL: db}
-	pool, err := g.pool(context.Background(), slog.New(slog.DiscardHandler), 5)
+	g := stack.Globals{DatabaseURL: db}
+	pool, err := g.Pool(context.Background(), slog.New(slog.DiscardHandler), 5)
 	require.NoError(t, err)
 	require.EqualValues(t, 5, pool.Config().MaxConns)
 	pool.Close()
@@ -44,6 +57,13 @@ func TestPoolSizes(t *testing.T) {
 		root.SetArgs([]string{"migrate", "status", "--database-url", "postgres://nowhere.invalid/x"})
 		require.ErrorContains(t, root.ExecuteContext(context.Background()), want)
 	}
+	t.Setenv("DB_POOL_SIZE", "3")
+	for env, want := range map[string]string{"x": `ENGINE_DB_POOL_SIZE: "x" is not a number`, "-1": "--engine-db-pool-size must be at least 1"} {
+		t.Setenv("ENGINE_DB_POOL_SIZE", env)
+		root := newRootCmd()
+		root.SetArgs([]string{"worker", "--database-url", "postgres://nowhere.invalid/x"})
+		require.ErrorContains(t, root.ExecuteContext(context.Background()), want)
+	}
 }
 
 // The variables temporal-worker-controller injects reach the worker's
@@ -51,13 +71,13 @@ func TestPoolSizes(t *testing.T) {
 func TestWorkerDeploymentFromEnv(t *testing.T) {
 	t.Setenv("TEMPORAL_DEPLOYMENT_NAME", "taskport/taskport-worker")
 	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "5f7c9d")
-	fs := newWorkerCmd(&globalConfig{}).Flags()
+	fs := newWorkerCmd(&stack.Globals{}).Flags()
 	require.Equal(t, "taskport/taskport-worker", fs.Lookup("temporal-deployment-name").Value.String())
 	require.Equal(t, "5f7c9d", fs.Lookup("temporal-worker-build-id").Value.String())
 
 	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "")
-	g := &globalConfig{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"}
-	c := stackConfig{Engine: "temporal", StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
-	_, err := buildStack(context.Background(), g, c, slog.New(slog.DiscardHandler))
+	g := &stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"}
+	c := stack.Config{Engine: "temporal", StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
+	_, err := stack.Build(context.Background(), g, c, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, err, "--temporal-deployment-name and --temporal-worker-build-id go together")
 }

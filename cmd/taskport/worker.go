@@ -1,23 +1,14 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net/http"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
 
-	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/cmd/internal/stack"
 )
 
-func newWorkerCmd(g *globalConfig) *cobra.Command {
+func newWorkerCmd(g *stack.Globals) *cobra.Command {
 	var (
-		c           stackConfig
+		c           stack.Config
 		metricsAddr string
 		dispatch    bool
 	)
@@ -29,86 +20,11 @@ func newWorkerCmd(g *globalConfig) *cobra.Command {
 			"The schema must be migrated first (taskport migrate up): workers never migrate.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withStack(cmd, g, &c, func(s *stack) error { return s.runWorker(cmd.Context(), c, metricsAddr, dispatch) })
+			return stack.With(cmd, g, &c, func(s *stack.Stack) error { return s.RunWorker(cmd.Context(), c, metricsAddr, dispatch) })
 		},
 	}
-	c.bind(cmd.Flags())
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", envOr("METRICS_ADDR", ":9090"), "address for /metrics, /healthz, /readyz (env METRICS_ADDR)")
+	c.Bind(cmd.Flags())
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", stack.EnvOr("METRICS_ADDR", ":9090"), "address for /metrics, /healthz, /readyz (env METRICS_ADDR)")
 	cmd.Flags().BoolVar(&dispatch, "dispatch", true, "also run the outbox dispatcher")
 	return cmd
-}
-
-// runWorker starts the engine's worker and the dispatcher, serves health and
-// metrics, and stops gracefully when ctx ends: readiness turns off first,
-// then the dispatcher and the engine stop. When the engine's worker stops
-// for good on its own, it returns an error (the process exits non-zero and
-// is restarted).
-func (s *stack) runWorker(ctx context.Context, c stackConfig, metricsAddr string, dispatch bool) error {
-	checks := []namedCheck{{"postgres", s.bizPool.Ping}}
-	if s.temporal != nil {
-		checks = append(checks, namedCheck{"temporal", func(ctx context.Context) error {
-			_, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
-			return err
-		}})
-	}
-	var watch *dispatchWatch
-	if dispatch {
-		watch = s.dispatchWatch
-	}
-	s.health = newWorkerHealth(watch, checks...)
-
-	// The engine and the dispatcher stop when told to (stopWorker), not
-	// when ctx ends, so readiness is off before either begins to stop.
-	run := context.WithoutCancel(ctx)
-	if err := s.engine.Start(run, port.StartOptions{Concurrency: c.Concurrency}); err != nil {
-		return fmt.Errorf("start %s worker: %w", c.Engine, err)
-	}
-	if dispatch {
-		if err := s.dispatcher.Start(run); err != nil {
-			return fmt.Errorf("start dispatcher: %w", err)
-		}
-		s.dispatchWatch.setRunning(true)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
-	s.health.register(mux)
-	// The probes outlive ctx: while the stop drains, /readyz answers 503
-	// instead of refusing connections, and /metrics can still be scraped.
-	serving, stopServing := context.WithCancel(run)
-	defer stopServing()
-	addr, served, err := listenAndServe(serving, metricsAddr, mux)
-	if err != nil {
-		return errors.Join(err, s.stopWorker(c.StopTimeout))
-	}
-	s.log.Info("worker running", slog.String("engine", c.Engine), slog.String("metrics", "http://"+addr+"/metrics"))
-	var fatal <-chan error // nil: the engine has no fatal path
-	if f, ok := s.engine.(fatalNotifier); ok {
-		fatal = f.Err()
-	}
-	select {
-	case <-ctx.Done():
-		s.health.beginStop()
-		s.log.Info("stop requested: not ready from now on")
-		return s.stopWorker(c.StopTimeout)
-	case err := <-served:
-		s.health.beginStop()
-		return errors.Join(fmt.Errorf("metrics server: %w", err), s.stopWorker(c.StopTimeout))
-	case err := <-fatal:
-		s.health.engineStopped(err)
-		s.log.Error("engine stopped for good: exiting", slog.String("engine", c.Engine), slog.Any("err", err))
-		return errors.Join(fmt.Errorf("%s engine stopped: %w", c.Engine, err), s.stopWorker(c.StopTimeout))
-	}
-}
-
-func (s *stack) stopWorker(bound time.Duration) error {
-	s.log.Info("stopping: in-flight steps finish or are handed back", slog.Duration("bound", bound))
-	s.dispatcher.Stop()
-	s.dispatchWatch.setRunning(false)
-	ctx, cancel := context.WithTimeout(context.Background(), bound+5*time.Second)
-	defer cancel()
-	if err := s.engine.Stop(ctx); err != nil {
-		return fmt.Errorf("stop engine: %w", err)
-	}
-	s.log.Info("stopped")
-	return nil
 }

@@ -1,10 +1,11 @@
 // Package dbtx holds the one query interface the Postgres-backed packages
 // accept, so that each of their writes also works inside a caller's
-// transaction.
+// transaction, and the one way they open a transaction of their own.
 package dbtx
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,4 +16,34 @@ type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Beginner opens transactions; *pgxpool.Pool and *pgx.Conn satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// DB is a DBTX that also opens transactions of its own: *pgxpool.Pool and
+// *pgx.Conn, not a pgx.Tx.
+type DB interface {
+	DBTX
+	Beginner
+}
+
+// InTx runs fn in a transaction on db and commits it when fn returns nil.
+// The rollback after a failed fn runs even when ctx is canceled, so the
+// connection goes back to its pool clean.
+func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
 }

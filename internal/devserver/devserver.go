@@ -1,6 +1,6 @@
 // Package devserver starts a real Temporal dev server (the Temporal CLI's
 // `temporal server start-dev`) as a child process: headless on free ports for
-// tests (internal/testkit/devserver), or with the web UI for `taskport run`.
+// tests (internal/testkit/devserver), or with the web UI for cmd/taskport-dev.
 //
 // The CLI is not a Go dependency of this module: `make tools` builds it
 // from the Go module proxy (go install github.com/temporalio/cli/cmd/temporal@v1.5.1)
@@ -24,24 +24,20 @@ import (
 	"github.com/taskport/taskport/internal/gotool"
 )
 
-// EnvCLI overrides where the temporal binary is looked up.
-const EnvCLI = "TEMPORAL_CLI"
-
-// CLIPath finds the temporal CLI: $TEMPORAL_CLI, then $(go env GOPATH)/bin,
-// then $PATH.
+// CLIPath finds the temporal CLI that `make tools` installed: in
+// $(go env GOPATH)/bin, then on $PATH.
 func CLIPath() (string, error) {
-	if p := os.Getenv(EnvCLI); p != "" {
-		return p, nil
-	}
 	p, err := gotool.Binary("temporal")
 	if err != nil {
-		return "", fmt.Errorf("temporal CLI: %w: run `make tools` (go install github.com/temporalio/cli/cmd/temporal@v1.5.1) or set %s", err, EnvCLI)
+		return "", fmt.Errorf("temporal CLI: %w: run `make tools` (go install github.com/temporalio/cli/cmd/temporal@v1.5.1) or set Options.CLI", err)
 	}
 	return p, nil
 }
 
 // Options tune the server.
 type Options struct {
+	// CLI is the temporal binary to run; default CLIPath's.
+	CLI string
 	// Namespace to register; default "default".
 	Namespace string
 	// SearchAttributes to register, name -> type ("Keyword", "Int", "Text",
@@ -68,9 +64,12 @@ type Server struct {
 
 // Launch starts a server. Call Stop when done.
 func Launch(ctx context.Context, opts Options) (*Server, error) {
-	cli, err := CLIPath()
-	if err != nil {
-		return nil, err
+	cli := opts.CLI
+	if cli == "" {
+		var err error
+		if cli, err = CLIPath(); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = "default"

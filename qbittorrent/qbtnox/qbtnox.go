@@ -1,7 +1,7 @@
 // Package qbtnox runs a real qbittorrent-nox (the Debian package) as a child
 // process with a private profile, its WebUI and peer port on loopback, and
 // DHT, LSD, PeX and UPnP off, so that the only peers it can reach are web
-// seeds on this machine. The end-to-end tests and the `taskport run` demo
+// seeds on this machine. The end-to-end tests and the taskport-dev demo
 // use it; production points the client at an operator's qBittorrent.
 package qbtnox
 

@@ -49,7 +49,7 @@ func (w *world) businessWorld(files activities.Files) *apptest.World {
 
 // acquire drives a plan for a through approval, download and completion
 // report, and waits until the plan is final.
-func (w *world) acquire(bw *apptest.World, a apptest.Asset) ledger.Plan {
+func (w *world) acquire(bw *apptest.World, a apptest.Asset) acquisition.Plan {
 	w.t.Helper()
 	p := bw.CreatePlan(w.t, a)
 	id := p.ID.String()
@@ -62,9 +62,9 @@ func (w *world) acquire(bw *apptest.World, a apptest.Asset) ledger.Plan {
 	return final
 }
 
-func (w *world) waitPlan(bw *apptest.World, id string, want ...acquisition.Status) ledger.Plan {
+func (w *world) waitPlan(bw *apptest.World, id string, want ...acquisition.Status) acquisition.Plan {
 	w.t.Helper()
-	var last ledger.Plan
+	var last acquisition.Plan
 	require.Eventuallyf(w.t, func() bool {
 		tl, err := bw.Plans.Timeline(bg, id)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
 )
@@ -223,7 +224,7 @@ func versionTwo(f port.Flow, in VersionedIn) error {
 // and info hash of its own (no two active plans may share either).
 func NewPlan(ctx context.Context, db ledger.DBTX, id uuid.UUID) error {
 	hash := hex.EncodeToString(id[:]) + "00000000"
-	_, err := ledger.InsertPlan(ctx, db, ledger.Plan{
+	_, err := acquisition.InsertPlan(ctx, db, acquisition.Plan{
 		ID: id, Title: "fault " + id.String(), SourceType: "magnet", Source: "magnet:?xt=urn:btih:" + hash,
 		InfoHash: hash, TargetPath: "/library/fault/" + id.String(), ExpectedSize: 1,
 		ExpectedSHA256: strings.Repeat("0", 64),
@@ -293,7 +294,7 @@ ON CONFLICT (run_id, step) DO UPDATE SET commits = fault_commit.commits + 1, tok
 }
 
 // decide records the decision Poison's handler opens; opening it twice is a
-// no-op, like ledger.OpenDecision.
+// no-op, like acquisition.OpenDecision.
 func (b body) decide(ctx context.Context, in decisionIn) (bool, error) {
 	info, ok := port.StepInfoFrom(ctx)
 	if !ok {

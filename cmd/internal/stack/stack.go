@@ -1,4 +1,11 @@
-package main
+// Package stack is the wiring both binaries share: cmd/taskport (migrate,
+// worker, admin, plan, decision) and the development harness
+// cmd/taskport-dev. It holds the flags of a worker or admin process (with
+// their environment fallbacks: it is part of cmd, the one place that reads
+// the environment), the two pools, the registry with the task kinds, the
+// engine, the outbox dispatcher, the business API, the admin handler, and
+// the worker's run loop with its health and metrics.
+package stack
 
 import (
 	"context"
@@ -29,10 +36,12 @@ import (
 	"github.com/taskport/taskport/temporaladapter"
 )
 
-// stackConfig is everything a worker or admin process is configured with;
+// Config is everything a worker or admin process is configured with;
 // every field has a flag with an environment fallback.
-type stackConfig struct {
-	Engine            string
+type Config struct {
+	Engine string
+	// EnginePoolSize bounds the engine's own pool (ADR 2.8).
+	EnginePoolSize    int
 	TemporalAddress   string
 	TemporalNamespace string
 	TaskQueue         string
@@ -56,35 +65,38 @@ type stackConfig struct {
 	WebhookURL        string
 }
 
-func (c *stackConfig) bind(fs *pflag.FlagSet) {
-	fs.StringVar(&c.Engine, "engine", envOr("ENGINE", "temporal"), "temporal or lease (env ENGINE)")
-	fs.StringVar(&c.TemporalAddress, "temporal-address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
-	fs.StringVar(&c.TemporalNamespace, "temporal-namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
-	fs.StringVar(&c.TaskQueue, "task-queue", envOr("TEMPORAL_TASK_QUEUE", temporaladapter.DefaultTaskQueue), "Temporal task queue (env TEMPORAL_TASK_QUEUE)")
+// Bind adds the flags to fs.
+func (c *Config) Bind(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Engine, "engine", EnvOr("ENGINE", "temporal"), "temporal or lease (env ENGINE)")
+	fs.IntVar(&c.EnginePoolSize, "engine-db-pool-size", defaultPoolSize,
+		"connections of the engine's own pool (env ENGINE_DB_POOL_SIZE; pool_max_conns in the URL wins)")
+	fs.StringVar(&c.TemporalAddress, "temporal-address", EnvOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.TemporalNamespace, "temporal-namespace", EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	fs.StringVar(&c.TaskQueue, "task-queue", EnvOr("TEMPORAL_TASK_QUEUE", temporaladapter.DefaultTaskQueue), "Temporal task queue (env TEMPORAL_TASK_QUEUE)")
 	fs.StringVar(&c.TemporalAPIKey, "temporal-api-key", "", "Temporal Cloud API key (env TEMPORAL_API_KEY; never logged)")
-	fs.StringVar(&c.TemporalCA, "temporal-tls-ca", envOr("TEMPORAL_TLS_CA", ""), "CA file to verify the frontend (env TEMPORAL_TLS_CA)")
-	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", envOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
-	fs.StringVar(&c.TemporalKey, "temporal-tls-key", envOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
-	fs.BoolVar(&c.TemporalTLS, "temporal-tls", envOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
-	fs.StringVar(&c.DeploymentName, "temporal-deployment-name", envOr("TEMPORAL_DEPLOYMENT_NAME", ""),
+	fs.StringVar(&c.TemporalCA, "temporal-tls-ca", EnvOr("TEMPORAL_TLS_CA", ""), "CA file to verify the frontend (env TEMPORAL_TLS_CA)")
+	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", EnvOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
+	fs.StringVar(&c.TemporalKey, "temporal-tls-key", EnvOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
+	fs.BoolVar(&c.TemporalTLS, "temporal-tls", EnvOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
+	fs.StringVar(&c.DeploymentName, "temporal-deployment-name", EnvOr("TEMPORAL_DEPLOYMENT_NAME", ""),
 		"Worker Deployment Versioning: the deployment this worker belongs to (env TEMPORAL_DEPLOYMENT_NAME); needs a build id")
-	fs.StringVar(&c.BuildID, "temporal-worker-build-id", envOr("TEMPORAL_WORKER_BUILD_ID", ""),
+	fs.StringVar(&c.BuildID, "temporal-worker-build-id", EnvOr("TEMPORAL_WORKER_BUILD_ID", ""),
 		"Worker Deployment Versioning: this worker's build id; runs stay pinned to the build they started on (env TEMPORAL_WORKER_BUILD_ID)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process")
-	fs.StringVar(&c.LibraryRoot, "library-root", envOr("LIBRARY_ROOT", "/library"), "absolute directory every plan's target must lie in (env LIBRARY_ROOT)")
-	fs.StringVar(&c.DownloadDir, "download-dir", envOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
-	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", envOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
-	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", envOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
+	BindLibraryRoot(fs, &c.LibraryRoot)
+	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
+	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
+	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
 	fs.StringVar(&c.QBittorrentPass, "qbittorrent-password", "", "qBittorrent WebUI password (env QBITTORRENT_PASSWORD; never logged)")
 	fs.StringVar(&c.WebhookURL, "webhook-url", "", "receiver of notify.webhook (env WEBHOOK_URL; never logged)")
 }
 
-// secretsFromEnv fills the secret fields that were not given as flags; they
+// SecretsFromEnv fills the secret fields that were not given as flags; they
 // are never defaults of a flag, so `--help` cannot print them.
-func (c *stackConfig) secretsFromEnv() {
+func (c *Config) SecretsFromEnv() {
 	c.TemporalAPIKey = orEnv(c.TemporalAPIKey, "TEMPORAL_API_KEY")
 	c.QBittorrentPass = orEnv(c.QBittorrentPass, "QBITTORRENT_PASSWORD")
 	c.WebhookURL = orEnv(c.WebhookURL, "WEBHOOK_URL")
@@ -94,10 +106,10 @@ func orEnv(v, key string) string {
 	if v != "" {
 		return v
 	}
-	return envOr(key, "")
+	return EnvOr(key, "")
 }
 
-func (c *stackConfig) validate() error {
+func (c *Config) validate() error {
 	if c.Engine != "temporal" && c.Engine != "lease" {
 		return fmt.Errorf("--engine must be temporal or lease, got %q", c.Engine)
 	}
@@ -118,10 +130,10 @@ func (c *stackConfig) validate() error {
 	return nil
 }
 
-// stack is one process's wiring: two pools (the engine has its own, ADR
+// Stack is one process's wiring: two pools (the engine has its own, ADR
 // 2.8), the registry with the nine kinds, the engine, the dispatcher, the
 // business API and the admin handler.
-type stack struct {
+type Stack struct {
 	log        *slog.Logger
 	bizPool    *pgxpool.Pool
 	enginePool *pgxpool.Pool
@@ -138,36 +150,37 @@ type stack struct {
 	admin         *admin.Server
 }
 
-// withStack builds the wiring from the flags (secrets from the
-// environment), runs fn and closes the wiring.
-func withStack(cmd *cobra.Command, g *globalConfig, c *stackConfig, fn func(*stack) error) error {
-	c.secretsFromEnv()
-	log, err := g.logger()
+// With builds the wiring from the flags (secrets from the environment),
+// runs fn and closes the wiring.
+func With(cmd *cobra.Command, g *Globals, c *Config, fn func(*Stack) error) error {
+	c.SecretsFromEnv()
+	log, err := g.Logger()
 	if err != nil {
 		return err
 	}
-	s, err := buildStack(cmd.Context(), g, *c, log)
+	s, err := Build(cmd.Context(), g, *c, log)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer s.Close()
 	return fn(s)
 }
 
-func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.Logger) (_ *stack, err error) {
+// Build wires a process from c. Close it when done.
+func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stack, err error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	s := &stack{log: log, registry: port.NewRegistry(), metrics: newMetricsRegistry()}
+	s := &Stack{log: log, registry: port.NewRegistry(), metrics: newMetricsRegistry()}
 	defer func() {
 		if err != nil {
-			s.close()
+			s.Close()
 		}
 	}()
-	if s.bizPool, err = g.pool(ctx, log, g.PoolSize); err != nil {
+	if s.bizPool, err = g.Pool(ctx, log, g.PoolSize); err != nil {
 		return nil, err
 	}
-	if s.enginePool, err = g.pool(ctx, log, g.EnginePoolSize); err != nil {
+	if s.enginePool, err = g.Pool(ctx, log, c.EnginePoolSize); err != nil {
 		return nil, err
 	}
 	qbt, err := qbittorrent.New(qbittorrent.Config{BaseURL: c.QBittorrentURL, Username: c.QBittorrentUser, Password: c.QBittorrentPass, Logger: log})
@@ -224,14 +237,15 @@ func buildStack(ctx context.Context, g *globalConfig, c stackConfig, log *slog.L
 
 // systemTLS turns TLS on with the system roots when --temporal-tls is set
 // and no CA or client certificate is given (those build their own config).
-func systemTLS(c stackConfig) *tls.Config {
+func systemTLS(c Config) *tls.Config {
 	if !c.TemporalTLS || c.TemporalCA != "" || c.TemporalCert != "" {
 		return nil
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12}
 }
 
-func (s *stack) close() {
+// Close closes the Temporal client and both pools.
+func (s *Stack) Close() {
 	if s.temporal != nil {
 		s.temporal.Close()
 	}
@@ -243,9 +257,28 @@ func (s *stack) close() {
 	}
 }
 
-// serve runs the admin handler on addr until ctx ends.
-func (s *stack) serve(ctx context.Context, addr string) (string, <-chan error, error) {
+// Plans is the business API.
+func (s *Stack) Plans() *plans.Service { return s.plans }
+
+// Serve runs the admin handler on addr until ctx ends and returns the bound
+// address and a channel that reports why serving stopped.
+func (s *Stack) Serve(ctx context.Context, addr string) (string, <-chan error, error) {
 	return listenAndServe(ctx, addr, s.admin)
+}
+
+// RunAdmin serves the admin handler on addr until ctx ends.
+func (s *Stack) RunAdmin(ctx context.Context, addr string) error {
+	bound, served, err := s.Serve(ctx, addr)
+	if err != nil {
+		return err
+	}
+	s.log.Info("admin serving", slog.String("url", "http://"+bound+"/admin"))
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-served:
+		return err
+	}
 }
 
 // listenAndServe serves h on addr until ctx ends and returns the bound

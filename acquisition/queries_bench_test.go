@@ -1,4 +1,4 @@
-package ledger
+package acquisition
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkStatements sets what building a statement with bob costs beside
-// the round trip that runs it: go test -run '^$' -bench Statements ./ledger/
+// the round trip that runs it: go test -run '^$' -bench Statements ./acquisition/
 func BenchmarkStatements(b *testing.B) {
 	ctx := context.Background()
 	id := uuid.Must(uuid.NewV7())

@@ -1,4 +1,4 @@
-package ledger
+package acquisition
 
 import (
 	"context"
@@ -8,9 +8,71 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/port"
 )
 
-// InsertPlan records a new plan; ID must be set by the caller.
+// Plan asks for one media asset: a row of the plan table.
+type Plan struct {
+	ID             uuid.UUID
+	Title          string
+	SourceType     string // magnet, url or torrent
+	Source         string // magnet link, .torrent URL, or the .torrent file in base64
+	InfoHash       string // 40 lowercase hex digits
+	TargetPath     string // absolute, inside the library root
+	ExpectedSize   int64
+	ExpectedSHA256 string // 64 lowercase hex digits
+	Status         Status
+	// CancelRequestedAt is the business cancel flag (ADR 2.4); zero when unset.
+	CancelRequestedAt time.Time
+	CancelReason      string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// CancelRequested reports whether the business cancel flag is set.
+func (p Plan) CancelRequested() bool { return !p.CancelRequestedAt.IsZero() }
+
+// Approval records the decision on a plan.
+type Approval struct {
+	ID     uuid.UUID
+	PlanID uuid.UUID
+	// Decision is the status the approval moved the plan to: Approved or
+	// Rejected.
+	Decision  Status
+	DecidedBy string
+	Note      string
+	CreatedAt time.Time
+}
+
+// DownloadState is the state of a download_task.
+type DownloadState string
+
+// The download states.
+const (
+	DownloadPlanned   DownloadState = "planned"
+	DownloadSubmitted DownloadState = "submitted"
+	DownloadCompleted DownloadState = "completed"
+	DownloadRemoved   DownloadState = "removed"
+)
+
+// DownloadTask is the download as the business sees it.
+type DownloadTask struct {
+	ID          uuid.UUID
+	PlanID      uuid.UUID
+	InfoHash    string
+	Tag         string
+	SavePath    string
+	ContentPath string // where the downloader put the payload; empty until known
+	State       DownloadState
+	Progress    float64
+	CompletedAt time.Time // zero until the download completed
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// InsertPlan records a new plan as it is, without the checks of CreatePlan;
+// ID must be set by the caller. Tests use it to build fixtures.
 func InsertPlan(ctx context.Context, q DBTX, p Plan) (Plan, error) {
 	out, err := queryOne(ctx, q, insertPlanStmt(p), scanPlan)
 	if err != nil {
@@ -33,7 +95,7 @@ func LockPlan(ctx context.Context, q DBTX, id uuid.UUID) (Plan, error) {
 func onePlan(ctx context.Context, q DBTX, id uuid.UUID, lock bool) (Plan, error) {
 	p, err := queryOne(ctx, q, selectPlanStmt(id, lock), scanPlan)
 	if err != nil {
-		return Plan{}, notFound(err, "get plan "+id.String())
+		return Plan{}, fmt.Errorf("get plan %s: %w", id, err)
 	}
 	return p, nil
 }
@@ -78,7 +140,7 @@ func InsertApproval(ctx context.Context, q DBTX, a Approval) (inserted bool, err
 // GetApproval returns the decision on a plan; found is false while undecided.
 func GetApproval(ctx context.Context, q DBTX, planID uuid.UUID) (a Approval, found bool, err error) {
 	a, err = queryOne(ctx, q, selectApprovalStmt(planID), scanApproval)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, port.ErrNotFound) {
 		return Approval{}, false, nil
 	}
 	if err != nil {
@@ -103,11 +165,7 @@ func UpsertDownload(ctx context.Context, q DBTX, d DownloadTask) (DownloadTask, 
 			return DownloadTask{}, fmt.Errorf("new download id: %w", err)
 		}
 	}
-	rows, err := q.Query(ctx, upsertDownloadSQL, id, d.PlanID, d.InfoHash, d.Tag, d.SavePath, d.State)
-	if err != nil {
-		return DownloadTask{}, fmt.Errorf("upsert download of plan %s: %w", d.PlanID, err)
-	}
-	out, err := pgx.CollectExactlyOneRow(rows, scanDownload)
+	out, err := queryOneSQL(ctx, q, scanDownload, upsertDownloadSQL, id, d.PlanID, d.InfoHash, d.Tag, d.SavePath, d.State)
 	if err != nil {
 		return DownloadTask{}, fmt.Errorf("upsert download of plan %s: %w", d.PlanID, err)
 	}
@@ -119,7 +177,7 @@ func UpsertDownload(ctx context.Context, q DBTX, d DownloadTask) (DownloadTask, 
 func GetDownload(ctx context.Context, q DBTX, planID uuid.UUID) (DownloadTask, error) {
 	d, err := queryOne(ctx, q, selectDownloadStmt(planID), scanDownload)
 	if err != nil {
-		return DownloadTask{}, notFound(err, "get download of plan "+planID.String())
+		return DownloadTask{}, fmt.Errorf("get download of plan %s: %w", planID, err)
 	}
 	return d, nil
 }
@@ -161,4 +219,11 @@ func scanDownload(row pgx.CollectableRow) (DownloadTask, error) {
 	d.Progress = float64(progress)
 	d.CompletedAt = timeOrZero(completed)
 	return d, err
+}
+
+func timeOrZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }

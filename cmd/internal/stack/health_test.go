@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/operatorservice/v1"
 
+	"github.com/taskport/taskport/internal/testkit"
 	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
@@ -34,14 +35,14 @@ func probe(t *testing.T, h *workerHealth, path string) (int, string) {
 
 // testStack wires a real stack (Postgres, the chosen engine) the way the
 // worker command does.
-func testStack(t *testing.T, engine, temporalAddr, namespace string) *stack {
+func testStack(t *testing.T, engine, temporalAddr, namespace string) *Stack {
 	t.Helper()
-	g := &globalConfig{DatabaseURL: pgtest.NewDatabase(t), LogLevel: "warn"}
-	c := stackConfig{Engine: engine, TemporalAddress: temporalAddr, TemporalNamespace: namespace, TaskQueue: "health-" + t.Name(),
+	g := &Globals{DatabaseURL: pgtest.NewDatabase(t), LogLevel: "warn"}
+	c := Config{Engine: engine, TemporalAddress: temporalAddr, TemporalNamespace: namespace, TaskQueue: "health-" + t.Name(),
 		StopTimeout: 5 * time.Second, LibraryRoot: t.TempDir(), DownloadDir: t.TempDir(), QBittorrentURL: "http://127.0.0.1:1"}
-	s, err := buildStack(context.Background(), g, c, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	s, err := Build(context.Background(), g, c, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	require.NoError(t, err)
-	t.Cleanup(s.close)
+	t.Cleanup(s.Close)
 	return s
 }
 
@@ -138,13 +139,13 @@ func waitReady(t *testing.T, addr string) {
 // probe server keeps answering during the stop, and the worker returns nil.
 func TestWorkerNotReadyBeforeStop(t *testing.T) {
 	s := testStack(t, "lease", "", "")
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	probeEngine := &stopProbe{TaskEngine: s.engine, url: "http://" + addr, readyCode: make(chan int, 1)}
 	s.engine = probeEngine
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.runWorker(ctx, stackConfig{Engine: "lease", StopTimeout: 5 * time.Second}, addr, true)
+		done <- s.RunWorker(ctx, Config{Engine: "lease", StopTimeout: 5 * time.Second}, addr, true)
 	}()
 	waitReady(t, addr)
 	cancel()
@@ -159,10 +160,10 @@ func TestWorkerExitsWhenEngineStopsForGood(t *testing.T) {
 	const ns = "health-fatal"
 	srv := devserver.Start(t, devserver.Options{Namespace: ns, SearchAttributes: temporaladapter.SearchAttributes()})
 	s := testStack(t, "temporal", srv.HostPort, ns)
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.runWorker(context.Background(), stackConfig{Engine: "temporal", StopTimeout: 5 * time.Second}, addr, true)
+		done <- s.RunWorker(context.Background(), Config{Engine: "temporal", StopTimeout: 5 * time.Second}, addr, true)
 	}()
 	waitReady(t, addr)
 

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/internal/devserver"
 	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/plans"
@@ -28,7 +29,7 @@ import (
 	"github.com/taskport/taskport/temporaladapter"
 )
 
-// runConfig tunes `taskport run`, the local all-in-one.
+// runConfig tunes the local all-in-one.
 type runConfig struct {
 	StateDir     string
 	TemporalCLI  string
@@ -42,32 +43,36 @@ type runConfig struct {
 	ExitAfterDemo bool
 }
 
-func newRunCmd(g *globalConfig) *cobra.Command {
+func newRootCmd() *cobra.Command {
 	var (
+		g  stack.Globals
+		c  stack.Config
 		rc runConfig
-		c  stackConfig
 	)
 	cmd := &cobra.Command{
-		Use:   "run",
+		Use:   "taskport-dev",
 		Short: "Local all-in-one: Temporal dev server + UI, worker, dispatcher, admin, and a demo acquisition",
-		Long: "Starts (or reuses) a Temporal dev server with its UI, migrates the schema (a local convenience: deployed " +
-			"workers never migrate), starts a private qbittorrent-nox on loopback, the worker, the outbox dispatcher and " +
+		Long: "Starts (or reuses) a Temporal dev server with its UI, creates and migrates the database (a local convenience: " +
+			"deployed workers never migrate), starts a private qbittorrent-nox on loopback, the worker, the outbox dispatcher and " +
 			"the admin UI, then runs a demo: a generated file served by a local web seed is planned, approved, " +
 			"downloaded, imported into the library, verified and cleaned up. Watch it in the Temporal UI and in /admin.",
-		Args: cobra.NoArgs,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c.secretsFromEnv()
-			log, err := g.logger()
+			c.SecretsFromEnv()
+			log, err := g.Logger()
 			if err != nil {
 				return err
 			}
-			return runLocal(cmd.Context(), g, c, rc, log)
+			return runLocal(cmd.Context(), &g, c, rc, log)
 		},
 	}
-	c.bind(cmd.Flags())
+	g.Bind(cmd)
+	c.Bind(cmd.Flags())
 	fs := cmd.Flags()
 	fs.StringVar(&rc.StateDir, "state-dir", ".cache/run", "where the library, downloads, qBittorrent profile and Temporal state live")
-	fs.StringVar(&rc.TemporalCLI, "temporal-cli", "", "temporal CLI to start the dev server with; default looked up like the tests do")
+	fs.StringVar(&rc.TemporalCLI, "temporal-cli", "", "temporal CLI to start the dev server with; default the one `make tools` installed")
 	fs.StringVar(&rc.UIPort, "ui-port", "8233", "Temporal UI port")
 	fs.StringVar(&rc.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin UI address")
 	fs.BoolVar(&rc.Demo, "demo", true, "create and approve a demo plan")
@@ -77,7 +82,7 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 	return cmd
 }
 
-func runLocal(ctx context.Context, g *globalConfig, c stackConfig, rc runConfig, log *slog.Logger) error {
+func runLocal(ctx context.Context, g *stack.Globals, c stack.Config, rc runConfig, log *slog.Logger) error {
 	state, err := filepath.Abs(rc.StateDir)
 	if err != nil {
 		return err
@@ -101,7 +106,7 @@ func runLocal(ctx context.Context, g *globalConfig, c stackConfig, rc runConfig,
 	if err := ensureDatabase(ctx, g.DatabaseURL, log); err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx, log, g.PoolSize)
+	pool, err := g.Pool(ctx, log, g.PoolSize)
 	if err != nil {
 		return err
 	}
@@ -123,25 +128,25 @@ func runLocal(ctx context.Context, g *globalConfig, c stackConfig, rc runConfig,
 	c.QBittorrentURL = qbt.BaseURL
 	log.Info("qbittorrent-nox running", slog.String("webui", qbt.BaseURL))
 
-	s, err := buildStack(ctx, g, c, log)
+	s, err := stack.Build(ctx, g, c, log)
 	if err != nil {
 		return err
 	}
-	defer s.close()
-	adminAddr, _, err := s.serve(ctx, rc.AdminAddr)
+	defer s.Close()
+	adminAddr, _, err := s.Serve(ctx, rc.AdminAddr)
 	if err != nil {
 		return err
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	workerDone := make(chan error, 1)
-	go func() { workerDone <- s.runWorker(ctx, c, "127.0.0.1:0", true) }()
+	go func() { workerDone <- s.RunWorker(ctx, c, "127.0.0.1:0", true) }()
 	log.Info("taskport running", slog.String("engine", c.Engine), slog.String("admin", "http://"+adminAddr+"/admin"))
 	if c.Engine == "temporal" {
 		log.Info("watch the runs in the Temporal UI", slog.String("ui", "http://127.0.0.1:"+rc.UIPort+"/namespaces/"+c.TemporalNamespace+"/workflows"))
 	}
 	if rc.Demo {
-		err := demo(ctx, s.plans, c, rc, state, log)
+		err := demo(ctx, s.Plans(), c, rc, state, log)
 		if err != nil {
 			log.Error("demo", slog.Any("err", err))
 		}
@@ -184,19 +189,14 @@ func ensureDatabase(ctx context.Context, rawURL string, log *slog.Logger) error 
 // ensureDevServer reuses a Temporal frontend already answering at the
 // configured address, or starts a dev server there with the UI and the
 // adapter's search attributes, persisting to the state dir.
-func ensureDevServer(ctx context.Context, c stackConfig, rc runConfig, state string, log *slog.Logger) (func(), error) {
+func ensureDevServer(ctx context.Context, c stack.Config, rc runConfig, state string, log *slog.Logger) (func(), error) {
 	if conn, err := net.DialTimeout("tcp", c.TemporalAddress, time.Second); err == nil {
 		conn.Close()
 		log.Info("reusing the Temporal server already listening", slog.String("address", c.TemporalAddress))
 		return func() {}, nil
 	}
-	if rc.TemporalCLI != "" {
-		if err := os.Setenv(devserver.EnvCLI, rc.TemporalCLI); err != nil {
-			return nil, err
-		}
-	}
 	srv, err := devserver.Launch(ctx, devserver.Options{
-		Namespace: c.TemporalNamespace, HostPort: c.TemporalAddress, UIPort: rc.UIPort,
+		CLI: rc.TemporalCLI, Namespace: c.TemporalNamespace, HostPort: c.TemporalAddress, UIPort: rc.UIPort,
 		DBFile: filepath.Join(state, "temporal.db"), LogFile: filepath.Join(state, "temporal.log"),
 		SearchAttributes: temporaladapter.SearchAttributes(),
 	})
@@ -215,7 +215,7 @@ func ensureDevServer(ctx context.Context, c stackConfig, rc runConfig, state str
 // finished" hook, which in production calls ReportDownloadComplete (the
 // business truth first, then a wake-up signal). Without it download.await
 // would still finish, on its next 10-minute check.
-func reportCompletion(ctx context.Context, c stackConfig, plan, hash string, svc *plans.Service, log *slog.Logger) {
+func reportCompletion(ctx context.Context, c stack.Config, plan, hash string, svc *plans.Service, log *slog.Logger) {
 	qbt, err := qbittorrent.New(qbittorrent.Config{BaseURL: c.QBittorrentURL, Username: c.QBittorrentUser, Password: c.QBittorrentPass})
 	if err != nil {
 		log.Error("demo completion hook", slog.Any("err", err))
@@ -246,7 +246,7 @@ func reportCompletion(ctx context.Context, c stackConfig, plan, hash string, svc
 
 // demo plans one generated file served by a local web seed, approves it
 // after rc.ApproveAfter and logs the plan's status as it moves.
-func demo(ctx context.Context, svc *plans.Service, c stackConfig, rc runConfig, state string, log *slog.Logger) error {
+func demo(ctx context.Context, svc *plans.Service, c stack.Config, rc runConfig, state string, log *slog.Logger) error {
 	mktorrent, err := exec.LookPath("mktorrent")
 	if err != nil {
 		return fmt.Errorf("mktorrent not installed (make tools installs it): %w", err)
@@ -296,7 +296,7 @@ func demo(ctx context.Context, svc *plans.Service, c stackConfig, rc runConfig, 
 		return nil
 	case <-time.After(rc.ApproveAfter):
 	}
-	if _, err := svc.Approve(ctx, p.ID.String(), "demo", "approved by taskport run"); err != nil {
+	if _, err := svc.Approve(ctx, p.ID.String(), "demo", "approved by taskport-dev"); err != nil {
 		return err
 	}
 	log.Info("demo plan approved", slog.String("plan", p.ID.String()))

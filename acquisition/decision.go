@@ -1,4 +1,4 @@
-package ledger
+package acquisition
 
 import (
 	"context"
@@ -11,6 +11,30 @@ import (
 
 	"github.com/taskport/taskport/port"
 )
+
+// DecisionStatus is the state of a pending decision.
+type DecisionStatus string
+
+// The decision statuses: open until a user resolves it as retry or abandon.
+const (
+	DecisionOpen    DecisionStatus = "open"
+	DecisionRetry   DecisionStatus = "retry"
+	DecisionAbandon DecisionStatus = "abandon"
+)
+
+// Decision is an entry of the pending-decision centre (ADR 2.6).
+type Decision struct {
+	ID         uuid.UUID
+	PlanID     uuid.UUID
+	Kind       port.Kind
+	RunID      port.RunID
+	Input      json.RawMessage // the failed run's input
+	Reason     string
+	Status     DecisionStatus
+	ResolvedBy string
+	ResolvedAt time.Time
+	CreatedAt  time.Time
+}
 
 // OpenDecision records that a run of kind exhausted its retries. Opening the
 // same (plan, kind, run) twice returns the first decision.
@@ -33,7 +57,7 @@ func OpenDecision(ctx context.Context, q DBTX, planID uuid.UUID, kind port.Kind,
 func GetDecision(ctx context.Context, q DBTX, id uuid.UUID) (Decision, error) {
 	d, err := queryOne(ctx, q, selectDecisionStmt(id), scanDecision)
 	if err != nil {
-		return Decision{}, notFound(err, "get decision "+id.String())
+		return Decision{}, fmt.Errorf("get decision %s: %w", id, err)
 	}
 	return d, nil
 }
@@ -72,31 +96,4 @@ func scanDecision(row pgx.CollectableRow) (Decision, error) {
 	err := row.Scan(&d.ID, &d.PlanID, &d.Kind, &d.RunID, &d.Input, &d.Reason, &d.Status, &d.ResolvedBy, &resolved, &d.CreatedAt)
 	d.ResolvedAt = timeOrZero(resolved)
 	return d, err
-}
-
-// TimelineEntry is one line of a plan's business timeline.
-type TimelineEntry struct {
-	At     time.Time
-	Source string // plan, approval, download, operation, handoff, decision
-	Event  string
-	Detail string
-}
-
-// Timeline returns what happened to a plan, oldest first, from business
-// tables only (ADR 2.7). An unknown plan has an empty timeline; callers that
-// need to tell it apart read the plan first.
-func Timeline(ctx context.Context, q DBTX, planID uuid.UUID) ([]TimelineEntry, error) {
-	rows, err := q.Query(ctx, timelineSQL, planID)
-	if err != nil {
-		return nil, fmt.Errorf("timeline of plan %s: %w", planID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TimelineEntry, error) {
-		var e TimelineEntry
-		err := row.Scan(&e.At, &e.Source, &e.Event, &e.Detail)
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("timeline of plan %s: %w", planID, err)
-	}
-	return out, nil
 }

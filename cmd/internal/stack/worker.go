@@ -1,0 +1,90 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.temporal.io/sdk/client"
+
+	"github.com/taskport/taskport/port"
+)
+
+// RunWorker starts the engine's worker and the dispatcher, serves health and
+// metrics, and stops gracefully when ctx ends: readiness turns off first,
+// then the dispatcher and the engine stop. When the engine's worker stops
+// for good on its own, it returns an error (the process exits non-zero and
+// is restarted).
+func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dispatch bool) error {
+	checks := []namedCheck{{"postgres", s.bizPool.Ping}}
+	if s.temporal != nil {
+		checks = append(checks, namedCheck{"temporal", func(ctx context.Context) error {
+			_, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		}})
+	}
+	var watch *dispatchWatch
+	if dispatch {
+		watch = s.dispatchWatch
+	}
+	s.health = newWorkerHealth(watch, checks...)
+
+	// The engine and the dispatcher stop when told to (stopWorker), not
+	// when ctx ends, so readiness is off before either begins to stop.
+	run := context.WithoutCancel(ctx)
+	if err := s.engine.Start(run, port.StartOptions{Concurrency: c.Concurrency}); err != nil {
+		return fmt.Errorf("start %s worker: %w", c.Engine, err)
+	}
+	if dispatch {
+		if err := s.dispatcher.Start(run); err != nil {
+			return fmt.Errorf("start dispatcher: %w", err)
+		}
+		s.dispatchWatch.setRunning(true)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+	s.health.register(mux)
+	// The probes outlive ctx: while the stop drains, /readyz answers 503
+	// instead of refusing connections, and /metrics can still be scraped.
+	serving, stopServing := context.WithCancel(run)
+	defer stopServing()
+	addr, served, err := listenAndServe(serving, metricsAddr, mux)
+	if err != nil {
+		return errors.Join(err, s.stopWorker(c.StopTimeout))
+	}
+	s.log.Info("worker running", slog.String("engine", c.Engine), slog.String("metrics", "http://"+addr+"/metrics"))
+	var fatal <-chan error // nil: the engine has no fatal path
+	if f, ok := s.engine.(fatalNotifier); ok {
+		fatal = f.Err()
+	}
+	select {
+	case <-ctx.Done():
+		s.health.beginStop()
+		s.log.Info("stop requested: not ready from now on")
+		return s.stopWorker(c.StopTimeout)
+	case err := <-served:
+		s.health.beginStop()
+		return errors.Join(fmt.Errorf("metrics server: %w", err), s.stopWorker(c.StopTimeout))
+	case err := <-fatal:
+		s.health.engineStopped(err)
+		s.log.Error("engine stopped for good: exiting", slog.String("engine", c.Engine), slog.Any("err", err))
+		return errors.Join(fmt.Errorf("%s engine stopped: %w", c.Engine, err), s.stopWorker(c.StopTimeout))
+	}
+}
+
+func (s *Stack) stopWorker(bound time.Duration) error {
+	s.log.Info("stopping: in-flight steps finish or are handed back", slog.Duration("bound", bound))
+	s.dispatcher.Stop()
+	s.dispatchWatch.setRunning(false)
+	ctx, cancel := context.WithTimeout(context.Background(), bound+5*time.Second)
+	defer cancel()
+	if err := s.engine.Stop(ctx); err != nil {
+		return fmt.Errorf("stop engine: %w", err)
+	}
+	s.log.Info("stopped")
+	return nil
+}
