@@ -30,6 +30,7 @@ import (
 
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
@@ -37,7 +38,6 @@ import (
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
 	"github.com/taskport/taskport/qbittorrent/qbtfake"
-	"github.com/taskport/taskport/runstore"
 	"github.com/taskport/taskport/workflows"
 	"github.com/taskport/taskport/workflows/flowtest"
 )

@@ -3,7 +3,10 @@
 // the run projection that stays readable after an engine forgets a run, and
 // the waiter table that makes topic-addressed signals strongly consistent.
 //
-// Adapters import this package; they never import each other.
+// Only the engines (and engine test doubles such as apptest.RecordingEngine)
+// import this package; they never import each other. It is internal so that
+// business packages reach runs through port.TaskEngine and port.Admin, never
+// through the engines' tables.
 package runstore
 
 import (
