@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
 )
@@ -53,7 +54,7 @@ func New(pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*Engine, error) {
 // Enqueue starts a run, or returns the run already recorded for
 // (kind, opts.IdempotencyKey), with no time window.
 func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	p, err := e.reg.PrepareEnqueue(kind, input, opts)
+	p, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 	if err != nil {
 		return "", err
 	}
@@ -157,7 +158,7 @@ func (e *Engine) enqueueHint() string { return "e:" + e.cfg.WorkerID }
 // EnqueueTx is Enqueue inside the caller's transaction: the run exists (and
 // workers hear of it) only if tx commits.
 func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	p, err := e.reg.PrepareEnqueue(kind, input, opts)
+	p, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 	if err != nil {
 		return "", err
 	}
@@ -188,7 +189,7 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 // later waits on the topic consumes it: an early signal is not lost. A waiter
 // consumes one signal per wait, oldest first.
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
-	raw, err := port.PrepareSignal(topic, payload)
+	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
 		return 0, err
 	}
@@ -338,7 +339,7 @@ func (e *Engine) overlayRunning(ctx context.Context, views []port.RunView) error
 // opts.Concurrency at once (0: Config.DefaultConcurrency). Waiting runs hold
 // no slot.
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
-	opts, err := port.ValidateStartOptions(opts)
+	opts, err := enginekit.ValidateStartOptions(opts)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -83,7 +84,7 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 	}
 	w.queue = make(chan queued, w.concurrency+w.prefetch)
 	for _, d := range e.reg.Definitions() {
-		if opts.Serves(d.Kind, d.Version) {
+		if enginekit.Serves(opts, d.Kind, d.Version) {
 			w.served = append(w.served, fmt.Sprintf("%s@%d", d.Kind, d.Version))
 		}
 	}

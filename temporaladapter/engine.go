@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
 )
@@ -145,7 +146,7 @@ type runInput struct {
 // Temporal's retention; one recorded but not finished is (re)started with the
 // same ID and policies, which covers a crash between the insert and the start.
 func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	prep, err := e.reg.PrepareEnqueue(kind, input, opts)
+	prep, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 	if err != nil {
 		return "", err
 	}
@@ -221,7 +222,7 @@ func summarize(raw []byte, limit int) string {
 // Signal reads the runs registered as waiting on topic in Postgres and
 // signals each. A run that finished meanwhile is skipped, not an error.
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
-	raw, err := port.PrepareSignal(topic, payload)
+	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
 		return 0, err
 	}

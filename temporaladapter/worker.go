@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -18,7 +19,7 @@ import (
 // when zero). It also starts the projection reconciler (see reconciler),
 // unless Config.ReconcileInterval is negative.
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
-	opts, err := port.ValidateStartOptions(opts)
+	opts, err := enginekit.ValidateStartOptions(opts)
 	if err != nil {
 		return err
 	}
@@ -42,7 +43,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	})
 	served := e.registerWorkflows(w, opts)
 	for _, b := range e.reg.Activities() {
-		w.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name})
+		w.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name()})
 	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start temporal worker on %s: %w", e.cfg.TaskQueue, err)
@@ -62,7 +63,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 func (e *Engine) registerWorkflows(r workflowRegistry, opts port.StartOptions) []string {
 	var served []string
 	for _, def := range e.reg.Definitions() {
-		if !opts.Serves(def.Kind, def.Version) {
+		if !enginekit.Serves(opts, def.Kind, def.Version) {
 			continue
 		}
 		name := WorkflowType(def.Kind, def.Version)

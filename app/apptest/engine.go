@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
 )
@@ -53,12 +54,12 @@ func NewRecordingEngine(pool *pgxpool.Pool, reg *port.Registry) *RecordingEngine
 // Enqueue implements port.TaskEngine.
 func (e *RecordingEngine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
 	version := 1
-	raw, err := port.EncodePayload("input", input)
+	raw, err := enginekit.EncodePayload("input", input)
 	if err != nil {
 		return "", err
 	}
 	if e.reg != nil {
-		prep, err := e.reg.PrepareEnqueue(kind, input, opts)
+		prep, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 		if err != nil {
 			return "", err
 		}
@@ -85,7 +86,7 @@ func (e *RecordingEngine) Enqueue(ctx context.Context, kind port.Kind, input any
 
 // Signal implements port.TaskEngine: it records the topic; nobody waits.
 func (e *RecordingEngine) Signal(_ context.Context, topic port.Topic, payload any) (int, error) {
-	if _, err := port.PrepareSignal(topic, payload); err != nil {
+	if _, err := enginekit.PrepareSignal(topic, payload); err != nil {
 		return 0, err
 	}
 	e.mu.Lock()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app"
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/ledger"
@@ -246,7 +247,7 @@ func (w *World) pick(t testing.TB, e Enqueued, fresh []port.Topic) (*flowtest.Ru
 // run's plan.
 func (w *World) waitsOn(run *flowtest.Run, topic port.Topic) bool {
 	var in workflows.WaitInput
-	if err := port.DecodePayload(run.Input(), &in); err != nil || in.PlanID == "" {
+	if err := enginekit.DecodePayload(run.Input(), &in); err != nil || in.PlanID == "" {
 		return false
 	}
 	return topic == workflows.ApprovalTopic(in.PlanID) || topic == workflows.DownloadTopic(in.PlanID)
