@@ -228,12 +228,8 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	}
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var old string
-		err := tx.QueryRow(ctx, cancelTaskSQL, u).Scan(&old)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("task %s: %w", id, port.ErrNotFound)
-		}
-		if err != nil {
-			return err
+		if err := runstore.InterpretError(tx.QueryRow(ctx, cancelTaskSQL, u).Scan(&old)); err != nil {
+			return fmt.Errorf("task %s: %w", id, err)
 		}
 		if old != "running" {
 			return nil

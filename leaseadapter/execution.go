@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
@@ -550,11 +549,12 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 		waitTopic *string
 		waitUntil *time.Time
 	)
-	err = tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow)
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, time.Time{}, time.Time{}, port.ErrLeaseLost
-		}
+	err = runstore.InterpretError(tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow))
+	switch {
+	case errors.Is(err, port.ErrNotFound):
+		// No task row holds this claim's lease_token any more.
+		return nil, time.Time{}, time.Time{}, port.ErrLeaseLost
+	case err != nil:
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("check claim for wait %s: %w", name, err)
 	}
 	resumed := curStep == name && waitUntil != nil && (waitTopic == nil) == (topic == "")
@@ -565,11 +565,11 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	var outcome any
 	if topic != "" {
 		var payload json.RawMessage
-		err := tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload)
+		err := runstore.InterpretError(tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload))
 		switch {
 		case err == nil:
 			outcome = waitOutcome{Received: true, Payload: payload}
-		case !errors.Is(err, pgx.ErrNoRows):
+		case !errors.Is(err, port.ErrNotFound): // not found: no signal waiting
 			return nil, time.Time{}, time.Time{}, fmt.Errorf("consume signal on %s: %w", topic, err)
 		case !deadline.After(dbNow):
 			outcome = waitOutcome{}

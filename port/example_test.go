@@ -13,9 +13,12 @@ import (
 
 // The types of the README's "Using it" snippet.
 type (
-	ImportIn struct{ PlanID, Target string }
-	CopyIn   struct{ PlanID, Target string }
-	CopyOut  struct{ Bytes int64 }
+	ImportIn struct {
+		PlanID, Target string
+		Bytes          int64
+	}
+	CopyIn  struct{ PlanID, Target string }
+	CopyOut struct{ Bytes int64 }
 )
 
 // Activities are declared where they are called (a kind's package) by name

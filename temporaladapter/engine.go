@@ -21,7 +21,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -196,8 +195,7 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 		opts.StartDelay = d
 	}
 	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input, Generation: run.Seq})
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if err != nil && !errors.As(err, &started) {
+	if err = interpretError(err); err != nil && !errors.Is(err, errWorkflowExists) {
 		return fmt.Errorf("start workflow of run %s: %w", run.ID, err)
 	}
 	return nil
@@ -232,10 +230,9 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 	}
 	delivered := 0
 	for _, id := range ids {
-		err := e.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), raw)
-		var nf *serviceerror.NotFound
+		err := interpretError(e.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), raw))
 		switch {
-		case errors.As(err, &nf):
+		case errors.Is(err, port.ErrNotFound):
 		case err != nil:
 			return delivered, fmt.Errorf("signal run %s on %s: %w", id, topic, err)
 		default:
@@ -256,9 +253,8 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	if run.Status.Terminal() {
 		return nil
 	}
-	err = e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	err = interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason}))
+	if errors.Is(err, port.ErrNotFound) {
 		// Never started (a crash between insert and start) or already
 		// gone: nothing will run it, so the projection says canceled.
 		return runstore.Project(ctx, e.pool, id, runstore.Projection{Status: port.StatusCanceled, LastError: reason})

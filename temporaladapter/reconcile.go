@@ -10,7 +10,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/internal/runstore"
@@ -140,8 +139,7 @@ func (r *reconciler) round(ctx context.Context) (int, error) {
 func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunView, fixed bool, err error) {
 	wid := WorkflowID(run.ID)
 	desc, err := e.client.DescribeWorkflow(ctx, wid, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	if err = interpretError(err); errors.Is(err, port.ErrNotFound) {
 		return run.RunView, false, nil
 	}
 	if err != nil {
