@@ -54,6 +54,25 @@ func (s Status) Valid() bool {
 // retention window: the Postgres row with UNIQUE(kind, idempotency_key) is the
 // authority on both engines. Callers normally do not call Enqueue directly but
 // write an outbox row in their business transaction (ADR 2.1).
+//
+// Lifecycle. Enqueue, Signal, Cancel and Get work whether or not the engine
+// serves; Start makes the process serve (run steps) and Stop ends it. The
+// rules are the same for both engines and for the outbox dispatcher:
+//   - Start on a serving engine returns ErrAlreadyStarted and changes
+//     nothing; a Start that fails leaves the engine stopped.
+//   - Stop before any Start, and a second Stop, return nil and do nothing.
+//   - Stop always ends the serving: an error reports what did not stop
+//     cleanly within its bound (steps not handed back, a drain still going
+//     on), never an engine that still serves.
+//   - Start after Stop serves again: engines are restartable.
+//   - The engine serves until Stop, not until Start's context ends.
+//   - Done is closed while the engine does not serve: before the first
+//     Start, after Stop, and once a fatal error stopped it on its own (the
+//     Temporal worker gave up, e.g. its namespace was deleted). Err then
+//     returns that error, until the next Start; after a graceful Stop it is
+//     nil. A process watches Done after Start and exits (or turns unready and
+//     unlive) when it closes without a Stop. An engine stopped by a fatal
+//     error still takes a Stop, which releases what it holds.
 type TaskEngine interface {
 	// Enqueue starts a run of the current version of kind, or returns the run
 	// already recorded for (kind, opts.IdempotencyKey). The input is not
@@ -74,8 +93,15 @@ type TaskEngine interface {
 	// serving; work happens in the background until Stop.
 	Start(ctx context.Context, opts StartOptions) error
 	// Stop is graceful: in-flight steps finish or are handed back to another
-	// worker within the engine's documented bound. Safe to call twice.
+	// worker within the engine's documented bound (or ctx's deadline, if
+	// earlier). Safe to call twice, and before Start.
 	Stop(ctx context.Context) error
+	// Done is closed when the engine stops serving: after Stop, or on a fatal
+	// error. Each Start makes a new channel: take it after Start returned.
+	Done() <-chan struct{}
+	// Err is nil while the engine serves and after a graceful Stop; once a
+	// fatal error stopped it, Err returns that error until the next Start.
+	Err() error
 }
 
 // Callers: EnqueueOptions tune one Enqueue call.

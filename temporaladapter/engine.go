@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
 
@@ -85,8 +85,12 @@ func parseWorkflowType(t string) (port.Kind, int) {
 	return port.Kind(t[:i]), v
 }
 
-// Engine is the Temporal implementation of port.TaskEngine.
+// Engine is the Temporal implementation of port.TaskEngine. Its lifecycle
+// (Start, Stop, Done, Err) follows the port's rules through
+// internal/startstop.
 type Engine struct {
+	startstop.Base
+
 	client client.Client
 	pool   *pgxpool.Pool
 	reg    *port.Registry
@@ -94,10 +98,9 @@ type Engine struct {
 	logger *slog.Logger
 	books  *bookkeeping
 
-	mu     sync.Mutex
-	worker worker.Worker // nil unless started
-	recon  *reconciler   // nil unless started with ReconcileInterval > 0
-	fatal  chan error    // buffered 1: the first fatal worker error
+	// Set by Start and cleared by Stop, which startstop serializes.
+	worker worker.Worker
+	recon  *reconciler // nil unless started with ReconcileInterval > 0
 }
 
 // New builds an engine over a connected client (see Dial), the Postgres pool
@@ -117,7 +120,6 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 		cfg:    cfg,
 		logger: cfg.Logger,
 		books:  &bookkeeping{pool: pool, logger: cfg.Logger},
-		fatal:  make(chan error, 1),
 	}, nil
 }
 

@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
 
@@ -56,11 +56,11 @@ var errReconcilerStopped = errors.New("temporal projection reconciler stopped")
 // database; the lock ends with the round's transaction.
 const reconcileLockSQL = `SELECT pg_try_advisory_xact_lock(hashtextextended('taskport.temporal.reconcile', 0))`
 
-// startReconciler runs the loop until stop. Its context derives from ctx
-// without its cancellation: it lives until Stop, not until Start's caller
-// returns.
+// startReconciler runs the loop until stop. ctx is the engine's service
+// context (startstop): it lives until Stop, and a fatal worker error cancels
+// it, which ends the loop too.
 func (e *Engine) startReconciler(ctx context.Context) *reconciler {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	ctx, cancel := context.WithCancelCause(ctx)
 	r := &reconciler{e: e, cancel: cancel, done: make(chan struct{})}
 	go r.loop(ctx)
 	return r
@@ -74,14 +74,7 @@ func (r *reconciler) stop() {
 
 func (r *reconciler) loop(ctx context.Context) {
 	defer close(r.done)
-	tick := time.NewTicker(r.e.cfg.ReconcileInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	startstop.Every(ctx, r.e.cfg.ReconcileInterval, func(ctx context.Context) {
 		corrected, err := r.round(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -89,7 +82,7 @@ func (r *reconciler) loop(ctx context.Context) {
 		case corrected > 0:
 			r.e.logger.InfoContext(ctx, "reconciled run projections with Temporal", slog.Int("corrected", corrected))
 		}
-	}
+	})
 }
 
 // round checks one batch if this worker holds the round's lock, and returns

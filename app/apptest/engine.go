@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
 
@@ -29,8 +30,11 @@ type Enqueued struct {
 // Enqueue is idempotent on (kind, key) through the shared run store
 // (taskport.run), validates like a real engine when given a registry, and
 // Cancel records the cancel there. Tests drive the recorded runs themselves
-// (World.Drive).
+// (World.Drive). Its Start and Stop run nothing but follow the port's
+// lifecycle rules (internal/startstop), as a real engine's do.
 type RecordingEngine struct {
+	startstop.Base
+
 	pool *pgxpool.Pool
 	reg  *port.Registry // nil: accept any kind at version 1
 
@@ -128,10 +132,14 @@ func (e *RecordingEngine) ListRuns(ctx context.Context, f port.RunFilter) ([]por
 }
 
 // Start implements port.TaskEngine; the engine runs nothing.
-func (e *RecordingEngine) Start(context.Context, port.StartOptions) error { return nil }
+func (e *RecordingEngine) Start(ctx context.Context, _ port.StartOptions) error {
+	return startstop.Start(ctx, &e.Base, func(context.Context) error { return nil })
+}
 
 // Stop implements port.TaskEngine.
-func (e *RecordingEngine) Stop(context.Context) error { return nil }
+func (e *RecordingEngine) Stop(ctx context.Context) error {
+	return startstop.Stop(ctx, &e.Base, func(context.Context) error { return nil })
+}
 
 // Enqueued returns the accepted Enqueue calls in order.
 func (e *RecordingEngine) Enqueued() []Enqueued {

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -115,7 +116,11 @@ func NewWorld(t testing.TB, opts Options) *World {
 	require.True(t, ok, "the engine %T does not list runs (port.Admin)", w.Engine)
 	w.Dispatcher, err = outbox.NewDispatcher(w.Pool, w.Engine, runs, outbox.Config{})
 	require.NoError(t, err)
-	t.Cleanup(w.Dispatcher.Stop)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, w.Dispatcher.Stop(ctx))
+	})
 	return w
 }
 

@@ -55,7 +55,7 @@ func (s *stack) runWorker(ctx context.Context, c stackConfig, metricsAddr string
 	if dispatch {
 		watch = s.dispatchWatch
 	}
-	s.health = newWorkerHealth(watch, checks...)
+	s.health = newWorkerHealth(s.engine, watch, checks...)
 
 	// The engine and the dispatcher stop when told to (stopWorker), not
 	// when ctx ends, so readiness is off before either begins to stop.
@@ -81,10 +81,6 @@ func (s *stack) runWorker(ctx context.Context, c stackConfig, metricsAddr string
 		return errors.Join(err, s.stopWorker(c.StopTimeout))
 	}
 	s.log.Info("worker running", slog.String("engine", c.Engine), slog.String("metrics", "http://"+addr+"/metrics"))
-	var fatal <-chan error // nil: the engine has no fatal path
-	if f, ok := s.engine.(fatalNotifier); ok {
-		fatal = f.Err()
-	}
 	select {
 	case <-ctx.Done():
 		s.health.beginStop()
@@ -93,8 +89,11 @@ func (s *stack) runWorker(ctx context.Context, c stackConfig, metricsAddr string
 	case err := <-served:
 		s.health.beginStop()
 		return errors.Join(fmt.Errorf("metrics server: %w", err), s.stopWorker(c.StopTimeout))
-	case err := <-fatal:
-		s.health.engineStopped(err)
+	case <-s.engine.Done(): // stopped serving without a Stop: a fatal error
+		err := s.engine.Err()
+		if err == nil {
+			err = errors.New("stopped serving without a Stop")
+		}
 		s.log.Error("engine stopped for good: exiting", slog.String("engine", c.Engine), slog.Any("err", err))
 		return errors.Join(fmt.Errorf("%s engine stopped: %w", c.Engine, err), s.stopWorker(c.StopTimeout))
 	}
@@ -102,12 +101,12 @@ func (s *stack) runWorker(ctx context.Context, c stackConfig, metricsAddr string
 
 func (s *stack) stopWorker(bound time.Duration) error {
 	s.log.Info("stopping: in-flight steps finish or are handed back", slog.Duration("bound", bound))
-	s.dispatcher.Stop()
-	s.dispatchWatch.setRunning(false)
 	ctx, cancel := context.WithTimeout(context.Background(), bound+5*time.Second)
 	defer cancel()
-	if err := s.engine.Stop(ctx); err != nil {
-		return fmt.Errorf("stop engine: %w", err)
+	derr := s.dispatcher.Stop(ctx)
+	s.dispatchWatch.setRunning(false)
+	if err := errors.Join(derr, s.engine.Stop(ctx)); err != nil {
+		return fmt.Errorf("stop: %w", err)
 	}
 	s.log.Info("stopped")
 	return nil
