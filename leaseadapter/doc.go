@@ -100,5 +100,7 @@
 //
 // Stop stops claiming, lets in-flight runs reach their next Flow call (they
 // then hand themselves back), and after StopTimeout hands back the rest:
-// lease released, status pending, step context canceled.
+// lease released, status pending, step context canceled. Start and Stop
+// follow the port's lifecycle rules (internal/startstop): a stopped engine
+// starts again with a fresh worker (loops, committers, queue).
 package leaseadapter
