@@ -15,10 +15,10 @@ import (
 
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 )
 
 func newServer(t *testing.T) (*apptest.World, *httptest.Server) {

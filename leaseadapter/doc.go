@@ -28,7 +28,7 @@
 // otherwise go idle. An executor replays each handler from the start:
 // completed steps return their stored result after their (seq, name) is
 // checked against the history (a mismatch fails the run with a
-// *port.NondeterminismError). A new step's result is committed by a
+// *enginekit.NondeterminismError). A new step's result is committed by a
 // statement that checks lease_token on the task row in the same
 // transaction; nothing of an attempt whose lease is gone is written.
 // Commits from all runs of a worker (and the Enqueue calls of its process
@@ -100,5 +100,7 @@
 //
 // Stop stops claiming, lets in-flight runs reach their next Flow call (they
 // then hand themselves back), and after StopTimeout hands back the rest:
-// lease released, status pending, step context canceled.
+// lease released, status pending, step context canceled. Start and Stop
+// follow the port's lifecycle rules (internal/startstop): a stopped engine
+// starts again with a fresh worker (loops, committers, queue).
 package leaseadapter

@@ -12,30 +12,37 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
-)
-
-var (
-	_ port.TaskEngine = (*Engine)(nil)
-	_ port.Admin      = (*Engine)(nil)
 )
 
 // Engine is the Postgres lease-table engine. Enqueue, Signal, Cancel, Get
-// and ListRuns work without Start; Start makes the process a worker.
+// and ListRuns work without Start; Start makes the process a worker. Its
+// lifecycle (Start, Stop, Done, Err) follows the port's rules through
+// internal/startstop: a stopped engine starts again with a new worker. It
+// has no fatal error of its own: its loops log and retry until Stop.
 type Engine struct {
+	startstop.Base
+
 	pool *pgxpool.Pool
 	reg  *port.Registry
 	cfg  Config
 
-	mu      sync.Mutex
-	worker  *worker
-	stopped bool
+	mu     sync.Mutex
+	worker *worker // between Start and the beginning of Stop
 
 	notifyMu   sync.Mutex
 	lastNotify time.Time
 	trailing   bool // a trailing NOTIFY is scheduled
 }
+
+// Engine serves callers (port.TaskEngine) and operators (port.Admin).
+var (
+	_ port.TaskEngine = (*Engine)(nil)
+	_ port.Admin      = (*Engine)(nil)
+)
 
 // New returns an engine over pool (the schema must be migrated; the engine
 // never migrates) running the definitions and activities of reg.
@@ -53,7 +60,7 @@ func New(pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*Engine, error) {
 // Enqueue starts a run, or returns the run already recorded for
 // (kind, opts.IdempotencyKey), with no time window.
 func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	p, err := e.reg.PrepareEnqueue(kind, input, opts)
+	p, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 	if err != nil {
 		return "", err
 	}
@@ -157,7 +164,7 @@ func (e *Engine) enqueueHint() string { return "e:" + e.cfg.WorkerID }
 // EnqueueTx is Enqueue inside the caller's transaction: the run exists (and
 // workers hear of it) only if tx commits.
 func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	p, err := e.reg.PrepareEnqueue(kind, input, opts)
+	p, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 	if err != nil {
 		return "", err
 	}
@@ -188,7 +195,7 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 // later waits on the topic consumes it: an early signal is not lost. A waiter
 // consumes one signal per wait, oldest first.
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
-	raw, err := port.PrepareSignal(topic, payload)
+	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
 		return 0, err
 	}
@@ -227,12 +234,8 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	}
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var old string
-		err := tx.QueryRow(ctx, cancelTaskSQL, u).Scan(&old)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("task %s: %w", id, port.ErrNotFound)
-		}
-		if err != nil {
-			return err
+		if err := runstore.InterpretError(tx.QueryRow(ctx, cancelTaskSQL, u).Scan(&old)); err != nil {
+			return fmt.Errorf("task %s: %w", id, err)
 		}
 		if old != "running" {
 			return nil
@@ -250,19 +253,13 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 func (e *Engine) serving() *worker {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.stopped || e.worker == nil {
-		return nil
-	}
 	return e.worker
 }
 
 // pokeLocal wakes this process's own worker, if any, without waiting for
 // the notification to come back from the server.
 func (e *Engine) pokeLocal() {
-	e.mu.Lock()
-	w := e.worker
-	e.mu.Unlock()
-	if w != nil {
+	if w := e.serving(); w != nil {
 		w.poke()
 	}
 }
@@ -336,27 +333,26 @@ func (e *Engine) overlayRunning(ctx context.Context, views []port.RunView) error
 // Start makes this process a worker: it claims runs of the (kind, version)
 // pairs it serves (opts.Versions; nil: every registered definition), at most
 // opts.Concurrency at once (0: Config.DefaultConcurrency). Waiting runs hold
-// no slot.
+// no slot. The lifecycle rules are the port's (port.TaskEngine).
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
-	opts, err := port.ValidateStartOptions(opts)
+	opts, err := enginekit.ValidateStartOptions(opts)
 	if err != nil {
 		return err
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.worker != nil || e.stopped {
-		return port.ErrAlreadyStarted
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = e.cfg.DefaultConcurrency
 	}
-	w := newWorker(e, opts)
-	if len(w.served) == 0 {
-		return &port.FieldError{Field: "versions", Reason: "the worker serves no registered definition"}
-	}
-	w.start(ctx)
-	e.worker = w
-	return nil
+	return startstop.Start(ctx, &e.Base, func(ctx context.Context) error {
+		w := newWorker(e, opts)
+		if len(w.served) == 0 {
+			return &port.FieldError{Field: "versions", Reason: "the worker serves no registered definition"}
+		}
+		w.start(ctx)
+		e.mu.Lock()
+		e.worker = w
+		e.mu.Unlock()
+		return nil
+	})
 }
 
 // Stop stops claiming and lets in-flight runs reach their next commit point
@@ -364,15 +360,17 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 // Config.StopTimeout (or ctx's deadline, if earlier) are handed back: their
 // lease is released, their status is pending, their step context is canceled
 // and nothing more of their attempt is committed. Stop returns within that
-// bound plus one round trip per handed-back run. Safe to call twice.
+// bound plus one round trip per handed-back run. The lifecycle rules are the
+// port's (port.TaskEngine): safe to call twice and before Start, and Start
+// serves again afterwards.
 func (e *Engine) Stop(ctx context.Context) error {
-	e.mu.Lock()
-	w := e.worker
-	already := e.stopped
-	e.stopped = true
-	e.mu.Unlock()
-	if w == nil || already {
-		return nil
-	}
-	return w.stop(ctx)
+	return startstop.Stop(ctx, &e.Base, func(ctx context.Context) error {
+		// From here on enqueues commit on the pool and pokes go nowhere: the
+		// worker is stopping.
+		e.mu.Lock()
+		w := e.worker
+		e.worker = nil
+		e.mu.Unlock()
+		return w.stop(ctx)
+	})
 }

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 )
 
 // execution is one claim of one run, from the claim to the release.
@@ -117,12 +117,12 @@ func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
 	case herr == nil:
 		w.finish(dbCtx, ex, port.StatusSucceeded, "", f.held)
 	default:
-		var can *port.ContinueAsNewError
-		if errors.As(herr, &can) {
-			w.continueAsNew(dbCtx, ex, can.Input)
+		next, err := enginekit.ContinueAsNew(herr)
+		if next != nil {
+			w.continueAsNew(dbCtx, ex, next)
 			return
 		}
-		w.finish(dbCtx, ex, port.StatusFailed, herr.Error(), f.held)
+		w.finish(dbCtx, ex, port.StatusFailed, err.Error(), f.held)
 	}
 }
 
@@ -185,7 +185,7 @@ type flow struct {
 	runCtx    context.Context // canceled on lost lease, cancel, hard stop
 	dbCtx     context.Context // for commits: outlives runCtx
 	log       *slog.Logger
-	seq       port.StepSequence
+	seq       enginekit.StepSequence
 	now       time.Time
 	replaying bool
 	newSteps  int  // steps run (not replayed) in this claim
@@ -258,7 +258,7 @@ func (f *flow) next(name string) (int, *historyEntry, error) {
 	}
 	if seq < len(f.ex.history) {
 		h := &f.ex.history[seq]
-		if err := port.CheckReplay(seq, name, h.Name); err != nil {
+		if err := enginekit.CheckReplay(seq, name, h.Name); err != nil {
 			panic(unwind{why: "nondeterminism", fatal: err})
 		}
 		f.now = h.At
@@ -314,7 +314,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 			}
 			return se
 		}
-		return port.DecodePayload(h.Result, out)
+		return enginekit.DecodePayload(h.Result, out)
 	}
 	if err := f.gate(); err != nil {
 		return err
@@ -323,11 +323,11 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 	if err != nil {
 		return fmt.Errorf("step %s: %w", name, err)
 	}
-	o, err := port.ResolveStepOptions(f.def, opts...)
+	o, err := enginekit.ResolveStepOptions(f.def, opts...)
 	if err != nil {
 		return fmt.Errorf("step %s: %w", name, err)
 	}
-	raw, err := port.EncodePayload("input", in)
+	raw, err := enginekit.EncodePayload("input", in)
 	if err != nil {
 		return fmt.Errorf("step %s: %w", name, err)
 	}
@@ -347,7 +347,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		actErr = fmt.Errorf("out of attempts through lost leases: the worker running attempt %d of %d died or stalled past its lease",
 			f.ex.stepAttempts, o.Retry.MaxAttempts)
 	} else {
-		result, actErr = f.invoke(binding, raw, name, activity, attempt, o)
+		result, actErr = f.invoke(binding, raw, name, attempt, o)
 		f.checkLease()
 		if errors.Is(context.Cause(f.runCtx), port.ErrCanceled) {
 			// Whatever the step returned, nothing after it starts.
@@ -361,7 +361,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		} else {
 			f.held = &heldStep{seq: seq, name: name, result: result, attempt: attempt}
 		}
-		return port.DecodePayload(result, out)
+		return enginekit.DecodePayload(result, out)
 	}
 	final := port.IsNonRetryable(actErr) || attempt >= o.Retry.MaxAttempts
 	if !final {
@@ -372,8 +372,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		f.w.wakeAt(res.at.Add(backoff), res.at)
 		panic(unwind{why: "retry backoff"})
 	}
-	se := &port.StepError{Step: name, Activity: activity, Attempts: attempt, Message: actErr.Error(),
-		NonRetryable: port.IsNonRetryable(actErr)}
+	se := enginekit.StepFailed(name, activity, attempt, actErr.Error(), port.IsNonRetryable(actErr))
 	enc, err := json.Marshal(se)
 	if err != nil {
 		return fmt.Errorf("encode failure of step %s: %w", name, err)
@@ -406,29 +405,26 @@ var (
 	errHeartbeatTimeout = errors.New("step missed its heartbeat timeout")
 )
 
-func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step, activity string, attempt int, o port.StepOptions) (out json.RawMessage, err error) {
+// invoke runs one attempt through the engines' one activity runtime
+// (enginekit.RunActivity), with the lease engine's fencing token, under the
+// attempt's timeout and heartbeat timeout, which this engine enforces itself.
+func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step string, attempt int, o port.StepOptions) (json.RawMessage, error) {
 	ctx, cancel := context.WithCancelCause(f.runCtx)
 	defer cancel(nil)
 	ctx, cancelT := context.WithTimeoutCause(ctx, o.Timeout, errAttemptTimeout)
 	defer cancelT()
-	rt := &runtime{ex: f.ex, info: port.StepInfo{
-		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Activity: activity,
-		Attempt: attempt,
-		Token: port.FencingToken{Scope: string(f.ex.runID()) + "/" + step, Epoch: f.ex.claims, Nonce: f.ex.token.String(),
-			Generation: f.ex.generation},
-	}}
+	hb := &heartbeat{ex: f.ex}
 	if o.HeartbeatTimeout > 0 {
-		rt.watchdog = time.AfterFunc(o.HeartbeatTimeout, func() { cancel(errHeartbeatTimeout) })
-		rt.hbTimeout = o.HeartbeatTimeout
-		defer rt.watchdog.Stop()
+		hb.watchdog = time.AfterFunc(o.HeartbeatTimeout, func() { cancel(errHeartbeatTimeout) })
+		hb.timeout = o.HeartbeatTimeout
+		defer hb.watchdog.Stop()
 	}
 	f.ex.setStep(step)
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("activity %s panicked: %v", activity, p)
-		}
-	}()
-	out, err = b.Invoke(port.WithActivityRuntime(ctx, rt), raw)
+	info := port.StepInfo{
+		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Attempt: attempt,
+		Token: enginekit.LeaseToken(f.ex.runID(), step, f.ex.claims, f.ex.token.String(), f.ex.generation),
+	}
+	out, err := enginekit.RunActivity(ctx, b, info, hb, raw)
 	if err == nil && ctx.Err() != nil {
 		// The attempt ran past its timeout or heartbeat timeout; its result
 		// is not trusted, like Temporal's.
@@ -437,28 +433,27 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step, activit
 	return out, err
 }
 
-// runtime is the port.ActivityRuntime of one attempt.
-type runtime struct {
-	ex        *execution
-	info      port.StepInfo
-	watchdog  *time.Timer
-	hbTimeout time.Duration
+// heartbeat is the lease engine's half of the activity runtime
+// (enginekit.Beater) for one attempt.
+type heartbeat struct {
+	ex       *execution
+	watchdog *time.Timer // nil without a heartbeat timeout
+	timeout  time.Duration
 }
 
-func (r *runtime) Info() port.StepInfo { return r.info }
-
-// Heartbeat keeps the heartbeat timeout from firing and records progress;
-// the worker writes it with its next lease renewal.
-func (r *runtime) Heartbeat(ctx context.Context, progress any) error {
-	if r.watchdog != nil {
-		r.watchdog.Reset(r.hbTimeout)
+// Beat keeps the heartbeat timeout from firing and records progress; the
+// worker writes it with its next lease renewal. A cancel or a lost lease
+// shows as the cause of the attempt's context, which port.Heartbeat checks.
+func (h *heartbeat) Beat(_ context.Context, progress any) error {
+	if h.watchdog != nil {
+		h.watchdog.Reset(h.timeout)
 	}
 	if progress != nil {
-		if b, err := port.EncodePayload("progress", progress); err == nil {
-			r.ex.setProgress(string(b))
+		if b, err := enginekit.EncodePayload("progress", progress); err == nil {
+			h.ex.setProgress(string(b))
 		}
 	}
-	return port.StopReason(ctx)
+	return nil
 }
 
 // waitOutcome is the recorded result of a WaitSignal.
@@ -473,10 +468,10 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		return false, err
 	}
 	if h == nil {
-		if err := port.ValidateTopic(topic); err != nil {
+		if err := enginekit.ValidateTopic(topic); err != nil {
 			return false, err
 		}
-		if err := port.ValidateTimeout("timeout", timeout); err != nil {
+		if err := enginekit.ValidateTimeout("timeout", timeout); err != nil {
 			return false, err
 		}
 		if err := f.gate(); err != nil {
@@ -489,7 +484,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		return false, fmt.Errorf("decode recorded wait %s: %w", name, err)
 	}
 	if o.Received {
-		if err := port.DecodePayload(o.Payload, payload); err != nil {
+		if err := enginekit.DecodePayload(o.Payload, payload); err != nil {
 			return true, fmt.Errorf("decode signal payload of %s: %w", name, err)
 		}
 	}
@@ -504,7 +499,7 @@ func (f *flow) Sleep(name string, d time.Duration) error {
 	if h != nil {
 		return nil
 	}
-	if err := port.ValidateTimeout("duration", d); err != nil {
+	if err := enginekit.ValidateTimeout("duration", d); err != nil {
 		return err
 	}
 	if err := f.gate(); err != nil {
@@ -554,11 +549,12 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 		waitTopic *string
 		waitUntil *time.Time
 	)
-	err = tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow)
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, time.Time{}, time.Time{}, port.ErrLeaseLost
-		}
+	err = runstore.InterpretError(tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow))
+	switch {
+	case errors.Is(err, port.ErrNotFound):
+		// No task row holds this claim's lease_token any more.
+		return nil, time.Time{}, time.Time{}, port.ErrLeaseLost
+	case err != nil:
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("check claim for wait %s: %w", name, err)
 	}
 	resumed := curStep == name && waitUntil != nil && (waitTopic == nil) == (topic == "")
@@ -569,11 +565,11 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	var outcome any
 	if topic != "" {
 		var payload json.RawMessage
-		err := tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload)
+		err := runstore.InterpretError(tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload))
 		switch {
 		case err == nil:
 			outcome = waitOutcome{Received: true, Payload: payload}
-		case !errors.Is(err, pgx.ErrNoRows):
+		case !errors.Is(err, port.ErrNotFound): // not found: no signal waiting
 			return nil, time.Time{}, time.Time{}, fmt.Errorf("consume signal on %s: %w", topic, err)
 		case !deadline.After(dbNow):
 			outcome = waitOutcome{}

@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
 
@@ -83,20 +85,20 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 	}
 	w.queue = make(chan queued, w.concurrency+w.prefetch)
 	for _, d := range e.reg.Definitions() {
-		if opts.Serves(d.Kind, d.Version) {
+		if enginekit.Serves(opts, d.Kind, d.Version) {
 			w.served = append(w.served, fmt.Sprintf("%s@%d", d.Kind, d.Version))
 		}
 	}
 	return w
 }
 
-// start launches the loops. Their contexts derive from ctx without its
-// cancellation: the worker lives until Stop, not until Start's caller returns.
+// start launches the loops. ctx is the engine's service context
+// (startstop): it lives until Stop, not until Start's caller returns, and
+// the loops' contexts derive from it.
 func (w *worker) start(ctx context.Context) {
-	base := context.WithoutCancel(ctx)
-	serviceCtx, cancelService := context.WithCancelCause(base)
-	loopCtx, cancelLoops := context.WithCancelCause(base)
-	runCtx, cancelRuns := context.WithCancelCause(base)
+	serviceCtx, cancelService := context.WithCancelCause(ctx)
+	loopCtx, cancelLoops := context.WithCancelCause(ctx)
+	runCtx, cancelRuns := context.WithCancelCause(ctx)
 	w.cancelLoops, w.cancelRuns, w.cancelCommitter = cancelLoops, cancelRuns, cancelService
 	w.runCtx, w.dbCtx = runCtx, serviceCtx
 
@@ -403,20 +405,13 @@ func (w *worker) forget(ex *execution) {
 // interval, and cancels the context of a run that was canceled
 // (port.ErrCanceled) or whose lease is gone (port.ErrLeaseLost).
 func (w *worker) heartbeater(ctx context.Context) {
-	tick := time.NewTicker(w.e.cfg.HeartbeatInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	startstop.Every(ctx, w.e.cfg.HeartbeatInterval, func(ctx context.Context) {
 		if err := w.heartbeat(ctx); err != nil && ctx.Err() == nil {
 			// Unknown outcome: keep going; a lease that did expire shows up
 			// as missing at the next successful heartbeat.
 			w.log.Warn("heartbeat failed", slog.Any("error", err))
 		}
-	}
+	})
 }
 
 func (w *worker) heartbeat(ctx context.Context) error {
@@ -468,22 +463,15 @@ func (w *worker) heartbeat(ctx context.Context) error {
 // reaper settles expired leases every poll interval (see reapSQL) and
 // samples the queue depth.
 func (w *worker) reaper(ctx context.Context) {
-	tick := time.NewTicker(w.e.cfg.PollInterval)
-	defer tick.Stop()
 	_, sampleDepth := w.e.cfg.Metrics.(noMetrics)
 	sampleDepth = !sampleDepth
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	startstop.Every(ctx, w.e.cfg.PollInterval, func(ctx context.Context) {
 		var requeued, dead, canceled int
 		if err := w.e.pool.QueryRow(ctx, reapSQL, w.e.cfg.BatchSize*16).Scan(&requeued, &dead, &canceled); err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("reap expired leases failed", slog.Any("error", err))
 			}
-			continue
+			return
 		}
 		if requeued+dead+canceled > 0 {
 			w.log.Info("reaped expired leases", slog.Int("requeued", requeued), slog.Int("dead", dead), slog.Int("canceled", canceled))
@@ -497,7 +485,7 @@ func (w *worker) reaper(ctx context.Context) {
 				w.e.cfg.Metrics.QueueDepth(depth)
 			}
 		}
-	}
+	})
 }
 
 // listen holds a dedicated connection on LISTEN. Any loss of it only delays

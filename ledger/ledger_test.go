@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
@@ -193,13 +194,10 @@ func TestCommitWithStaleTokenIsFencedAndWritesNothing(t *testing.T) {
 	require.ErrorIs(t, ledger.Commit(ctx, pool, current, "twice"), port.ErrFenced)
 }
 
-// runtime is the activity side of a step for Run.
-type runtime struct{ info port.StepInfo }
-
-func (r runtime) Info() port.StepInfo                  { return r.info }
-func (r runtime) Heartbeat(context.Context, any) error { return nil }
+// stepCtx is the context of an activity running as the step with this
+// token, as an engine gives it to the body Run is called from.
 func stepCtx(scope string, epoch int64) context.Context {
-	return port.WithActivityRuntime(context.Background(), runtime{info: port.StepInfo{Token: tok(scope, epoch)}})
+	return enginekit.WithStep(context.Background(), port.StepInfo{Token: tok(scope, epoch)}, nil)
 }
 
 func TestRunReconcilesAfterInterruptedAttemptAndReturnsStoredResult(t *testing.T) {

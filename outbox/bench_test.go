@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -22,8 +21,7 @@ func BenchmarkCommitToRunStart(b *testing.B) {
 	eng := apptest.NewRecordingEngine(pool, nil)
 	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{PollInterval: time.Minute})
 	require.NoError(b, err)
-	require.NoError(b, d.Start(context.Background()))
-	b.Cleanup(d.Stop)
+	start(b, d)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {

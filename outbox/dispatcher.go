@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
 
@@ -80,16 +81,20 @@ func (c Config) validate() error {
 
 // Dispatcher carries out outbox rows on the engine. Several dispatchers (in
 // one process or many) can run at once: claims use SKIP LOCKED and a claim
-// lease.
+// lease. Its lifecycle (Start, Stop, Done, Err) has the engines' rules
+// (port.TaskEngine, through internal/startstop); it has no fatal error of its
+// own: its loops log and retry until Stop.
 type Dispatcher struct {
+	startstop.Base
+
 	pool   *pgxpool.Pool
 	engine port.TaskEngine
 	runs   port.Admin
 	cfg    Config
 
-	mu     sync.Mutex
-	cancel context.CancelCauseFunc
-	done   chan struct{}
+	// Set by Start and used by Stop, which startstop serializes.
+	cancel context.CancelCauseFunc // the loops' context
+	done   chan struct{}           // closed when both loops returned
 }
 
 // NewDispatcher returns a stopped dispatcher over the engine, and its run
@@ -106,41 +111,40 @@ func NewDispatcher(pool *pgxpool.Pool, engine port.TaskEngine, runs port.Admin, 
 	return &Dispatcher{pool: pool, engine: engine, runs: runs, cfg: cfg}, nil
 }
 
-var errStopped = errors.New("outbox dispatcher stopped")
-
-// Start runs the dispatcher in the background until Stop or until ctx ends.
+// Start runs the dispatcher in the background until Stop (not until ctx
+// ends: the rules are the engines', see port.TaskEngine). It returns
+// port.ErrAlreadyStarted while running.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.done != nil {
-		return port.ErrAlreadyStarted
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	d.cancel, d.done = cancel, done
-	wake := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() { d.listen(ctx, wake) })
-	wg.Go(func() { d.loop(ctx, wake) })
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	return nil
+	return startstop.Start(ctx, &d.Base, func(ctx context.Context) error {
+		ctx, cancel := context.WithCancelCause(ctx)
+		done := make(chan struct{})
+		d.cancel, d.done = cancel, done
+		wake := make(chan struct{}, 1)
+		var wg sync.WaitGroup
+		wg.Go(func() { d.listen(ctx, wake) })
+		wg.Go(func() { d.loop(ctx, wake) })
+		go func() {
+			wg.Wait()
+			close(done)
+		}()
+		return nil
+	})
 }
 
-// Stop ends the background loops and waits for them. Rows claimed but not
-// yet enqueued become due again after ClaimLease. Safe to call twice.
-func (d *Dispatcher) Stop() {
-	d.mu.Lock()
-	cancel, done := d.cancel, d.done
-	d.cancel, d.done = nil, nil
-	d.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel(errStopped)
-	<-done
+// Stop ends the background loops and waits for them, or until ctx ends
+// (then it returns an error while the loops finish the row in hand). Rows
+// claimed but not yet carried out become due again after ClaimLease. Safe to
+// call twice and before Start; Start runs the dispatcher again.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	return startstop.Stop(ctx, &d.Base, func(ctx context.Context) error {
+		d.cancel(startstop.ErrStopped)
+		select {
+		case <-d.done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("stop outbox dispatcher: still finishing a batch: %w", context.Cause(ctx))
+		}
+	})
 }
 
 func (d *Dispatcher) loop(ctx context.Context, wake <-chan struct{}) {

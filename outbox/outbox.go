@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -95,7 +96,7 @@ func (ev Event) validate() error {
 		}
 		return port.ValidateName("kind", string(ev.Kind))
 	case ActionSignal:
-		return port.ValidateTopic(ev.Topic)
+		return port.ValidateName("topic", string(ev.Topic))
 	case ActionCancelPlanRuns:
 		if ev.BusinessKey == "" {
 			return &port.FieldError{Field: "business_key", Reason: "names the plan whose runs are canceled: required"}
@@ -118,7 +119,10 @@ func Write(ctx context.Context, q DBTX, ev Event) (inserted bool, err error) {
 	if err := ev.validate(); err != nil {
 		return false, fmt.Errorf("outbox write %s %s/%s: %w", ev.Action, ev.Kind, ev.IdempotencyKey, err)
 	}
-	payload, err := port.EncodePayload("payload", ev.Payload)
+	// Encoded as the engine will encode it at dispatch, so that a payload
+	// the engine would refuse (too large, not JSON) is refused here, in the
+	// caller's transaction, rather than failing the row later.
+	payload, err := enginekit.EncodePayload("payload", ev.Payload)
 	if err != nil {
 		return false, fmt.Errorf("outbox write %s %s/%s: %w", ev.Action, ev.Kind, ev.IdempotencyKey, err)
 	}

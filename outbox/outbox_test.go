@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
@@ -99,8 +100,8 @@ func TestTwoDispatchers(t *testing.T) {
 		return true
 	}, 30*time.Second, 20*time.Millisecond)
 	for _, d := range ds {
-		d.Stop()
-		d.Stop() // twice is safe
+		require.NoError(t, d.Stop(context.Background()))
+		require.NoError(t, d.Stop(context.Background()), "twice is safe")
 	}
 	var keys []string
 	for _, e := range eng.Enqueued() {
@@ -240,8 +241,7 @@ func TestNotifyWakesDispatcher(t *testing.T) {
 	eng := apptest.NewRecordingEngine(pool, nil)
 	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{PollInterval: time.Hour})
 	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(d.Stop)
+	start(t, d)
 	require.ErrorIs(t, d.Start(context.Background()), port.ErrAlreadyStarted)
 	// The first wake-up after LISTEN drains what is there; rows written
 	// later arrive through notifications only.
@@ -366,8 +366,7 @@ func TestFailedRowsAreCountedAndRetried(t *testing.T) {
 	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{PollInterval: 20 * time.Millisecond, Metrics: failed})
 	require.NoError(t, err)
 	write(t, pool, "k.ind", "x")
-	require.NoError(t, d.Start(ctx))
-	t.Cleanup(d.Stop)
+	start(t, d)
 	require.Eventually(t, func() bool { return failed.last.Load() == 1 }, 30*time.Second, 10*time.Millisecond)
 
 	list, err := outbox.Failed(ctx, pool, 10)
@@ -377,7 +376,7 @@ func TestFailedRowsAreCountedAndRetried(t *testing.T) {
 	require.Equal(t, outbox.ActionEnqueue, list[0].Action)
 	require.Contains(t, list[0].LastError, "invalid input")
 
-	d.Stop() // the row would fail again at once: look at it pending
+	require.NoError(t, d.Stop(ctx)) // the row would fail again at once: look at it pending
 	require.ErrorIs(t, outbox.Retry(ctx, pool, list[0].ID, " "), port.ErrInvalidInput, "who retries is recorded")
 	require.NoError(t, outbox.Retry(ctx, pool, list[0].ID, "ann"))
 	r := rows(t, pool)["x"]
@@ -390,4 +389,42 @@ func TestFailedRowsAreCountedAndRetried(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.ErrorIs(t, outbox.Retry(ctx, pool, list[0].ID, "ann"), port.ErrNotFound, "only a failed row is retried")
+}
+
+// start starts d and stops it when the test ends.
+func start(t testing.TB, d *outbox.Dispatcher) {
+	t.Helper()
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, d.Stop(ctx))
+	})
+}
+
+// The dispatcher has the engines' lifecycle (port.TaskEngine): Stop before
+// Start and twice is a no-op, Done is closed while it does not run, and a
+// stopped dispatcher runs again after Start.
+func TestDispatcherLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	eng := apptest.NewRecordingEngine(pool, nil)
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, d.Stop(ctx), "Stop before Start")
+	require.False(t, startstop.Serving(d), "not running before Start")
+
+	for round := range 2 {
+		require.NoError(t, d.Start(ctx), "round %d", round)
+		require.True(t, startstop.Serving(d))
+		key := fmt.Sprintf("round-%d", round)
+		write(t, pool, "k.ind", key)
+		require.Eventually(t, func() bool { return rows(t, pool)[key].Status == "dispatched" }, 30*time.Second, 10*time.Millisecond,
+			"round %d: the row was not dispatched", round)
+		require.NoError(t, d.Stop(ctx))
+		require.False(t, startstop.Serving(d), "round %d: Done closes at Stop", round)
+		require.NoError(t, d.Err(), "a graceful stop is no error")
+		require.NoError(t, d.Stop(ctx), "Stop twice")
+	}
 }

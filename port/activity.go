@@ -5,41 +5,56 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/taskport/taskport/internal/stepctx"
 )
 
-// ActivityRef declares an activity by name and types, without its body. The
-// package that calls it (workflows/) declares it; the body is attached with
-// Bind where dependencies are wired, so handlers never import I/O code.
+// Kind authors: ActivityRef declares an activity by name and types, without
+// its body. The package that calls it (workflows/) declares it; the body is
+// attached with Bind where dependencies are wired, so handlers never import
+// I/O code.
 type ActivityRef[In, Out any] struct{ name string }
 
-// DeclareActivity names an activity. Names are stable identifiers, like kinds.
+// Kind authors: DeclareActivity names an activity. Names are stable
+// identifiers, like kinds.
 func DeclareActivity[In, Out any](name string) ActivityRef[In, Out] {
 	return ActivityRef[In, Out]{name: name}
 }
 
-// Name returns the registered name.
+// Kind authors: Name returns the registered name.
 func (r ActivityRef[In, Out]) Name() string { return r.name }
 
-// Run executes the activity as the step named step of f.
+// Kind authors: Run executes the activity as the step named step of f.
 func (r ActivityRef[In, Out]) Run(f Flow, step string, in In, opts ...StepOption) (Out, error) {
 	var out Out
 	err := f.Step(step, r.name, in, &out, opts...)
 	return out, err
 }
 
-// ActivityBinding is an activity body ready for registration: an engine calls
-// Invoke with the JSON input and stores the JSON result.
+// Kind authors: ActivityBinding is an activity body ready for registration,
+// built with Bind. It is opaque; engines reach it through Name and Invoke.
 type ActivityBinding struct {
-	Name   string
-	Invoke func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
+	name   string
+	invoke func(ctx context.Context, input json.RawMessage) (any, error)
 }
 
-// Bind attaches a body to a declared activity. The compiler checks that fn
-// has the declared input and output types.
+// Engines: Name is the activity's registered name.
+func (b ActivityBinding) Name() string { return b.name }
+
+// Engines: Invoke decodes the JSON input and runs the body. The result is
+// returned as the body made it; the engine encodes it (and enforces
+// MaxPayloadBytes) the same way for every activity. An input that does not
+// decode is a non-retryable error.
+func (b ActivityBinding) Invoke(ctx context.Context, input json.RawMessage) (any, error) {
+	return b.invoke(ctx, input)
+}
+
+// Kind authors: Bind attaches a body to a declared activity. The compiler
+// checks that fn has the declared input and output types.
 func Bind[In, Out any](ref ActivityRef[In, Out], fn func(context.Context, In) (Out, error)) ActivityBinding {
 	return ActivityBinding{
-		Name: ref.name,
-		Invoke: func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+		name: ref.name,
+		invoke: func(ctx context.Context, raw json.RawMessage) (any, error) {
 			var in In
 			if err := json.Unmarshal(raw, &in); err != nil {
 				return nil, NonRetryable(fmt.Errorf("decode input of activity %s: %w", ref.name, err))
@@ -48,19 +63,16 @@ func Bind[In, Out any](ref ActivityRef[In, Out], fn func(context.Context, In) (O
 			if err != nil {
 				return nil, err
 			}
-			b, err := EncodePayload("result", out)
-			if err != nil {
-				return nil, NonRetryable(fmt.Errorf("activity %s: %w", ref.name, err))
-			}
-			return b, nil
+			return out, nil
 		},
 	}
 }
 
-// FencingToken identifies one attempt of one step and orders it against the
-// other attempts of the same operation. The ledger records it when a step
-// begins an operation, refuses a Begin from an older attempt, and commits only
-// while the recorded token is still exactly this one. Older means, in order:
+// Kind authors: FencingToken identifies one attempt of one step and orders
+// it against the other attempts of the same operation. An activity passes
+// StepInfoFrom(ctx).Token to the ledger, which records it when a step begins
+// an operation, refuses a Begin from an older attempt, and commits only while
+// the recorded token is still exactly this one. Older means, in order:
 //   - a lower Generation: an attempt of a run created before the run that
 //     holds the operation (e.g. the run a decision retry superseded);
 //   - within one Generation and one Scope, a lower Epoch: an earlier attempt
@@ -73,7 +85,8 @@ func Bind[In, Out any](ref ActivityRef[In, Out], fn func(context.Context, In) (O
 // Generation is the run's creation sequence (taskport.run.seq), the same on
 // both engines. Temporal: Scope is workflow ID/run ID/activity ID, Epoch the
 // activity attempt. Lease engine: Scope is run ID/step name, Epoch the run's
-// claim count, Nonce the claim's lease_token.
+// claim count, Nonce the claim's lease_token. Engines build both shapes in
+// one place (internal/enginekit).
 type FencingToken struct {
 	Scope string
 	Epoch int64
@@ -83,7 +96,8 @@ type FencingToken struct {
 	Generation int64
 }
 
-// String renders the token as stored in attempt_token columns.
+// Kind authors and the ledger: String renders the token as stored in
+// attempt_token columns.
 func (t FencingToken) String() string {
 	s := t.Scope + "#" + strconv.FormatInt(t.Epoch, 10)
 	if t.Nonce != "" {
@@ -92,10 +106,11 @@ func (t FencingToken) String() string {
 	return s
 }
 
-// Valid reports whether the token can fence anything.
+// Kind authors and the ledger: Valid reports whether the token can fence
+// anything.
 func (t FencingToken) Valid() bool { return t.Scope != "" && t.Epoch > 0 && t.Generation >= 0 }
 
-// StepInfo is the identity of the step an activity runs as.
+// Kind authors: StepInfo is the identity of the step an activity runs as.
 type StepInfo struct {
 	RunID    RunID
 	Kind     Kind
@@ -106,8 +121,9 @@ type StepInfo struct {
 	Token    FencingToken
 }
 
-// ActivityRuntime is what an engine installs in an activity's context.
-type ActivityRuntime interface {
+// activityRuntime is what an engine installs in an activity's context
+// (through internal/stepctx; internal/enginekit builds it for both engines).
+type activityRuntime interface {
 	Info() StepInfo
 	// Heartbeat records progress (shown in the Temporal UI; stored with the
 	// run by the lease engine) and reports ErrCanceled or ErrLeaseLost when
@@ -115,29 +131,27 @@ type ActivityRuntime interface {
 	Heartbeat(ctx context.Context, progress any) error
 }
 
-type runtimeKey struct{}
-
-// WithActivityRuntime is for engines: it installs rt in ctx.
-func WithActivityRuntime(ctx context.Context, rt ActivityRuntime) context.Context {
-	return context.WithValue(ctx, runtimeKey{}, rt)
+func runtimeFrom(ctx context.Context) (activityRuntime, bool) {
+	rt, ok := stepctx.From(ctx).(activityRuntime)
+	return rt, ok
 }
 
-// StepInfoFrom returns the identity of the running step, if ctx is an
-// activity context.
+// Kind authors: StepInfoFrom returns the identity of the running step, if
+// ctx is an activity context.
 func StepInfoFrom(ctx context.Context) (StepInfo, bool) {
-	rt, ok := ctx.Value(runtimeKey{}).(ActivityRuntime)
+	rt, ok := runtimeFrom(ctx)
 	if !ok {
 		return StepInfo{}, false
 	}
 	return rt.Info(), true
 }
 
-// Heartbeat reports progress from inside an activity and tells it whether to
-// go on: it returns ErrCanceled once the run is canceled and ErrLeaseLost once
-// the worker's claim is gone; the step must then stop and commit nothing.
-// Outside an activity context it only checks ctx.
+// Kind authors: Heartbeat reports progress from inside an activity and tells
+// it whether to go on: it returns ErrCanceled once the run is canceled and
+// ErrLeaseLost once the worker's claim is gone; the step must then stop and
+// commit nothing. Outside an activity context it only checks ctx.
 func Heartbeat(ctx context.Context, progress any) error {
-	if rt, ok := ctx.Value(runtimeKey{}).(ActivityRuntime); ok {
+	if rt, ok := runtimeFrom(ctx); ok {
 		if err := rt.Heartbeat(ctx, progress); err != nil {
 			return err
 		}
@@ -145,8 +159,8 @@ func Heartbeat(ctx context.Context, progress any) error {
 	return StopReason(ctx)
 }
 
-// StopReason returns nil while ctx is live, else why it ended: ErrCanceled,
-// ErrLeaseLost, or the context's own error.
+// Kind authors: StopReason returns nil while ctx is live, else why it ended:
+// ErrCanceled, ErrLeaseLost, or the context's own error.
 func StopReason(ctx context.Context) error {
 	if ctx.Err() == nil {
 		return nil
@@ -154,7 +168,7 @@ func StopReason(ctx context.Context) error {
 	return context.Cause(ctx)
 }
 
-// Canceled reports whether the step's run was canceled.
+// Kind authors: Canceled reports whether the step's run was canceled.
 func Canceled(ctx context.Context) bool {
 	return ctx.Err() != nil && context.Cause(ctx) == ErrCanceled
 }

@@ -1,10 +1,26 @@
-// Package port is the engine-neutral seam of taskport: the TaskEngine that
-// business code talks to, and the authoring API (Definition, Flow, activities)
-// that task kinds are written against.
+// Package port is the engine-neutral seam of taskport. It serves two
+// audiences, and every exported name's doc starts by naming its own:
 //
-// Two engines sit behind it (temporaladapter and leaseadapter) and must be
-// indistinguishable to business code. The package imports the standard library
-// only, so that a handler written against it compiles into either engine.
+//   - Callers (business code, the outbox, cmd) talk to a TaskEngine and an
+//     Admin: Enqueue, Signal, Cancel, Get, Start, Stop, ListRuns, with their
+//     options, views, statuses and sentinel errors.
+//   - Kind authors write task kinds against the authoring API: a Definition
+//     whose Handler (built with Handle) sees only a Flow, activities declared
+//     with DeclareActivity and bound with Bind, a Registry, retry policies and
+//     step options, and inside an activity StepInfoFrom, Heartbeat and the
+//     fencing token passed to the ledger.
+//
+// A few methods exist for engines only (Handler.Run, the Registry lookups,
+// the ActivityBinding accessors); their docs start with "Engines:". The rest
+// of what engines share (input preparation, step sequencing and the replay
+// check, the activity runtime, fencing-token construction) is the module's
+// internal/enginekit, which business code cannot import.
+//
+// Two engines sit behind the port (temporaladapter and leaseadapter) and must
+// be indistinguishable to business code. The package imports the standard
+// library and one standard-library-only module leaf (internal/stepctx, the
+// context key of the activity runtime), so that a handler written against it
+// compiles into either engine.
 //
 // Business state never lives in an engine (ADR-002): an engine drives progress,
 // timed wake-ups, retries and leases; plans, approvals and the operation ledger

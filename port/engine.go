@@ -5,22 +5,25 @@ import (
 	"time"
 )
 
-// Kind names a task kind, e.g. "asset.import". Kinds are stable identifiers:
-// they appear in idempotency rows, Temporal workflow types and the admin UI.
+// Callers and kind authors: Kind names a task kind, e.g. "asset.import".
+// Kinds are stable identifiers: they appear in idempotency rows, Temporal
+// workflow types and the admin UI.
 type Kind string
 
-// RunID identifies one run of a kind. It is assigned by Enqueue from the
-// Postgres idempotency row, so it outlives any engine's retention window.
+// Callers and kind authors: RunID identifies one run of a kind. It is
+// assigned by Enqueue from the Postgres idempotency row, so it outlives any
+// engine's retention window.
 type RunID string
 
-// Topic addresses a signal, e.g. "approval:<plan id>".
+// Callers and kind authors: Topic addresses a signal, e.g.
+// "approval:<plan id>".
 type Topic string
 
-// Status is the engine-neutral lifecycle of a run. Both engines map their own
-// states onto exactly this vocabulary.
+// Callers: Status is the engine-neutral lifecycle of a run. Both engines map
+// their own states onto exactly this vocabulary.
 type Status string
 
-// The statuses a RunView can report.
+// Callers: the statuses a RunView can report.
 const (
 	StatusPending   Status = "pending"   // enqueued, not yet picked up (or delayed by AvailableAt)
 	StatusRunning   Status = "running"   // a worker is executing the handler or one of its steps
@@ -30,12 +33,12 @@ const (
 	StatusCanceled  Status = "canceled"  // Cancel was called and the run stopped before finishing
 )
 
-// Terminal reports whether no further progress will happen for the status.
+// Callers: Terminal reports whether no further progress will happen.
 func (s Status) Terminal() bool {
 	return s == StatusSucceeded || s == StatusFailed || s == StatusCanceled
 }
 
-// Valid reports whether s is one of the six statuses.
+// Callers: Valid reports whether s is one of the six statuses.
 func (s Status) Valid() bool {
 	switch s {
 	case StatusPending, StatusRunning, StatusWaiting, StatusSucceeded, StatusFailed, StatusCanceled:
@@ -44,12 +47,32 @@ func (s Status) Valid() bool {
 	return false
 }
 
-// TaskEngine is the only thing business code depends on (ADR-002 section 1).
+// Callers: TaskEngine is the only thing business code depends on (ADR-002
+// section 1). Engines implement it; business code never imports one.
 //
 // Enqueue is idempotent on (kind, IdempotencyKey) forever, not within a
 // retention window: the Postgres row with UNIQUE(kind, idempotency_key) is the
 // authority on both engines. Callers normally do not call Enqueue directly but
 // write an outbox row in their business transaction (ADR 2.1).
+//
+// Lifecycle. Enqueue, Signal, Cancel and Get work whether or not the engine
+// serves; Start makes the process serve (run steps) and Stop ends it. The
+// rules are the same for both engines and for the outbox dispatcher:
+//   - Start on a serving engine returns ErrAlreadyStarted and changes
+//     nothing; a Start that fails leaves the engine stopped.
+//   - Stop before any Start, and a second Stop, return nil and do nothing.
+//   - Stop always ends the serving: an error reports what did not stop
+//     cleanly within its bound (steps not handed back, a drain still going
+//     on), never an engine that still serves.
+//   - Start after Stop serves again: engines are restartable.
+//   - The engine serves until Stop, not until Start's context ends.
+//   - Done is closed while the engine does not serve: before the first
+//     Start, after Stop, and once a fatal error stopped it on its own (the
+//     Temporal worker gave up, e.g. its namespace was deleted). Err then
+//     returns that error, until the next Start; after a graceful Stop it is
+//     nil. A process watches Done after Start and exits (or turns unready and
+//     unlive) when it closes without a Stop. An engine stopped by a fatal
+//     error still takes a Stop, which releases what it holds.
 type TaskEngine interface {
 	// Enqueue starts a run of the current version of kind, or returns the run
 	// already recorded for (kind, opts.IdempotencyKey). The input is not
@@ -70,11 +93,18 @@ type TaskEngine interface {
 	// serving; work happens in the background until Stop.
 	Start(ctx context.Context, opts StartOptions) error
 	// Stop is graceful: in-flight steps finish or are handed back to another
-	// worker within the engine's documented bound. Safe to call twice.
+	// worker within the engine's documented bound (or ctx's deadline, if
+	// earlier). Safe to call twice, and before Start.
 	Stop(ctx context.Context) error
+	// Done is closed when the engine stops serving: after Stop, or on a fatal
+	// error. Each Start makes a new channel: take it after Start returned.
+	Done() <-chan struct{}
+	// Err is nil while the engine serves and after a graceful Stop; once a
+	// fatal error stopped it, Err returns that error until the next Start.
+	Err() error
 }
 
-// EnqueueOptions tune one Enqueue call.
+// Callers: EnqueueOptions tune one Enqueue call.
 type EnqueueOptions struct {
 	// IdempotencyKey is required. Derive it from the business meaning of the
 	// request (e.g. "plan:<id>:import"), never from time or randomness.
@@ -95,20 +125,20 @@ type EnqueueOptions struct {
 	MinVersion int
 }
 
-// Priority bounds, inclusive.
+// Callers: the bounds of EnqueueOptions.Priority, inclusive.
 const (
 	MinPriority = -100
 	MaxPriority = 100
 )
 
-// Role is a responsibility an engine process can take on.
+// Callers: Role is a responsibility an engine process can take on.
 type Role string
 
-// RoleWorker executes runs. Enqueue, Signal, Cancel and Get work without any
-// role: a process that only submits work does not Start a worker.
+// Callers: RoleWorker executes runs. Enqueue, Signal, Cancel and Get work
+// without any role: a process that only submits work does not Start a worker.
 const RoleWorker Role = "worker"
 
-// StartOptions configure Start.
+// Callers: StartOptions configure Start.
 type StartOptions struct {
 	// Roles to serve. Empty means [RoleWorker].
 	Roles []Role
@@ -122,8 +152,8 @@ type StartOptions struct {
 	Versions map[Kind][]int
 }
 
-// RunView is the engine-neutral, read-only projection of a run. Both engines
-// fill it with the same vocabulary.
+// Callers: RunView is the engine-neutral, read-only projection of a run.
+// Both engines fill it with the same vocabulary.
 type RunView struct {
 	ID          RunID
 	Kind        Kind
@@ -144,7 +174,7 @@ type RunView struct {
 	FinishedAt time.Time
 }
 
-// RunFilter selects runs for the admin listings.
+// Callers: RunFilter selects runs for the admin listings.
 type RunFilter struct {
 	Kind Kind // empty: every kind
 	// Version, when non-zero, keeps only runs of this handler version.
@@ -159,8 +189,9 @@ type RunFilter struct {
 	Limit       int // zero: 100
 }
 
-// Admin is implemented by both engines for the operator surface: dead letters
-// (Statuses: failed) and runs still open on an old version (ADR 2.5, 2.6).
+// Callers: Admin is implemented by both engines for the operator surface:
+// dead letters (Statuses: failed) and runs still open on an old version
+// (ADR 2.5, 2.6).
 type Admin interface {
 	ListRuns(ctx context.Context, filter RunFilter) ([]RunView, error)
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// Sentinel errors. Each engine maps its driver's errors onto these in one
-// place, so business code can use errors.Is regardless of the engine.
+// Callers and kind authors: the sentinel errors. Each engine maps its
+// driver's errors onto these in one place, so business code can use
+// errors.Is regardless of the engine.
 var (
 	// ErrNotFound: no run (or other record) with that id.
 	ErrNotFound = errors.New("taskport: not found")
@@ -38,23 +39,26 @@ var (
 	// sequence number and name) than the one recorded. The run fails loudly on
 	// both engines instead of silently running different code.
 	ErrNondeterminism = errors.New("taskport: nondeterministic handler: step sequence differs from history")
-	// ErrNotStarted / ErrStopped guard lifecycle misuse.
-	ErrNotStarted     = errors.New("taskport: engine not started")
+	// ErrAlreadyStarted: Start was called on an engine (or a dispatcher)
+	// that is serving; Stop it first.
 	ErrAlreadyStarted = errors.New("taskport: engine already started")
 )
 
-// FieldError names the offending field of a rejected input. It unwraps to
-// ErrInvalidInput (or to the more specific sentinel given as Err).
+// Callers and kind authors: FieldError names the offending field of a
+// rejected input. It unwraps to ErrInvalidInput (or to the more specific
+// sentinel given as Err).
 type FieldError struct {
 	Field  string // e.g. "idempotency_key", "input", "timeout"
 	Reason string // human-readable, e.g. "must not be empty"
 	Err    error  // sentinel it unwraps to; ErrInvalidInput when nil
 }
 
+// Callers and kind authors: Error says which field and why.
 func (e *FieldError) Error() string {
 	return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason)
 }
 
+// Callers and kind authors: Unwrap returns Err, or ErrInvalidInput.
 func (e *FieldError) Unwrap() error {
 	if e.Err != nil {
 		return e.Err
@@ -66,32 +70,34 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// NonRetryableError marks an activity error that must fail the step at once,
-// without spending the remaining attempts of its RetryPolicy.
-type NonRetryableError struct{ Err error }
+// nonRetryableError marks an activity error that must fail the step at once,
+// without spending the remaining attempts of its RetryPolicy. Unexported:
+// NonRetryable and IsNonRetryable are all anyone needs.
+type nonRetryableError struct{ err error }
 
-func (e *NonRetryableError) Error() string { return "non-retryable: " + e.Err.Error() }
-func (e *NonRetryableError) Unwrap() error { return e.Err }
+func (e *nonRetryableError) Error() string { return "non-retryable: " + e.err.Error() }
+func (e *nonRetryableError) Unwrap() error { return e.err }
 
-// NonRetryable wraps err so that both engines stop retrying the step.
-// It returns nil for a nil err.
+// Kind authors: NonRetryable wraps err so that both engines stop retrying the
+// step. It returns nil for a nil err.
 func NonRetryable(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &NonRetryableError{Err: err}
+	return &nonRetryableError{err: err}
 }
 
-// IsNonRetryable reports whether err (or anything it wraps) was marked with
-// NonRetryable.
+// Kind authors and engines: IsNonRetryable reports whether err (or anything
+// it wraps) was marked with NonRetryable.
 func IsNonRetryable(err error) bool {
-	var nr *NonRetryableError
+	var nr *nonRetryableError
 	return errors.As(err, &nr)
 }
 
-// StepError is what Flow.Step returns when a step failed for good: its
-// attempts are exhausted or its error was non-retryable. Handlers may inspect
-// it (e.g. to open a pending decision) before returning it.
+// Kind authors: StepError is what Flow.Step returns when a step failed for
+// good: its attempts are exhausted or its error was non-retryable. Handlers
+// may inspect it with errors.As (e.g. to open a pending decision) before
+// returning it. Engines build it in one place (internal/enginekit).
 type StepError struct {
 	Step         string
 	Activity     string
@@ -100,6 +106,8 @@ type StepError struct {
 	NonRetryable bool
 }
 
+// Kind authors: Error names the step, its activity, the attempts spent and
+// why it stopped.
 func (e *StepError) Error() string {
 	why := "retries exhausted"
 	if e.NonRetryable {
@@ -109,22 +117,18 @@ func (e *StepError) Error() string {
 		e.Step, e.Activity, e.Attempts, why, e.Message)
 }
 
-// ContinueAsNewError asks the engine to end this run's history and start the
-// handler again, under the same RunID, with a fresh input. Handlers return it
-// from long wait loops when Flow.RestartSuggested reports true; it is not a
-// failure.
-type ContinueAsNewError struct {
-	Input []byte // JSON-encoded new input
-}
+// continueAsNew is what ContinueAsNew returns. It is unexported so that the
+// only way to make one is ContinueAsNew; engines recognise it by its
+// NextInput method (internal/enginekit.ContinueAsNew) and encode the input
+// themselves, so an input that does not encode fails the run as the handler's
+// error, with a *FieldError.
+type continueAsNew struct{ input any }
 
-func (e *ContinueAsNewError) Error() string { return "continue as new" }
+func (e *continueAsNew) Error() string  { return "continue as new" }
+func (e *continueAsNew) NextInput() any { return e.input }
 
-// ContinueAsNew returns the error a handler returns to restart itself with
-// input. Encoding errors are returned as a *FieldError instead.
-func ContinueAsNew(input any) error {
-	b, err := EncodePayload("input", input)
-	if err != nil {
-		return err
-	}
-	return &ContinueAsNewError{Input: b}
-}
+// Kind authors: ContinueAsNew returns the error a handler returns to end
+// this run's history and start the handler again, under the same RunID, with
+// input. Handlers return it from long wait loops when Flow.RestartSuggested
+// reports true; it is not a failure.
+func ContinueAsNew(input any) error { return &continueAsNew{input: input} }

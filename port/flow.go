@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// Flow is what a handler sees of the engine. It is deliberately not a
-// context.Context: a handler must be deterministic, so it gets time, logging
-// and identity from the Flow and performs every side effect through a Step.
+// Kind authors: Flow is what a handler sees of the engine (engines implement
+// it). It is deliberately not a context.Context: a handler must be
+// deterministic, so it gets time, logging and identity from the Flow and
+// performs every side effect through a Step.
 //
 // Rules for handlers (ADR 2.5; workflowcheck enforces most of them):
 // no goroutines, clocks, randomness, I/O or map-order dependence; every step,
@@ -49,8 +50,8 @@ type Flow interface {
 	RestartSuggested() bool
 }
 
-// StepOptions tune a single step. The kind's Definition supplies the
-// defaults; StepOption values override them per call.
+// Kind authors: StepOptions tune a single step. The kind's Definition
+// supplies the defaults; StepOption values override them per call.
 type StepOptions struct {
 	Retry RetryPolicy
 	// Timeout bounds one attempt (Temporal StartToClose). Default 1 minute.
@@ -61,47 +62,25 @@ type StepOptions struct {
 	HeartbeatTimeout time.Duration
 }
 
-// DefaultStepTimeout applies when neither the Definition nor the step sets one.
+// Kind authors: DefaultStepTimeout applies when neither the Definition nor
+// the step sets one.
 const DefaultStepTimeout = time.Minute
 
-// StepOption overrides one field of StepOptions.
+// Kind authors: StepOption overrides one field of StepOptions.
 type StepOption func(*StepOptions)
 
-// WithRetry overrides the kind's retry policy for one step.
+// Kind authors: WithRetry overrides the kind's retry policy for one step.
 func WithRetry(p RetryPolicy) StepOption { return func(o *StepOptions) { o.Retry = p } }
 
-// WithTimeout sets the per-attempt timeout of one step.
+// Kind authors: WithTimeout sets the per-attempt timeout of one step.
 func WithTimeout(d time.Duration) StepOption { return func(o *StepOptions) { o.Timeout = d } }
 
-// WithHeartbeatTimeout sets the heartbeat timeout of one step.
+// Kind authors: WithHeartbeatTimeout sets the heartbeat timeout of one step.
 func WithHeartbeatTimeout(d time.Duration) StepOption {
 	return func(o *StepOptions) { o.HeartbeatTimeout = d }
 }
 
-// ResolveStepOptions applies opts over the definition's defaults and
-// validates the result. Engines call it for every Step.
-func ResolveStepOptions(def Definition, opts ...StepOption) (StepOptions, error) {
-	o := StepOptions{Retry: def.Retry, Timeout: def.StepTimeout, HeartbeatTimeout: def.HeartbeatTimeout}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.Timeout < 0 {
-		return o, fieldErr("timeout", "must not be negative, got %s", o.Timeout)
-	}
-	if o.HeartbeatTimeout < 0 {
-		return o, fieldErr("heartbeat_timeout", "must not be negative, got %s", o.HeartbeatTimeout)
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultStepTimeout
-	}
-	if err := o.Retry.Validate(); err != nil {
-		return o, err
-	}
-	o.Retry = o.Retry.WithDefaults()
-	return o, nil
-}
-
-// Definition is one version of one task kind.
+// Kind authors: Definition is one version of one task kind.
 type Definition struct {
 	Kind    Kind
 	Version int // >= 1; an incompatible handler change bumps it (ADR 2.5)
@@ -115,18 +94,21 @@ type Definition struct {
 	Handler          Handler
 }
 
-// Handler runs a kind's deterministic code. Build one with Handle.
+// Kind authors: Handler runs a kind's deterministic code. Build one with
+// Handle; it is opaque.
 type Handler struct {
 	run   func(Flow, json.RawMessage) error
 	check func(json.RawMessage) error
 }
 
-// Validator is implemented by inputs that check their own fields; Enqueue
-// calls it so that bad input is refused before anything is written.
+// Kind authors: Validator is implemented by inputs that check their own
+// fields; Enqueue calls it so that bad input is refused before anything is
+// written.
 type Validator interface{ Validate() error }
 
-// Handle turns a typed handler into a Handler. Inputs are decoded strictly
-// (unknown fields are refused) and validated with Validate when In has it.
+// Kind authors: Handle turns a typed handler into a Handler. Inputs are
+// decoded strictly (unknown fields are refused) and validated with Validate
+// when In has it.
 func Handle[In any](fn func(f Flow, in In) error) Handler {
 	decode := func(raw json.RawMessage) (In, error) {
 		var in In
@@ -155,11 +137,11 @@ func Handle[In any](fn func(f Flow, in In) error) Handler {
 	}
 }
 
-// Run executes the handler on a JSON input.
+// Engines: Run executes the handler on a JSON input.
 func (h Handler) Run(f Flow, input json.RawMessage) error { return h.run(f, input) }
 
-// CheckInput decodes and validates input without running anything.
+// Engines: CheckInput decodes and validates input without running anything.
 func (h Handler) CheckInput(input json.RawMessage) error { return h.check(input) }
 
-// Defined reports whether the handler was built with Handle.
-func (h Handler) Defined() bool { return h.run != nil }
+// defined reports whether the handler was built with Handle.
+func (h Handler) defined() bool { return h.run != nil }

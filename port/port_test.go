@@ -4,151 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
-
-type importInput struct {
-	PlanID string `json:"plan_id"`
-	Bytes  int64  `json:"bytes"`
-}
-
-func (in importInput) Validate() error {
-	if in.PlanID == "" {
-		return errors.New("plan_id is required")
-	}
-	if in.Bytes < 0 {
-		return errors.New("bytes must not be negative")
-	}
-	return nil
-}
-
-func testRegistry(t *testing.T) *port.Registry {
-	t.Helper()
-	reg := port.NewRegistry()
-	require.NoError(t, reg.Register(port.Definition{
-		Kind: "asset.import", Version: 1, Retry: port.FileRetry(),
-		Handler: port.Handle(func(port.Flow, importInput) error { return nil }),
-	}))
-	return reg
-}
-
-func TestPrepareEnqueueRejectsBadInput(t *testing.T) {
-	reg := testRegistry(t)
-	ok := importInput{PlanID: "p1"}
-	tests := []struct {
-		name  string
-		kind  port.Kind
-		input any
-		opts  port.EnqueueOptions
-		field string
-		is    error
-	}{
-		{"empty idempotency key", "asset.import", ok, port.EnqueueOptions{}, "idempotency_key", port.ErrInvalidInput},
-		{"control char in key", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "a\nb"}, "idempotency_key", port.ErrInvalidInput},
-		{"oversize key", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: strings.Repeat("k", port.MaxNameLen+1)}, "idempotency_key", port.ErrInvalidInput},
-		{"unknown kind", "asset.nope", ok, port.EnqueueOptions{IdempotencyKey: "k"}, "", port.ErrUnknownKind},
-		{"empty kind", "", ok, port.EnqueueOptions{IdempotencyKey: "k"}, "kind", port.ErrInvalidInput},
-		{"kind with space", "asset import", ok, port.EnqueueOptions{IdempotencyKey: "k"}, "kind", port.ErrInvalidInput},
-		{"input does not encode", "asset.import", make(chan int), port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrInvalidInput},
-		{"raw input not JSON", "asset.import", json.RawMessage(`{"plan_id":`), port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrInvalidInput},
-		{"unknown input field", "asset.import", map[string]any{"plan_id": "p", "colour": 1}, port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrInvalidInput},
-		{"input fails Validate", "asset.import", importInput{}, port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrInvalidInput},
-		{"wrong input type", "asset.import", "a string", port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrInvalidInput},
-		{"oversize payload", "asset.import", map[string]string{"plan_id": strings.Repeat("x", port.MaxPayloadBytes)}, port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrPayloadTooLarge},
-		{"priority too high", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", Priority: port.MaxPriority + 1}, "priority", port.ErrInvalidInput},
-		{"business key control char", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", BusinessKey: "\x00"}, "business_key", port.ErrInvalidInput},
-		{"negative min version", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", MinVersion: -1}, "min_version", port.ErrInvalidInput},
-		{"input for a newer version", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", MinVersion: 2}, "", port.ErrUnknownVersion},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := reg.PrepareEnqueue(tt.kind, tt.input, tt.opts)
-			require.Error(t, err)
-			require.ErrorIs(t, err, tt.is)
-			require.ErrorIs(t, err, port.ErrInvalidInput, "every bad input is an ErrInvalidInput")
-			if tt.field != "" {
-				var fe *port.FieldError
-				require.ErrorAs(t, err, &fe)
-				require.Equal(t, tt.field, fe.Field)
-				require.Contains(t, err.Error(), tt.field)
-			}
-		})
-	}
-}
-
-func TestPrepareEnqueueAcceptsGoodInput(t *testing.T) {
-	reg := testRegistry(t)
-	p, err := reg.PrepareEnqueue("asset.import", importInput{PlanID: "p1", Bytes: 3}, port.EnqueueOptions{IdempotencyKey: "plan:p1:import", Priority: -5})
-	require.NoError(t, err)
-	require.Equal(t, 1, p.Definition.Version)
-	require.JSONEq(t, `{"plan_id":"p1","bytes":3}`, string(p.Input))
-
-	raw, err := reg.PrepareEnqueue("asset.import", json.RawMessage(`{"plan_id":"p2"}`), port.EnqueueOptions{IdempotencyKey: "k", MinVersion: 1})
-	require.NoError(t, err)
-	require.JSONEq(t, `{"plan_id":"p2"}`, string(raw.Input))
-}
-
-// A version this process does not have is an unknown kind at that version:
-// a caller that retries elsewhere (the outbox) can tell it from bad input.
-func TestUnknownVersionIsAnUnknownKind(t *testing.T) {
-	_, err := testRegistry(t).PrepareEnqueue("asset.import", importInput{PlanID: "p1"}, port.EnqueueOptions{IdempotencyKey: "k", MinVersion: 3})
-	require.ErrorIs(t, err, port.ErrUnknownVersion)
-	require.ErrorIs(t, err, port.ErrUnknownKind)
-	require.ErrorContains(t, err, "needs version 3, newest registered is 1")
-}
-
-func TestSignalAndTimeoutValidation(t *testing.T) {
-	_, err := port.PrepareSignal("", nil)
-	require.ErrorIs(t, err, port.ErrInvalidInput)
-	_, err = port.PrepareSignal("approval:p 1", nil)
-	require.ErrorIs(t, err, port.ErrInvalidInput)
-	_, err = port.PrepareSignal("approval:p1", strings.Repeat("x", port.MaxPayloadBytes))
-	require.ErrorIs(t, err, port.ErrPayloadTooLarge)
-	b, err := port.PrepareSignal("approval:p1", nil)
-	require.NoError(t, err)
-	require.Equal(t, "null", string(b))
-
-	require.ErrorIs(t, port.ValidateTimeout("timeout", -time.Second), port.ErrInvalidInput)
-	require.NoError(t, port.ValidateTimeout("timeout", 0))
-
-	_, err = port.ValidateStartOptions(port.StartOptions{Concurrency: -1})
-	require.ErrorIs(t, err, port.ErrInvalidInput)
-	_, err = port.ValidateStartOptions(port.StartOptions{Roles: []port.Role{"dispatcher"}})
-	require.ErrorIs(t, err, port.ErrInvalidInput)
-	opts, err := port.ValidateStartOptions(port.StartOptions{})
-	require.NoError(t, err)
-	require.Equal(t, []port.Role{port.RoleWorker}, opts.Roles)
-}
-
-func TestResolveStepOptions(t *testing.T) {
-	def := port.Definition{Kind: "k", Version: 1, Retry: port.NetworkRetry(), StepTimeout: 30 * time.Second}
-	o, err := port.ResolveStepOptions(def)
-	require.NoError(t, err)
-	require.Equal(t, 30*time.Second, o.Timeout)
-	require.Equal(t, 5, o.Retry.MaxAttempts)
-
-	o, err = port.ResolveStepOptions(port.Definition{Retry: port.FileRetry()}, port.WithHeartbeatTimeout(5*time.Second))
-	require.NoError(t, err)
-	require.Equal(t, port.DefaultStepTimeout, o.Timeout)
-	require.Equal(t, 5*time.Second, o.HeartbeatTimeout)
-
-	for name, opt := range map[string]port.StepOption{
-		"timeout":            port.WithTimeout(-time.Second),
-		"heartbeat_timeout":  port.WithHeartbeatTimeout(-time.Second),
-		"retry.max_attempts": port.WithRetry(port.RetryPolicy{}),
-	} {
-		_, err := port.ResolveStepOptions(def, opt)
-		var fe *port.FieldError
-		require.ErrorAs(t, err, &fe, name)
-		require.Equal(t, name, fe.Field)
-	}
-}
 
 func TestRetryPolicy(t *testing.T) {
 	p := port.NetworkRetry()
@@ -198,46 +61,22 @@ func TestRegistry(t *testing.T) {
 	require.ErrorIs(t, reg.RegisterActivity(port.Bind(act, func(_ context.Context, n int) (int, error) { return n, nil })), port.ErrInvalidInput)
 	b, err := reg.Activity("double")
 	require.NoError(t, err)
+	require.Equal(t, "double", b.Name())
 	out, err := b.Invoke(context.Background(), json.RawMessage(`21`))
 	require.NoError(t, err)
-	require.Equal(t, "42", string(out))
+	require.Equal(t, 42, out)
 	_, err = b.Invoke(context.Background(), json.RawMessage(`"x"`))
 	require.True(t, port.IsNonRetryable(err), "undecodable activity input is not worth retrying")
 	_, err = reg.Activity("triple")
 	require.ErrorIs(t, err, port.ErrUnknownActivity)
 }
 
-func TestStepSequence(t *testing.T) {
-	var s port.StepSequence
-	seq, err := s.Next("check-approval-0")
-	require.NoError(t, err)
-	require.Equal(t, 0, seq)
-	seq, err = s.Next("wait-approval-0")
-	require.NoError(t, err)
-	require.Equal(t, 1, seq)
-	_, err = s.Next("check-approval-0")
-	var fe *port.FieldError
-	require.ErrorAs(t, err, &fe)
-	require.Equal(t, "step", fe.Field)
-	require.Contains(t, err.Error(), "reused")
-	_, err = s.Next("")
-	require.ErrorIs(t, err, port.ErrInvalidInput)
-	require.Equal(t, 2, s.Len())
-
-	require.NoError(t, port.CheckReplay(3, "a", "a"))
-	err = port.CheckReplay(3, "b", "a")
-	require.ErrorIs(t, err, port.ErrNondeterminism)
-	require.Contains(t, err.Error(), `step #3`)
+type fakeBeater struct {
+	err error
+	got []any
 }
 
-type fakeRuntime struct {
-	info port.StepInfo
-	err  error
-	got  []any
-}
-
-func (f *fakeRuntime) Info() port.StepInfo { return f.info }
-func (f *fakeRuntime) Heartbeat(_ context.Context, p any) error {
+func (f *fakeBeater) Beat(_ context.Context, p any) error {
 	f.got = append(f.got, p)
 	return f.err
 }
@@ -248,8 +87,8 @@ func TestActivityHelpers(t *testing.T) {
 	require.False(t, ok, "no step outside an activity")
 	require.NoError(t, port.Heartbeat(ctx, 1))
 
-	rt := &fakeRuntime{info: port.StepInfo{RunID: "r", Step: "copy", Attempt: 2, Token: port.FencingToken{Scope: "r/copy", Epoch: 2, Nonce: "n"}}}
-	actx := port.WithActivityRuntime(ctx, rt)
+	rt := &fakeBeater{}
+	actx := enginekit.WithStep(ctx, port.StepInfo{RunID: "r", Step: "copy", Attempt: 2, Token: port.FencingToken{Scope: "r/copy", Epoch: 2, Nonce: "n"}}, rt)
 	info, ok := port.StepInfoFrom(actx)
 	require.True(t, ok)
 	require.Equal(t, "r/copy#2#n", info.Token.String())
@@ -282,11 +121,6 @@ func TestErrorsAndStatus(t *testing.T) {
 
 	se := &port.StepError{Step: "copy", Activity: "asset.copy", Attempts: 3, Message: "boom"}
 	require.Contains(t, se.Error(), "retries exhausted")
-
-	var can *port.ContinueAsNewError
-	require.ErrorAs(t, port.ContinueAsNew(map[string]int{"i": 3}), &can)
-	require.JSONEq(t, `{"i":3}`, string(can.Input))
-	require.ErrorIs(t, port.ContinueAsNew(make(chan int)), port.ErrInvalidInput)
 
 	for _, s := range []port.Status{port.StatusSucceeded, port.StatusFailed, port.StatusCanceled} {
 		require.True(t, s.Terminal())

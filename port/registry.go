@@ -7,26 +7,27 @@ import (
 	"sync"
 )
 
-// MaxVersionsPerKind is how many versions of one kind a registry holds: the
-// current one and the previous one, until the old runs are drained (ADR 2.5).
+// Kind authors: MaxVersionsPerKind is how many versions of one kind a
+// registry holds: the current one and the previous one, until the old runs
+// are drained (ADR 2.5).
 const MaxVersionsPerKind = 2
 
-// Registry holds the kinds and activities a process knows. Register
-// everything before handing the registry to an engine; lookups are safe for
-// concurrent use.
+// Kind authors: Registry holds the kinds and activities a process knows.
+// Register everything before handing the registry to an engine; lookups (for
+// engines) are safe for concurrent use.
 type Registry struct {
 	mu         sync.RWMutex
 	defs       map[Kind]map[int]Definition
 	activities map[string]ActivityBinding
 }
 
-// NewRegistry returns an empty registry.
+// Kind authors: NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
 	return &Registry{defs: map[Kind]map[int]Definition{}, activities: map[string]ActivityBinding{}}
 }
 
-// Register adds kind definitions. It refuses an invalid definition, a
-// duplicate (kind, version) and a third version of a kind.
+// Kind authors: Register adds kind definitions. It refuses an invalid
+// definition, a duplicate (kind, version) and a third version of a kind.
 func (r *Registry) Register(defs ...Definition) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -37,17 +38,17 @@ func (r *Registry) Register(defs ...Definition) error {
 		if d.Version < 1 {
 			return fieldErr("version", "kind %s: must be at least 1, got %d", d.Kind, d.Version)
 		}
-		if !d.Handler.Defined() {
+		if !d.Handler.defined() {
 			return fieldErr("handler", "kind %s@v%d: missing (build it with port.Handle)", d.Kind, d.Version)
 		}
 		if err := d.Retry.Validate(); err != nil {
 			return fmt.Errorf("kind %s@v%d: %w", d.Kind, d.Version, err)
 		}
-		if err := ValidateTimeout("step_timeout", d.StepTimeout); err != nil {
-			return err
+		if d.StepTimeout < 0 {
+			return fieldErr("step_timeout", "kind %s@v%d: must not be negative, got %s", d.Kind, d.Version, d.StepTimeout)
 		}
-		if err := ValidateTimeout("heartbeat_timeout", d.HeartbeatTimeout); err != nil {
-			return err
+		if d.HeartbeatTimeout < 0 {
+			return fieldErr("heartbeat_timeout", "kind %s@v%d: must not be negative, got %s", d.Kind, d.Version, d.HeartbeatTimeout)
 		}
 		versions := r.defs[d.Kind]
 		if versions == nil {
@@ -65,26 +66,27 @@ func (r *Registry) Register(defs ...Definition) error {
 	return nil
 }
 
-// RegisterActivity adds activity bodies (see Bind).
+// Kind authors: RegisterActivity adds activity bodies (see Bind).
 func (r *Registry) RegisterActivity(bindings ...ActivityBinding) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, b := range bindings {
-		if err := ValidateName("activity", b.Name); err != nil {
+		if err := ValidateName("activity", b.name); err != nil {
 			return err
 		}
-		if b.Invoke == nil {
-			return fieldErr("activity", "%s has no body", b.Name)
+		if b.invoke == nil {
+			return fieldErr("activity", "%s has no body (build it with port.Bind)", b.name)
 		}
-		if _, dup := r.activities[b.Name]; dup {
-			return fieldErr("activity", "%s registered twice", b.Name)
+		if _, dup := r.activities[b.name]; dup {
+			return fieldErr("activity", "%s registered twice", b.name)
 		}
-		r.activities[b.Name] = b
+		r.activities[b.name] = b
 	}
 	return nil
 }
 
-// Current returns the highest registered version of kind: the one new runs use.
+// Engines and operator tools: Current returns the highest registered
+// version of kind: the one new runs use.
 func (r *Registry) Current(kind Kind) (Definition, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -100,7 +102,7 @@ func (r *Registry) Current(kind Kind) (Definition, error) {
 	return best, nil
 }
 
-// Lookup returns one version of a kind.
+// Engines: Lookup returns one version of a kind.
 func (r *Registry) Lookup(kind Kind, version int) (Definition, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -111,7 +113,8 @@ func (r *Registry) Lookup(kind Kind, version int) (Definition, error) {
 	return d, nil
 }
 
-// Definitions returns every registered definition ordered by kind, then version.
+// Engines and operator tools: Definitions returns every registered
+// definition ordered by kind, then version.
 func (r *Registry) Definitions() []Definition {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -127,7 +130,7 @@ func (r *Registry) Definitions() []Definition {
 	return out
 }
 
-// Activity returns the body registered under name.
+// Engines: Activity returns the body registered under name.
 func (r *Registry) Activity(name string) (ActivityBinding, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -138,7 +141,7 @@ func (r *Registry) Activity(name string) (ActivityBinding, error) {
 	return b, nil
 }
 
-// Activities returns every registered activity ordered by name.
+// Engines: Activities returns every registered activity ordered by name.
 func (r *Registry) Activities() []ActivityBinding {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -146,14 +149,6 @@ func (r *Registry) Activities() []ActivityBinding {
 	for _, b := range r.activities {
 		out = append(out, b)
 	}
-	slices.SortFunc(out, func(a, b ActivityBinding) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b ActivityBinding) int { return cmp.Compare(a.name, b.name) })
 	return out
-}
-
-// Serves reports whether a worker started with opts serves kind at version.
-func (o StartOptions) Serves(kind Kind, version int) bool {
-	if o.Versions == nil {
-		return true
-	}
-	return slices.Contains(o.Versions[kind], version)
 }

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// RetryPolicy says how often and how fast a failed step is tried again
-// (ADR 2.6: explicit per kind; the engine default is never relied on).
+// Kind authors: RetryPolicy says how often and how fast a failed step is
+// tried again (ADR 2.6: explicit per kind; the engine default is never
+// relied on).
 type RetryPolicy struct {
 	// MaxAttempts counts the first attempt too; 1 means no retry. Required (>= 1).
 	MaxAttempts int
@@ -18,18 +19,19 @@ type RetryPolicy struct {
 	BackoffCoefficient float64
 }
 
-// NetworkRetry is the preset for steps that talk to an external network
-// service (ADR 2.6): 5 attempts, 1s growing to at most 60s.
+// Kind authors: NetworkRetry is the preset for steps that talk to an
+// external network service (ADR 2.6): 5 attempts, 1s growing to at most 60s.
 func NetworkRetry() RetryPolicy {
 	return RetryPolicy{MaxAttempts: 5, InitialInterval: time.Second, MaxInterval: time.Minute, BackoffCoefficient: 2}
 }
 
-// FileRetry is the preset for file-system steps (ADR 2.6): 3 attempts.
+// Kind authors: FileRetry is the preset for file-system steps (ADR 2.6): 3 attempts.
 func FileRetry() RetryPolicy {
 	return RetryPolicy{MaxAttempts: 3, InitialInterval: time.Second, MaxInterval: time.Minute, BackoffCoefficient: 2}
 }
 
-// WithDefaults fills the zero fields with the documented defaults.
+// Kind authors and engines: WithDefaults fills the zero fields with the
+// documented defaults.
 func (p RetryPolicy) WithDefaults() RetryPolicy {
 	if p.InitialInterval == 0 {
 		p.InitialInterval = time.Second
@@ -43,7 +45,8 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 	return p
 }
 
-// Validate reports the first field that makes the policy unusable.
+// Kind authors, callers and engines: Validate reports the first field that
+// makes the policy unusable.
 func (p RetryPolicy) Validate() error {
 	switch {
 	case p.MaxAttempts < 1:
@@ -60,8 +63,9 @@ func (p RetryPolicy) Validate() error {
 	return nil
 }
 
-// Backoff returns the wait after the given failed attempt (1-based), the same
-// formula Temporal uses: initial * coefficient^(attempt-1), capped at max.
+// Callers and engines: Backoff returns the wait after the given failed
+// attempt (1-based), the same formula Temporal uses:
+// initial * coefficient^(attempt-1), capped at max.
 func (p RetryPolicy) Backoff(attempt int) time.Duration {
 	p = p.WithDefaults()
 	if attempt < 1 {

@@ -10,13 +10,15 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 )
 
 // activityFunc wraps a registered activity body as a Temporal activity. It
-// installs the port.ActivityRuntime (step identity, fencing token,
-// heartbeat), maps Temporal's cancellation causes onto port.ErrCanceled and
+// runs the attempt through the engines' one activity runtime
+// (enginekit.RunActivity) with the step's identity and Temporal's fencing
+// token, maps Temporal's cancellation causes onto port.ErrCanceled and
 // port.ErrLeaseLost, projects the step into Postgres, and marks the error
 // non-retryable when the body asked for it.
 func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, stepCall) (stepResult, error) {
@@ -24,17 +26,13 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 		ai := activity.GetInfo(ctx)
 		kind, version := parseWorkflowType(ai.WorkflowType.Name)
 		info := port.StepInfo{
-			RunID:    runIDFromWorkflowID(ai.WorkflowExecution.ID),
-			Kind:     kind,
-			Version:  version,
-			Step:     ai.ActivityID,
-			Activity: b.Name,
-			Attempt:  int(ai.Attempt),
-			Token: port.FencingToken{
-				Scope:      ai.WorkflowExecution.ID + "/" + ai.WorkflowExecution.RunID + "/" + ai.ActivityID,
-				Epoch:      int64(ai.Attempt),
-				Generation: call.Generation,
-			},
+			RunID:   runIDFromWorkflowID(ai.WorkflowExecution.ID),
+			Kind:    kind,
+			Version: version,
+			Step:    ai.ActivityID,
+			Attempt: int(ai.Attempt),
+			Token: enginekit.TemporalToken(ai.WorkflowExecution.ID, ai.WorkflowExecution.RunID, ai.ActivityID,
+				int(ai.Attempt), call.Generation),
 		}
 		log := e.logger.With(slog.String("run_id", string(info.RunID)), slog.String("step", info.Step), slog.Int("attempt", info.Attempt))
 		if call.Project && info.Attempt == 1 {
@@ -47,14 +45,8 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 		defer stop(nil)
 		release := context.AfterFunc(ctx, func() { stop(stopCause(ctx)) })
 		defer release()
-		sctx = port.WithActivityRuntime(sctx, runtime{info: info, stopped: func() error {
-			if ctx.Err() == nil {
-				return nil
-			}
-			return stopCause(ctx)
-		}})
 
-		out, err := b.Invoke(sctx, call.Input)
+		out, err := enginekit.RunActivity(sctx, b, info, heartbeat{activityCtx: ctx}, call.Input)
 		if err == nil {
 			return stepResult{Output: out, Attempt: info.Attempt}, nil
 		}
@@ -82,25 +74,19 @@ func stopCause(ctx context.Context) error {
 	return port.ErrLeaseLost
 }
 
-// runtime is the port.ActivityRuntime of one activity attempt. stopped
-// reads Temporal's activity context directly: the heartbeat that learns of a
-// cancel ends it synchronously, before the body's context follows.
-type runtime struct {
-	info    port.StepInfo
-	stopped func() error
-}
+// heartbeat is Temporal's half of the activity runtime (enginekit.Beater).
+// It reads Temporal's activity context directly: the heartbeat that learns
+// of a cancel ends it synchronously, before the body's context follows.
+type heartbeat struct{ activityCtx context.Context }
 
-func (r runtime) Info() port.StepInfo { return r.info }
-
-// Heartbeat records progress (shown in the Temporal UI as heartbeat
-// details); a cancel request or a lost attempt is learned from its response
-// and shows as the context's cause.
-func (r runtime) Heartbeat(ctx context.Context, progress any) error {
+// Beat records progress (shown in the Temporal UI as heartbeat details); a
+// cancel request or a lost attempt is learned from its response.
+func (h heartbeat) Beat(ctx context.Context, progress any) error {
 	activity.RecordHeartbeat(ctx, progress)
-	if err := r.stopped(); err != nil {
-		return err
+	if h.activityCtx.Err() == nil {
+		return nil
 	}
-	return port.StopReason(ctx)
+	return stopCause(h.activityCtx)
 }
 
 // bookkeeping is the adapter's own Postgres work, run by workflows as local

@@ -16,19 +16,19 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 )
 
 var (
@@ -85,8 +85,12 @@ func parseWorkflowType(t string) (port.Kind, int) {
 	return port.Kind(t[:i]), v
 }
 
-// Engine is the Temporal implementation of port.TaskEngine.
+// Engine is the Temporal implementation of port.TaskEngine. Its lifecycle
+// (Start, Stop, Done, Err) follows the port's rules through
+// internal/startstop.
 type Engine struct {
+	startstop.Base
+
 	client client.Client
 	pool   *pgxpool.Pool
 	reg    *port.Registry
@@ -94,10 +98,9 @@ type Engine struct {
 	logger *slog.Logger
 	books  *bookkeeping
 
-	mu     sync.Mutex
-	worker worker.Worker // nil unless started
-	recon  *reconciler   // nil unless started with ReconcileInterval > 0
-	fatal  chan error    // buffered 1: the first fatal worker error
+	// Set by Start and cleared by Stop, which startstop serializes.
+	worker worker.Worker
+	recon  *reconciler // nil unless started with ReconcileInterval > 0
 }
 
 // New builds an engine over a connected client (see Dial), the Postgres pool
@@ -117,7 +120,6 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 		cfg:    cfg,
 		logger: cfg.Logger,
 		books:  &bookkeeping{pool: pool, logger: cfg.Logger},
-		fatal:  make(chan error, 1),
 	}, nil
 }
 
@@ -145,7 +147,7 @@ type runInput struct {
 // Temporal's retention; one recorded but not finished is (re)started with the
 // same ID and policies, which covers a crash between the insert and the start.
 func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	prep, err := e.reg.PrepareEnqueue(kind, input, opts)
+	prep, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 	if err != nil {
 		return "", err
 	}
@@ -195,8 +197,7 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 		opts.StartDelay = d
 	}
 	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input, Generation: run.Seq})
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if err != nil && !errors.As(err, &started) {
+	if err = interpretError(err); err != nil && !errors.Is(err, errWorkflowExists) {
 		return fmt.Errorf("start workflow of run %s: %w", run.ID, err)
 	}
 	return nil
@@ -221,7 +222,7 @@ func summarize(raw []byte, limit int) string {
 // Signal reads the runs registered as waiting on topic in Postgres and
 // signals each. A run that finished meanwhile is skipped, not an error.
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
-	raw, err := port.PrepareSignal(topic, payload)
+	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
 		return 0, err
 	}
@@ -231,10 +232,9 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 	}
 	delivered := 0
 	for _, id := range ids {
-		err := e.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), raw)
-		var nf *serviceerror.NotFound
+		err := interpretError(e.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), raw))
 		switch {
-		case errors.As(err, &nf):
+		case errors.Is(err, port.ErrNotFound):
 		case err != nil:
 			return delivered, fmt.Errorf("signal run %s on %s: %w", id, topic, err)
 		default:
@@ -255,9 +255,8 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	if run.Status.Terminal() {
 		return nil
 	}
-	err = e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	err = interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason}))
+	if errors.Is(err, port.ErrNotFound) {
 		// Never started (a crash between insert and start) or already
 		// gone: nothing will run it, so the projection says canceled.
 		return runstore.Project(ctx, e.pool, id, runstore.Projection{Status: port.StatusCanceled, LastError: reason})

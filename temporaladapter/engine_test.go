@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 	"github.com/taskport/taskport/temporaladapter"
 	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
 )

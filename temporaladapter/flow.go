@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -48,11 +49,10 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 			},
 		}
 		f.logger = f.logger.With(slog.String("run_id", string(f.runID)), slog.String("workflow_type", info.WorkflowType.Name))
-		err := def.Handler.Run(f, in.Input)
-		var can *port.ContinueAsNewError
-		if errors.As(err, &can) {
-			next := runInput{Input: json.RawMessage(can.Input), Pending: f.drain(), Topics: f.topics, Generation: f.generation}
-			return workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, next)
+		next, err := enginekit.ContinueAsNew(def.Handler.Run(f, in.Input))
+		if next != nil {
+			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}
+			return workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
 		}
 		status, msg := outcome(ctx, err)
 		// The projection must be written even when the workflow is canceled.
@@ -100,7 +100,7 @@ type flow struct {
 	runID   port.RunID
 	books   *bookkeeping
 	laOpts  workflow.LocalActivityOptions
-	seq     port.StepSequence
+	seq     enginekit.StepSequence
 	logger  *slog.Logger
 	pending map[port.Topic][]json.RawMessage // signals carried over a continue-as-new
 	topics  []port.Topic                     // topics registered in the waiter table, in first-wait order
@@ -136,11 +136,11 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 	if f.ctx.Err() != nil {
 		return port.ErrCanceled
 	}
-	so, err := port.ResolveStepOptions(f.def, opts...)
+	so, err := enginekit.ResolveStepOptions(f.def, opts...)
 	if err != nil {
 		return err
 	}
-	raw, err := port.EncodePayload("input", in)
+	raw, err := enginekit.EncodePayload("input", in)
 	if err != nil {
 		return fmt.Errorf("step %s: %w", name, err)
 	}
@@ -183,32 +183,34 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 		return se
 	}
 	f.lastAttempts = result.Attempt
-	if err := port.DecodePayload(result.Output, out); err != nil {
+	if err := enginekit.DecodePayload(result.Output, out); err != nil {
 		return fmt.Errorf("step %s: decode result of %s: %w", name, activityName, err)
 	}
 	return nil
 }
 
-// stepError turns the activity's final failure into the port's StepError.
+// stepError turns the activity's final failure, as Temporal reports it to
+// the workflow, into the port's StepError. A failure without the attempt in
+// its details (a timeout) spent every attempt.
 func stepError(name, activityName string, so port.StepOptions, err error) *port.StepError {
-	se := &port.StepError{Step: name, Activity: activityName, Attempts: so.Retry.MaxAttempts, Message: err.Error()}
+	attempts, msg, nonRetryable := so.Retry.MaxAttempts, err.Error(), false
 	var actErr *temporal.ActivityError
 	if errors.As(err, &actErr) {
 		if cause := errors.Unwrap(actErr); cause != nil {
-			se.Message = cause.Error()
+			msg = cause.Error()
 		}
-		se.NonRetryable = actErr.RetryState() == enumspb.RETRY_STATE_NON_RETRYABLE_FAILURE
+		nonRetryable = actErr.RetryState() == enumspb.RETRY_STATE_NON_RETRYABLE_FAILURE
 	}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
-		se.Message = appErr.Message()
-		se.NonRetryable = se.NonRetryable || appErr.NonRetryable()
+		msg = appErr.Message()
+		nonRetryable = nonRetryable || appErr.NonRetryable()
 		var attempt int
 		if appErr.Type() == stepErrorType && appErr.HasDetails() && appErr.Details(&attempt) == nil {
-			se.Attempts = attempt
+			attempts = attempt
 		}
 	}
-	return se
+	return enginekit.StepFailed(name, activityName, attempts, msg, nonRetryable)
 }
 
 // WaitSignal registers the run in the Postgres waiter table (a local
@@ -222,10 +224,10 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	if _, err := f.seq.Next(name); err != nil {
 		return false, err
 	}
-	if err := port.ValidateTopic(topic); err != nil {
+	if err := enginekit.ValidateTopic(topic); err != nil {
 		return false, err
 	}
-	if err := port.ValidateTimeout("timeout", timeout); err != nil {
+	if err := enginekit.ValidateTimeout("timeout", timeout); err != nil {
 		return false, err
 	}
 	if f.ctx.Err() != nil {
@@ -287,7 +289,7 @@ func (f *flow) unregister(ctx workflow.Context) error {
 }
 
 func decodeSignal(name string, raw json.RawMessage, payload any) error {
-	if err := port.DecodePayload(raw, payload); err != nil {
+	if err := enginekit.DecodePayload(raw, payload); err != nil {
 		return fmt.Errorf("wait %s: decode signal payload: %w", name, err)
 	}
 	return nil
@@ -324,7 +326,7 @@ func (f *flow) Sleep(name string, d time.Duration) error {
 	if _, err := f.seq.Next(name); err != nil {
 		return err
 	}
-	if err := port.ValidateTimeout("sleep", d); err != nil {
+	if err := enginekit.ValidateTimeout("sleep", d); err != nil {
 		return err
 	}
 	if f.ctx.Err() != nil {

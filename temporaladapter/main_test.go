@@ -15,9 +15,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/internal/devserver"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 	"github.com/taskport/taskport/temporaladapter"
 	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
 )

@@ -7,14 +7,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 )
 
 // reconciler keeps the Postgres projection of open runs true when their
@@ -57,11 +56,11 @@ var errReconcilerStopped = errors.New("temporal projection reconciler stopped")
 // database; the lock ends with the round's transaction.
 const reconcileLockSQL = `SELECT pg_try_advisory_xact_lock(hashtextextended('taskport.temporal.reconcile', 0))`
 
-// startReconciler runs the loop until stop. Its context derives from ctx
-// without its cancellation: it lives until Stop, not until Start's caller
-// returns.
+// startReconciler runs the loop until stop. ctx is the engine's service
+// context (startstop): it lives until Stop, and a fatal worker error cancels
+// it, which ends the loop too.
 func (e *Engine) startReconciler(ctx context.Context) *reconciler {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	ctx, cancel := context.WithCancelCause(ctx)
 	r := &reconciler{e: e, cancel: cancel, done: make(chan struct{})}
 	go r.loop(ctx)
 	return r
@@ -75,14 +74,7 @@ func (r *reconciler) stop() {
 
 func (r *reconciler) loop(ctx context.Context) {
 	defer close(r.done)
-	tick := time.NewTicker(r.e.cfg.ReconcileInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	startstop.Every(ctx, r.e.cfg.ReconcileInterval, func(ctx context.Context) {
 		corrected, err := r.round(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -90,7 +82,7 @@ func (r *reconciler) loop(ctx context.Context) {
 		case corrected > 0:
 			r.e.logger.InfoContext(ctx, "reconciled run projections with Temporal", slog.Int("corrected", corrected))
 		}
-	}
+	})
 }
 
 // round checks one batch if this worker holds the round's lock, and returns
@@ -140,8 +132,7 @@ func (r *reconciler) round(ctx context.Context) (int, error) {
 func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunView, fixed bool, err error) {
 	wid := WorkflowID(run.ID)
 	desc, err := e.client.DescribeWorkflow(ctx, wid, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	if err = interpretError(err); errors.Is(err, port.ErrNotFound) {
 		return run.RunView, false, nil
 	}
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 	"github.com/taskport/taskport/temporaladapter"
 	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
 )

@@ -9,6 +9,8 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
 
@@ -16,45 +18,44 @@ import (
 // workflow type) and every activity, and starts polling. Concurrency sets
 // both the activity and the workflow-task slot counts (Config.DefaultConcurrency
 // when zero). It also starts the projection reconciler (see reconciler),
-// unless Config.ReconcileInterval is negative.
+// unless Config.ReconcileInterval is negative. The lifecycle rules are the
+// port's (port.TaskEngine); a fatal worker error (OnFatalError) ends the
+// serving: Done closes and Err returns it.
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
-	opts, err := port.ValidateStartOptions(opts)
+	opts, err := enginekit.ValidateStartOptions(opts)
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.worker != nil {
-		return port.ErrAlreadyStarted
-	}
-	conc := opts.Concurrency
-	if conc == 0 {
-		conc = e.cfg.DefaultConcurrency
-	}
-	w := worker.New(e.client, e.cfg.TaskQueue, worker.Options{
-		MaxConcurrentActivityExecutionSize:      conc,
-		MaxConcurrentWorkflowTaskExecutionSize:  max(conc, 2), // the SDK needs 2 for sticky polling
-		MaxConcurrentLocalActivityExecutionSize: conc,
-		WorkerStopTimeout:                       e.cfg.WorkerStopTimeout,
-		WorkflowPanicPolicy:                     worker.FailWorkflow,
-		OnFatalError:                            e.onFatal,
-		DeploymentOptions:                       e.deploymentOptions(),
+	return startstop.Start(ctx, &e.Base, func(ctx context.Context) error {
+		conc := opts.Concurrency
+		if conc == 0 {
+			conc = e.cfg.DefaultConcurrency
+		}
+		w := worker.New(e.client, e.cfg.TaskQueue, worker.Options{
+			MaxConcurrentActivityExecutionSize:      conc,
+			MaxConcurrentWorkflowTaskExecutionSize:  max(conc, 2), // the SDK needs 2 for sticky polling
+			MaxConcurrentLocalActivityExecutionSize: conc,
+			WorkerStopTimeout:                       e.cfg.WorkerStopTimeout,
+			WorkflowPanicPolicy:                     worker.FailWorkflow,
+			OnFatalError:                            e.onFatal,
+			DeploymentOptions:                       e.deploymentOptions(),
+		})
+		served := e.registerWorkflows(w, opts)
+		for _, b := range e.reg.Activities() {
+			w.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name()})
+		}
+		if err := w.Start(); err != nil {
+			return fmt.Errorf("start temporal worker on %s: %w", e.cfg.TaskQueue, err)
+		}
+		e.worker = w
+		if e.cfg.ReconcileInterval > 0 {
+			e.recon = e.startReconciler(ctx)
+		}
+		e.logger.InfoContext(ctx, "temporal worker started",
+			slog.String("task_queue", e.cfg.TaskQueue), slog.Int("concurrency", conc), slog.Any("workflow_types", served),
+			slog.String("deployment", e.cfg.Deployment.Name), slog.String("build_id", e.cfg.Deployment.BuildID))
+		return nil
 	})
-	served := e.registerWorkflows(w, opts)
-	for _, b := range e.reg.Activities() {
-		w.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name})
-	}
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("start temporal worker on %s: %w", e.cfg.TaskQueue, err)
-	}
-	e.worker = w
-	if e.cfg.ReconcileInterval > 0 {
-		e.recon = e.startReconciler(ctx)
-	}
-	e.logger.InfoContext(ctx, "temporal worker started",
-		slog.String("task_queue", e.cfg.TaskQueue), slog.Int("concurrency", conc), slog.Any("workflow_types", served),
-		slog.String("deployment", e.cfg.Deployment.Name), slog.String("build_id", e.cfg.Deployment.BuildID))
-	return nil
 }
 
 // registerWorkflows adds the workflow types served under opts to r and
@@ -62,7 +63,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 func (e *Engine) registerWorkflows(r workflowRegistry, opts port.StartOptions) []string {
 	var served []string
 	for _, def := range e.reg.Definitions() {
-		if !opts.Serves(def.Kind, def.Version) {
+		if !enginekit.Serves(opts, def.Kind, def.Version) {
 			continue
 		}
 		name := WorkflowType(def.Kind, def.Version)
@@ -86,45 +87,37 @@ func (e *Engine) deploymentOptions() worker.DeploymentOptions {
 	}
 }
 
+// onFatal is the SDK worker's OnFatalError: the worker has stopped polling
+// for good (e.g. its namespace was deleted), so the engine no longer serves.
 func (e *Engine) onFatal(err error) {
 	e.logger.Error("temporal worker stopped on a fatal error", slog.String("error", err.Error()))
-	select {
-	case e.fatal <- err:
-	default:
-	}
+	startstop.Fail(&e.Base, fmt.Errorf("temporal worker on %s: %w", e.cfg.TaskQueue, err))
 }
-
-// Err returns a channel that receives the first fatal worker error (e.g.
-// the namespace was deleted). The worker has stopped polling when it fires;
-// the process should exit or restart the engine.
-func (e *Engine) Err() <-chan error { return e.fatal }
 
 // Stop stops the projection reconciler and polling, and waits for in-flight
 // activities up to Config.WorkerStopTimeout; the ones still running then are
-// canceled and handed back to Temporal, which retries them elsewhere. Safe to
-// call twice and without Start.
+// canceled and handed back to Temporal, which retries them elsewhere. A
+// caller whose ctx ends first gets control back with an error while the SDK
+// finishes draining. The lifecycle rules are the port's (port.TaskEngine).
 func (e *Engine) Stop(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.recon != nil {
-		e.recon.stop()
-		e.recon = nil
-	}
-	if e.worker == nil {
-		return nil
-	}
-	w := e.worker
-	e.worker = nil
-	// worker.Stop blocks up to WorkerStopTimeout; a caller whose context
-	// ends first gets control back while the SDK finishes draining (its
-	// in-flight activities are canceled when that timeout passes).
-	done := make(chan struct{})
-	go func() { w.Stop(); close(done) }()
-	select {
-	case <-done:
-		e.logger.InfoContext(ctx, "temporal worker stopped", slog.String("task_queue", e.cfg.TaskQueue))
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stop temporal worker on %s: still draining: %w", e.cfg.TaskQueue, context.Cause(ctx))
-	}
+	return startstop.Stop(ctx, &e.Base, func(ctx context.Context) error {
+		if e.recon != nil {
+			e.recon.stop()
+			e.recon = nil
+		}
+		w := e.worker
+		e.worker = nil
+		// worker.Stop blocks up to WorkerStopTimeout; a caller whose context
+		// ends first gets control back while the SDK finishes draining (its
+		// in-flight activities are canceled when that timeout passes).
+		done := make(chan struct{})
+		go func() { w.Stop(); close(done) }()
+		select {
+		case <-done:
+			e.logger.InfoContext(ctx, "temporal worker stopped", slog.String("task_queue", e.cfg.TaskQueue))
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("stop temporal worker on %s: still draining: %w", e.cfg.TaskQueue, context.Cause(ctx))
+		}
+	})
 }

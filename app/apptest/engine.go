@@ -9,8 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 )
 
 // Enqueued is one Enqueue call the RecordingEngine accepted.
@@ -28,8 +30,11 @@ type Enqueued struct {
 // Enqueue is idempotent on (kind, key) through the shared run store
 // (taskport.run), validates like a real engine when given a registry, and
 // Cancel records the cancel there. Tests drive the recorded runs themselves
-// (World.Drive).
+// (World.Drive). Its Start and Stop run nothing but follow the port's
+// lifecycle rules (internal/startstop), as a real engine's do.
 type RecordingEngine struct {
+	startstop.Base
+
 	pool *pgxpool.Pool
 	reg  *port.Registry // nil: accept any kind at version 1
 
@@ -53,12 +58,12 @@ func NewRecordingEngine(pool *pgxpool.Pool, reg *port.Registry) *RecordingEngine
 // Enqueue implements port.TaskEngine.
 func (e *RecordingEngine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
 	version := 1
-	raw, err := port.EncodePayload("input", input)
+	raw, err := enginekit.EncodePayload("input", input)
 	if err != nil {
 		return "", err
 	}
 	if e.reg != nil {
-		prep, err := e.reg.PrepareEnqueue(kind, input, opts)
+		prep, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 		if err != nil {
 			return "", err
 		}
@@ -85,7 +90,7 @@ func (e *RecordingEngine) Enqueue(ctx context.Context, kind port.Kind, input any
 
 // Signal implements port.TaskEngine: it records the topic; nobody waits.
 func (e *RecordingEngine) Signal(_ context.Context, topic port.Topic, payload any) (int, error) {
-	if _, err := port.PrepareSignal(topic, payload); err != nil {
+	if _, err := enginekit.PrepareSignal(topic, payload); err != nil {
 		return 0, err
 	}
 	e.mu.Lock()
@@ -127,10 +132,14 @@ func (e *RecordingEngine) ListRuns(ctx context.Context, f port.RunFilter) ([]por
 }
 
 // Start implements port.TaskEngine; the engine runs nothing.
-func (e *RecordingEngine) Start(context.Context, port.StartOptions) error { return nil }
+func (e *RecordingEngine) Start(ctx context.Context, _ port.StartOptions) error {
+	return startstop.Start(ctx, &e.Base, func(context.Context) error { return nil })
+}
 
 // Stop implements port.TaskEngine.
-func (e *RecordingEngine) Stop(context.Context) error { return nil }
+func (e *RecordingEngine) Stop(ctx context.Context) error {
+	return startstop.Stop(ctx, &e.Base, func(context.Context) error { return nil })
+}
 
 // Enqueued returns the accepted Enqueue calls in order.
 func (e *RecordingEngine) Enqueued() []Enqueued {

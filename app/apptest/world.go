@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -31,6 +32,8 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app"
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
@@ -38,7 +41,6 @@ import (
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
 	"github.com/taskport/taskport/qbittorrent/qbtfake"
-	"github.com/taskport/taskport/runstore"
 	"github.com/taskport/taskport/workflows"
 	"github.com/taskport/taskport/workflows/flowtest"
 )
@@ -115,7 +117,11 @@ func NewWorld(t testing.TB, opts Options) *World {
 	require.True(t, ok, "the engine %T does not list runs (port.Admin)", w.Engine)
 	w.Dispatcher, err = outbox.NewDispatcher(w.Pool, w.Engine, runs, outbox.Config{})
 	require.NoError(t, err)
-	t.Cleanup(w.Dispatcher.Stop)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, w.Dispatcher.Stop(ctx))
+	})
 	return w
 }
 
@@ -247,7 +253,7 @@ func (w *World) pick(t testing.TB, e Enqueued, fresh []port.Topic) (*flowtest.Ru
 // run's plan.
 func (w *World) waitsOn(run *flowtest.Run, topic port.Topic) bool {
 	var in workflows.WaitInput
-	if err := port.DecodePayload(run.Input(), &in); err != nil || in.PlanID == "" {
+	if err := enginekit.DecodePayload(run.Input(), &in); err != nil || in.PlanID == "" {
 		return false
 	}
 	return topic == workflows.ApprovalTopic(in.PlanID) || topic == workflows.DownloadTopic(in.PlanID)

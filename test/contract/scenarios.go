@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
 
@@ -36,6 +37,7 @@ var scenarios = []scenario{
 	{"get_unknown_run", getUnknown},
 	{"bad_input_rejected_nothing_written", badInput},
 	{"superseded_run_cannot_take_operation_back", supersededRunCannotTakeOver},
+	{"lifecycle_restart", lifecycle},
 }
 
 var bg = context.Background()
@@ -369,4 +371,42 @@ func badInput(w *world) {
 
 	bad := w.factory(w.t, registry(w.t, w.pool, kinds(false)...))
 	require.ErrorIs(w.t, bad.Start(bg, port.StartOptions{Concurrency: -1}), port.ErrInvalidInput)
+}
+
+// The lifecycle rules of port.TaskEngine, on one engine value: not serving
+// before Start, Stop before Start and Stop twice do nothing, Start while
+// serving is refused, Stop closes Done with no error, and the same value
+// serves again after Stop: a run enqueued while it was stopped completes
+// once it is started again, each step's side effect once.
+func lifecycle(w *world) {
+	e := w.factory(w.t, registry(w.t, w.pool, kinds(false)...))
+	w.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(bg, time.Minute)
+		defer cancel()
+		_ = e.Stop(ctx) // a failed assertion may leave it serving
+	})
+	require.False(w.t, startstop.Serving(e), "not serving before Start")
+	require.NoError(w.t, e.Stop(bg), "Stop before Start")
+
+	first := w.enqueue(e, "ct.three", tagIn{}, "life-0")
+	var second port.RunID
+	for round := range 2 {
+		require.NoError(w.t, e.Start(bg, port.StartOptions{Concurrency: 4}), "round %d", round)
+		require.True(w.t, startstop.Serving(e), "round %d: serving", round)
+		require.ErrorIs(w.t, e.Start(bg, port.StartOptions{}), port.ErrAlreadyStarted, "round %d", round)
+		w.waitStatus(e, first, port.StatusSucceeded)
+		if round == 1 {
+			w.waitStatus(e, second, port.StatusSucceeded)
+		}
+		w.stop(e)
+		require.False(w.t, startstop.Serving(e), "round %d: Stop closes Done", round)
+		require.NoError(w.t, e.Err(), "round %d: a graceful stop is no error", round)
+		require.NoError(w.t, e.Stop(bg), "round %d: Stop twice", round)
+		if round == 0 {
+			second = w.enqueue(e, "ct.three", tagIn{}, "life-1") // while stopped
+		}
+	}
+	for _, id := range []port.RunID{first, second} {
+		require.Equal(w.t, map[string]int{"s1": 1, "s2": 1, "s3": 1}, w.effects(id), "run %s: each step's side effect exactly once", id)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -34,7 +35,7 @@ type Run struct {
 	input json.RawMessage
 
 	history  []record
-	seq      port.StepSequence
+	seq      enginekit.StepSequence
 	attempts map[string]int // per step name, across executions
 	signals  map[port.Topic][]json.RawMessage
 	lose     map[string]bool
@@ -88,7 +89,7 @@ func New(reg *port.Registry, kind port.Kind, id port.RunID, input any) (*Run, er
 	if err != nil {
 		return nil, err
 	}
-	raw, err := port.EncodePayload("input", input)
+	raw, err := enginekit.EncodePayload("input", input)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +103,7 @@ func New(reg *port.Registry, kind port.Kind, id port.RunID, input any) (*Run, er
 
 // Signal queues a signal; the next wait on topic receives it.
 func (r *Run) Signal(topic port.Topic, payload any) error {
-	raw, err := port.PrepareSignal(topic, payload)
+	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
 		return err
 	}
@@ -129,13 +130,12 @@ func (r *Run) Input() json.RawMessage { return r.input }
 // and an empty history.
 func (r *Run) Execute(ctx context.Context) error {
 	for {
-		r.seq = port.StepSequence{}
-		err := r.def.Handler.Run(&flow{run: r, ctx: ctx}, r.input)
-		var can *port.ContinueAsNewError
-		if !errors.As(err, &can) {
+		r.seq = enginekit.StepSequence{}
+		next, err := enginekit.ContinueAsNew(r.def.Handler.Run(&flow{run: r, ctx: ctx}, r.input))
+		if next == nil {
 			return err
 		}
-		r.input, r.history = can.Input, nil
+		r.input, r.history = next, nil
 		r.ContinuedAsNew++
 	}
 }
@@ -165,7 +165,7 @@ func (f *flow) next(name string) (seq int, replayed json.RawMessage, isReplay bo
 	f.run.Steps = append(f.run.Steps, name)
 	if seq < len(f.run.history) {
 		rec := f.run.history[seq]
-		if err := port.CheckReplay(seq, name, rec.name); err != nil {
+		if err := enginekit.CheckReplay(seq, name, rec.name); err != nil {
 			return 0, nil, false, err
 		}
 		return seq, rec.result, true, nil
@@ -182,9 +182,9 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		return err
 	}
 	if replay {
-		return port.DecodePayload(stored, out)
+		return enginekit.DecodePayload(stored, out)
 	}
-	o, err := port.ResolveStepOptions(f.run.def, opts...)
+	o, err := enginekit.ResolveStepOptions(f.run.def, opts...)
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 	if err != nil {
 		return err
 	}
-	raw, err := port.EncodePayload("input", in)
+	raw, err := enginekit.EncodePayload("input", in)
 	if err != nil {
 		return err
 	}
@@ -207,28 +207,30 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 				return ErrCrashed
 			}
 			f.run.history = append(f.run.history, record{name: name, result: result})
-			return port.DecodePayload(result, out)
+			return enginekit.DecodePayload(result, out)
 		}
 		lastErr = err
 		if errors.Is(err, port.ErrCanceled) && f.run.canceled {
 			return port.ErrCanceled
 		}
 		if port.IsNonRetryable(err) {
-			return &port.StepError{Step: name, Activity: activity, Attempts: try, Message: err.Error(), NonRetryable: true}
+			return enginekit.StepFailed(name, activity, try, err.Error(), true)
 		}
 	}
-	return &port.StepError{Step: name, Activity: activity, Attempts: o.Retry.MaxAttempts, Message: lastErr.Error()}
+	return enginekit.StepFailed(name, activity, o.Retry.MaxAttempts, lastErr.Error(), false)
 }
 
+// invoke runs one attempt through the engines' activity runtime. Its
+// fencing token has the lease engine's shape, each attempt counting as a
+// claim.
 func (f *flow) invoke(b port.ActivityBinding, step string, raw json.RawMessage) (json.RawMessage, error) {
 	attempt := f.run.attempts[step]
-	rt := &runtime{run: f.run, info: port.StepInfo{
-		RunID: f.run.id, Kind: f.run.def.Kind, Version: f.run.def.Version, Step: step, Activity: b.Name,
-		Attempt: attempt,
-		Token:   port.FencingToken{Scope: string(f.run.id) + "/" + step, Epoch: int64(attempt)},
-	}}
+	info := port.StepInfo{
+		RunID: f.run.id, Kind: f.run.def.Kind, Version: f.run.def.Version, Step: step, Attempt: attempt,
+		Token: enginekit.LeaseToken(f.run.id, step, int64(attempt), "", 0),
+	}
 	f.run.Executed = append(f.run.Executed, step)
-	return b.Invoke(port.WithActivityRuntime(f.ctx, rt), raw)
+	return enginekit.RunActivity(f.ctx, b, info, heartbeat{run: f.run}, raw)
 }
 
 func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, payload any) (bool, error) {
@@ -241,9 +243,9 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		if err := json.Unmarshal(stored, &w); err != nil {
 			return false, fmt.Errorf("flowtest: decode wait %s: %w", name, err)
 		}
-		return w.Received, port.DecodePayload(w.Payload, payload)
+		return w.Received, enginekit.DecodePayload(w.Payload, payload)
 	}
-	if err := port.ValidateTopic(topic); err != nil {
+	if err := enginekit.ValidateTopic(topic); err != nil {
 		return false, err
 	}
 	if len(f.run.signals[topic]) == 0 && f.run.OnWait != nil {
@@ -266,7 +268,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		return false, fmt.Errorf("flowtest: encode wait %s: %w", name, err)
 	}
 	f.run.history = append(f.run.history, record{name: name, result: stored})
-	return w.Received, port.DecodePayload(w.Payload, payload)
+	return w.Received, enginekit.DecodePayload(w.Payload, payload)
 }
 
 type waitResult struct {
@@ -301,18 +303,13 @@ func (f *flow) GetVersion(changeID string, _, maxSupported int) int {
 	return maxSupported
 }
 
-// runtime is the activity side: identity, and heartbeats that report the
-// run's cancel.
-type runtime struct {
-	run  *Run
-	info port.StepInfo
-}
+// heartbeat is the activity side's engine half (enginekit.Beater): it
+// records progress and reports the run's cancel.
+type heartbeat struct{ run *Run }
 
-func (rt *runtime) Info() port.StepInfo { return rt.info }
-
-func (rt *runtime) Heartbeat(_ context.Context, progress any) error {
-	rt.run.Heartbeats = append(rt.run.Heartbeats, progress)
-	if rt.run.canceled {
+func (h heartbeat) Beat(_ context.Context, progress any) error {
+	h.run.Heartbeats = append(h.run.Heartbeats, progress)
+	if h.run.canceled {
 		return port.ErrCanceled
 	}
 	return nil

@@ -8,17 +8,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
 
-// fatalNotifier is what cmd needs from an engine whose worker can stop for
-// good on its own: temporaladapter.Engine.Err fires when the SDK worker
-// gives up (namespace deleted, unrecoverable poll error). The lease engine
-// has no such path (its loops log and retry until Stop), so it does not
-// implement it. The port has no Done() yet; until it does, cmd declares
-// this small interface itself.
-type fatalNotifier interface {
-	Err() <-chan error
+// engineState is what the probes read of the engine: the port's Done and
+// Err (port.TaskEngine). Done is closed while the engine does not serve; Err
+// is the fatal error that stopped it on its own (on Temporal, the SDK worker
+// gave up: namespace deleted, unrecoverable poll error), nil after a
+// graceful Stop. The lease engine has no fatal path (its loops log and retry
+// until Stop).
+type engineState interface {
+	Done() <-chan struct{}
+	Err() error
 }
 
 // healthCheckTimeout bounds each dependency check of /readyz, well under
@@ -27,20 +29,22 @@ const healthCheckTimeout = 800 * time.Millisecond
 
 // workerHealth answers the worker's probes:
 //
-//   - /healthz (liveness) fails once the engine has stopped for good, so
-//     the kubelet restarts a process that cannot recover;
+//   - /healthz (liveness) fails once the engine has stopped for good (a
+//     fatal error, port.TaskEngine.Err), so the kubelet restarts a process
+//     that cannot recover;
 //   - /readyz (readiness) fails while stopping (from SIGTERM on, before the
-//     stop begins), when the engine has stopped for good, when a dependency
+//     stop begins), while the engine does not serve (port.TaskEngine.Done
+//     closed: not started, stopped, or stopped for good), when a dependency
 //     check fails (Postgres; the Temporal frontend on that engine), and
 //     when the outbox dispatcher is not running or its last hand-over to
 //     the engine failed.
 type workerHealth struct {
+	engine   engineState
 	checks   []namedCheck
 	dispatch *dispatchWatch // nil when this worker runs no dispatcher
 
 	mu       sync.Mutex
 	stopping bool
-	fatal    error
 }
 
 type namedCheck struct {
@@ -48,8 +52,8 @@ type namedCheck struct {
 	check func(context.Context) error
 }
 
-func newWorkerHealth(dispatch *dispatchWatch, checks ...namedCheck) *workerHealth {
-	return &workerHealth{checks: checks, dispatch: dispatch}
+func newWorkerHealth(engine engineState, dispatch *dispatchWatch, checks ...namedCheck) *workerHealth {
+	return &workerHealth{engine: engine, checks: checks, dispatch: dispatch}
 }
 
 // beginStop turns readiness off for good: called on SIGTERM, before the
@@ -60,21 +64,11 @@ func (h *workerHealth) beginStop() {
 	h.mu.Unlock()
 }
 
-// engineStopped records that the engine's worker stopped for good.
-func (h *workerHealth) engineStopped(err error) {
-	h.mu.Lock()
-	h.fatal = err
-	h.mu.Unlock()
-}
-
 func (h *workerHealth) live() error {
-	h.mu.Lock()
-	fatal := h.fatal
-	h.mu.Unlock()
-	if fatal == nil {
-		return nil
+	if err := h.engine.Err(); err != nil {
+		return fmt.Errorf("engine stopped for good: %w", err)
 	}
-	return fmt.Errorf("engine stopped for good: %w", fatal)
+	return nil
 }
 
 func (h *workerHealth) ready(ctx context.Context) error {
@@ -86,6 +80,9 @@ func (h *workerHealth) ready(ctx context.Context) error {
 	}
 	if err := h.live(); err != nil {
 		return err
+	}
+	if !startstop.Serving(h.engine) {
+		return errors.New("engine not serving")
 	}
 	if h.dispatch != nil {
 		if err := h.dispatch.healthy(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/operatorservice/v1"
 
+	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/internal/testkit"
 	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
@@ -47,14 +48,20 @@ func testStack(t *testing.T, engine, temporalAddr, namespace string) *Stack {
 }
 
 // Each readiness and liveness rule, against a real Postgres and the real
-// lease engine: Postgres answering, the dispatcher running and its last
-// hand-over to the engine succeeding; not ready from the stop on; neither
-// live nor ready once the engine has stopped for good.
+// lease engine: the engine serving, Postgres answering, the dispatcher
+// running and its last hand-over to the engine succeeding; not ready from
+// the stop on; neither live nor ready once the engine has stopped for good.
 func TestWorkerHealthRules(t *testing.T) {
+	ctx := context.Background()
 	s := testStack(t, "lease", "", "")
-	h := newWorkerHealth(s.dispatchWatch, namedCheck{"postgres", s.bizPool.Ping})
+	h := newWorkerHealth(s.engine, s.dispatchWatch, namedCheck{"postgres", s.bizPool.Ping})
 
 	code, body := probe(t, h, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "engine not serving")
+	require.NoError(t, s.engine.Start(ctx, port.StartOptions{}))
+	t.Cleanup(func() { _ = s.engine.Stop(ctx) }) // its pool is closed below: a failed hand-back is no news here
+	code, body = probe(t, h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "outbox dispatcher not running")
 	s.dispatchWatch.setRunning(true)
@@ -79,14 +86,14 @@ func TestWorkerHealthRules(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "last enqueue failed")
 	s.bizPool.Close()
-	h = newWorkerHealth(nil, namedCheck{"postgres", s.bizPool.Ping})
+	h = newWorkerHealth(s.engine, nil, namedCheck{"postgres", s.bizPool.Ping})
 	code, body = probe(t, h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.True(t, strings.HasPrefix(body, "postgres: "), body)
 	code, _ = probe(t, h, "/healthz")
 	require.Equal(t, http.StatusOK, code, "a dependency down is not a reason to restart the process")
 
-	h = newWorkerHealth(nil)
+	h = newWorkerHealth(s.engine, nil)
 	h.beginStop()
 	code, body = probe(t, h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
@@ -94,8 +101,21 @@ func TestWorkerHealthRules(t *testing.T) {
 	code, _ = probe(t, h, "/healthz")
 	require.Equal(t, http.StatusOK, code, "a graceful stop must not be cut short by the liveness probe")
 
-	h = newWorkerHealth(nil)
-	h.engineStopped(errors.New("namespace gone"))
+	require.NoError(t, s.engine.Stop(ctx))
+	h = newWorkerHealth(s.engine, nil)
+	code, body = probe(t, h, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "engine not serving")
+	code, _ = probe(t, h, "/healthz")
+	require.Equal(t, http.StatusOK, code, "a graceful stop is not a reason to restart the process")
+
+	// A fatal error, as the Temporal engine reports one (the lease engine
+	// has none; TestWorkerExitsWhenEngineStopsForGood has the real one):
+	// the same lifecycle code, failed.
+	var failed startstop.Base
+	require.NoError(t, startstop.Start(ctx, &failed, func(context.Context) error { return nil }))
+	startstop.Fail(&failed, errors.New("namespace gone"))
+	h = newWorkerHealth(&failed, nil)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		code, body = probe(t, h, path)
 		require.Equal(t, http.StatusServiceUnavailable, code, path)

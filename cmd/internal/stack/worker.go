@@ -31,7 +31,7 @@ func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dis
 	if dispatch {
 		watch = s.dispatchWatch
 	}
-	s.health = newWorkerHealth(watch, checks...)
+	s.health = newWorkerHealth(s.engine, watch, checks...)
 
 	// The engine and the dispatcher stop when told to (stopWorker), not
 	// when ctx ends, so readiness is off before either begins to stop.
@@ -57,10 +57,6 @@ func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dis
 		return errors.Join(err, s.stopWorker(c.StopTimeout))
 	}
 	s.log.Info("worker running", slog.String("engine", c.Engine), slog.String("metrics", "http://"+addr+"/metrics"))
-	var fatal <-chan error // nil: the engine has no fatal path
-	if f, ok := s.engine.(fatalNotifier); ok {
-		fatal = f.Err()
-	}
 	select {
 	case <-ctx.Done():
 		s.health.beginStop()
@@ -69,8 +65,11 @@ func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dis
 	case err := <-served:
 		s.health.beginStop()
 		return errors.Join(fmt.Errorf("metrics server: %w", err), s.stopWorker(c.StopTimeout))
-	case err := <-fatal:
-		s.health.engineStopped(err)
+	case <-s.engine.Done(): // stopped serving without a Stop: a fatal error
+		err := s.engine.Err()
+		if err == nil {
+			err = errors.New("stopped serving without a Stop")
+		}
 		s.log.Error("engine stopped for good: exiting", slog.String("engine", c.Engine), slog.Any("err", err))
 		return errors.Join(fmt.Errorf("%s engine stopped: %w", c.Engine, err), s.stopWorker(c.StopTimeout))
 	}
@@ -78,12 +77,12 @@ func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dis
 
 func (s *Stack) stopWorker(bound time.Duration) error {
 	s.log.Info("stopping: in-flight steps finish or are handed back", slog.Duration("bound", bound))
-	s.dispatcher.Stop()
-	s.dispatchWatch.setRunning(false)
 	ctx, cancel := context.WithTimeout(context.Background(), bound+5*time.Second)
 	defer cancel()
-	if err := s.engine.Stop(ctx); err != nil {
-		return fmt.Errorf("stop engine: %w", err)
+	derr := s.dispatcher.Stop(ctx)
+	s.dispatchWatch.setRunning(false)
+	if err := errors.Join(derr, s.engine.Stop(ctx)); err != nil {
+		return fmt.Errorf("stop: %w", err)
 	}
 	s.log.Info("stopped")
 	return nil

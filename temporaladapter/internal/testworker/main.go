@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -61,8 +62,8 @@ func run(ctx context.Context) error {
 	fmt.Println("ready")
 	select {
 	case <-ctx.Done():
-	case err := <-eng.Err():
-		return fmt.Errorf("worker: %w", err)
+	case <-eng.Done(): // stopped serving without a Stop: a fatal error
+		return errors.Join(fmt.Errorf("worker: %w", eng.Err()), eng.Stop(context.Background()))
 	}
 	return eng.Stop(context.Background())
 }

@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string) error {
 	if err := faultkinds.Register(reg, pool, versions...); err != nil {
 		return err
 	}
-	eng, fatal, closeEngine, err := open(ctx, o, pool, reg, logger)
+	eng, closeEngine, err := open(ctx, o, pool, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -95,8 +95,8 @@ func run(ctx context.Context, args []string) error {
 	fmt.Printf("ready pid=%d\n", os.Getpid())
 	select {
 	case <-ctx.Done():
-	case err := <-fatal:
-		return fmt.Errorf("worker: %w", err)
+	case <-eng.Done(): // stopped serving without a Stop: a fatal error (Temporal's)
+		return errors.Join(fmt.Errorf("worker: %w", eng.Err()), eng.Stop(context.Background()))
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -106,35 +106,34 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// open builds the engine named by o.engine. fatal delivers an error that
-// ends the worker (Temporal's fatal worker errors); closeEngine releases
-// what open acquired besides the engine.
-func open(ctx context.Context, o options, pool *pgxpool.Pool, reg *port.Registry, logger *slog.Logger) (eng port.TaskEngine, fatal <-chan error, closeEngine func(), err error) {
+// open builds the engine named by o.engine; closeEngine releases what open
+// acquired besides the engine.
+func open(ctx context.Context, o options, pool *pgxpool.Pool, reg *port.Registry, logger *slog.Logger) (eng port.TaskEngine, closeEngine func(), err error) {
 	switch o.engine {
 	case "lease":
 		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{
 			LeaseDuration: o.lease, PollInterval: o.poll, StopTimeout: 5 * time.Second, Logger: logger})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("lease engine: %w", err)
+			return nil, nil, fmt.Errorf("lease engine: %w", err)
 		}
-		return e, nil, func() {}, nil
+		return e, func() {}, nil
 	case "temporal":
 		if o.hostPort == "" || o.queue == "" {
-			return nil, nil, nil, errors.New("-hostport and -task-queue are required with -engine temporal")
+			return nil, nil, errors.New("-hostport and -task-queue are required with -engine temporal")
 		}
 		c, err := temporaladapter.Dial(ctx, temporaladapter.ClientConfig{HostPort: o.hostPort, Namespace: o.namespace, Logger: logger,
 			CAFile: o.tlsCA, CertFile: o.tlsCert, KeyFile: o.tlsKey, ServerName: o.tlsServerName})
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		e, err := temporaladapter.New(c, pool, reg, temporaladapter.Config{TaskQueue: o.queue, WorkerStopTimeout: 5 * time.Second, Logger: logger})
 		if err != nil {
 			c.Close()
-			return nil, nil, nil, fmt.Errorf("temporal engine: %w", err)
+			return nil, nil, fmt.Errorf("temporal engine: %w", err)
 		}
-		return e, e.Err(), c.Close, nil
+		return e, c.Close, nil
 	}
-	return nil, nil, nil, fmt.Errorf("-engine %q: want lease or temporal", o.engine)
+	return nil, nil, fmt.Errorf("-engine %q: want lease or temporal", o.engine)
 }
 
 func parseVersions(s string) ([]int, error) {

@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/runstore"
 )
 
 func newRun(key string) runstore.NewRun {

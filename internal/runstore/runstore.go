@@ -3,7 +3,10 @@
 // the run projection that stays readable after an engine forgets a run, and
 // the waiter table that makes topic-addressed signals strongly consistent.
 //
-// Adapters import this package; they never import each other.
+// Only the engines (and engine test doubles such as apptest.RecordingEngine)
+// import this package; they never import each other. It is internal so that
+// business packages reach runs through port.TaskEngine and port.Admin, never
+// through the engines' tables.
 package runstore
 
 import (
@@ -73,22 +76,15 @@ func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err e
 	if !r.AvailableAt.IsZero() {
 		avail = r.AvailableAt
 	}
-	rows, err := q.Query(ctx, insertRunSQL, id, r.Engine, r.Kind, r.Version, r.Key, r.BusinessKey, r.Priority, r.Input, avail)
-	if err != nil {
-		return Run{}, false, fmt.Errorf("insert run %s/%s: %w", r.Kind, r.Key, err)
-	}
-	run, err = pgx.CollectExactlyOneRow(rows, scanRun)
+	run, err = collectRun(q.Query(ctx, insertRunSQL, id, r.Engine, r.Kind, r.Version, r.Key, r.BusinessKey, r.Priority, r.Input, avail))
 	if err == nil {
 		return run, true, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	// No row back: ON CONFLICT found the key taken, so the run exists.
+	if !errors.Is(err, port.ErrNotFound) {
 		return Run{}, false, fmt.Errorf("insert run %s/%s: %w", r.Kind, r.Key, err)
 	}
-	rows, err = q.Query(ctx, selectRunByKeySQL, r.Kind, r.Key)
-	if err != nil {
-		return Run{}, false, fmt.Errorf("find run %s/%s: %w", r.Kind, r.Key, err)
-	}
-	run, err = pgx.CollectExactlyOneRow(rows, scanRun)
+	run, err = collectRun(q.Query(ctx, selectRunByKeySQL, r.Kind, r.Key))
 	if err != nil {
 		return Run{}, false, fmt.Errorf("find run %s/%s: %w", r.Kind, r.Key, err)
 	}
@@ -111,14 +107,7 @@ func Get(ctx context.Context, q DBTX, id port.RunID) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
-	rows, err := q.Query(ctx, selectRunSQL, u)
-	if err != nil {
-		return Run{}, fmt.Errorf("get run %s: %w", id, err)
-	}
-	run, err := pgx.CollectExactlyOneRow(rows, scanRun)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Run{}, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
-	}
+	run, err := collectRun(q.Query(ctx, selectRunSQL, u))
 	if err != nil {
 		return Run{}, fmt.Errorf("get run %s: %w", id, err)
 	}
@@ -133,14 +122,7 @@ func RequestCancel(ctx context.Context, q DBTX, id port.RunID, reason string) (R
 	if err != nil {
 		return Run{}, err
 	}
-	rows, err := q.Query(ctx, requestCancelSQL, u, reason)
-	if err != nil {
-		return Run{}, fmt.Errorf("request cancel of run %s: %w", id, err)
-	}
-	run, err := pgx.CollectExactlyOneRow(rows, scanRun)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Run{}, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
-	}
+	run, err := collectRun(q.Query(ctx, requestCancelSQL, u, reason))
 	if err != nil {
 		return Run{}, fmt.Errorf("request cancel of run %s: %w", id, err)
 	}
@@ -166,7 +148,7 @@ func Project(ctx context.Context, q DBTX, id port.RunID, p Projection) error {
 		return fmt.Errorf("project run %s: status %q: %w", id, p.Status, port.ErrInvalidInput)
 	}
 	if _, err := q.Exec(ctx, projectSQL, u, p.Status, p.Attempts, p.LastError, p.CurrentStep); err != nil {
-		return fmt.Errorf("project run %s: %w", id, err)
+		return fmt.Errorf("project run %s: %w", id, InterpretError(err))
 	}
 	return nil
 }
@@ -181,11 +163,7 @@ func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error)
 	for _, s := range f.Statuses {
 		statuses = append(statuses, string(s))
 	}
-	rows, err := q.Query(ctx, listRunsSQL, string(f.Kind), f.Version, f.BelowVersion, statuses, limit, f.BusinessKey)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	runs, err := pgx.CollectRows(rows, scanRun)
+	runs, err := collectRuns(q.Query(ctx, listRunsSQL, string(f.Kind), f.Version, f.BelowVersion, statuses, limit, f.BusinessKey))
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
@@ -214,11 +192,7 @@ func After(run Run) Cursor {
 // Temporal. It reads the partial index run_open_temporal, so its cost
 // follows limit, not the number of runs.
 func StaleTemporal(ctx context.Context, q DBTX, age time.Duration, after Cursor, limit int) ([]Run, error) {
-	rows, err := q.Query(ctx, staleTemporalSQL, age.Milliseconds(), after.UpdatedAt, after.ID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list stale temporal runs: %w", err)
-	}
-	runs, err := pgx.CollectRows(rows, scanRun)
+	runs, err := collectRuns(q.Query(ctx, staleTemporalSQL, age.Milliseconds(), after.UpdatedAt, after.ID, limit))
 	if err != nil {
 		return nil, fmt.Errorf("list stale temporal runs: %w", err)
 	}
@@ -233,7 +207,7 @@ func AddWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID, ste
 		return err
 	}
 	if _, err := q.Exec(ctx, addWaiterSQL, topic, u, step); err != nil {
-		return fmt.Errorf("add waiter %s on %s: %w", id, topic, err)
+		return fmt.Errorf("add waiter %s on %s: %w", id, topic, InterpretError(err))
 	}
 	return nil
 }
@@ -245,7 +219,7 @@ func RemoveWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 		return err
 	}
 	if _, err := q.Exec(ctx, removeWaiterSQL, topic, u); err != nil {
-		return fmt.Errorf("remove waiter %s on %s: %w", id, topic, err)
+		return fmt.Errorf("remove waiter %s on %s: %w", id, topic, InterpretError(err))
 	}
 	return nil
 }
@@ -254,7 +228,7 @@ func RemoveWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 func Waiters(ctx context.Context, q DBTX, topic port.Topic) ([]port.RunID, error) {
 	rows, err := q.Query(ctx, waitersSQL, topic)
 	if err != nil {
-		return nil, fmt.Errorf("waiters on %s: %w", topic, err)
+		return nil, fmt.Errorf("waiters on %s: %w", topic, InterpretError(err))
 	}
 	ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (port.RunID, error) {
 		var u uuid.UUID
@@ -262,9 +236,28 @@ func Waiters(ctx context.Context, q DBTX, topic port.Topic) ([]port.RunID, error
 		return port.RunID(u.String()), err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("waiters on %s: %w", topic, err)
+		return nil, fmt.Errorf("waiters on %s: %w", topic, InterpretError(err))
 	}
 	return ids, nil
+}
+
+// collectRun reads the one run a statement returns, through InterpretError:
+// none is port.ErrNotFound.
+func collectRun(rows pgx.Rows, err error) (Run, error) {
+	if err != nil {
+		return Run{}, InterpretError(err)
+	}
+	run, err := pgx.CollectExactlyOneRow(rows, scanRun)
+	return run, InterpretError(err)
+}
+
+// collectRuns reads every run a statement returns, through InterpretError.
+func collectRuns(rows pgx.Rows, err error) ([]Run, error) {
+	if err != nil {
+		return nil, InterpretError(err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRun)
+	return runs, InterpretError(err)
 }
 
 func scanRun(row pgx.CollectableRow) (Run, error) {

@@ -1,10 +1,11 @@
-package port_test
+package enginekit_test
 
 import (
 	"encoding/json"
 	"errors"
 	"testing"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -23,7 +24,7 @@ func FuzzPrepareEnqueue(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, kind, key, payload string, priority int) {
-		p, err := reg.PrepareEnqueue(port.Kind(kind), json.RawMessage(payload), port.EnqueueOptions{IdempotencyKey: key, Priority: priority})
+		p, err := enginekit.PrepareEnqueue(reg, port.Kind(kind), json.RawMessage(payload), port.EnqueueOptions{IdempotencyKey: key, Priority: priority})
 		if err != nil {
 			if !errors.Is(err, port.ErrInvalidInput) {
 				t.Fatalf("refusal is not ErrInvalidInput: %v", err)
@@ -42,7 +43,7 @@ func FuzzTopic(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, topic string) {
-		_, err := port.PrepareSignal(port.Topic(topic), nil)
+		_, err := enginekit.PrepareSignal(port.Topic(topic), nil)
 		if (err == nil) != (port.ValidateName("topic", topic) == nil) {
 			t.Fatalf("topic %q: PrepareSignal and ValidateName disagree: %v", topic, err)
 		}

@@ -1,6 +1,10 @@
-package port
+package enginekit
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/taskport/taskport/port"
+)
 
 // StepSequence checks the names a handler gives its steps, waits and sleeps
 // during one execution, and numbers them. Both engines use it so that the
@@ -14,7 +18,7 @@ type StepSequence struct {
 
 // Next validates name and returns its 0-based sequence number.
 func (s *StepSequence) Next(name string) (int, error) {
-	if err := ValidateName("step", name); err != nil {
+	if err := port.ValidateName("step", name); err != nil {
 		return 0, err
 	}
 	if s.seen == nil {
@@ -33,7 +37,8 @@ func (s *StepSequence) Next(name string) (int, error) {
 func (s *StepSequence) Len() int { return s.next }
 
 // CheckReplay compares a step asked for at seq with the one recorded in the
-// history at the same position, and returns ErrNondeterminism on a mismatch.
+// history at the same position, and returns a *NondeterminismError on a
+// mismatch.
 func CheckReplay(seq int, name, recordedName string) error {
 	if name == recordedName {
 		return nil
@@ -42,7 +47,7 @@ func CheckReplay(seq int, name, recordedName string) error {
 }
 
 // NondeterminismError describes a replay mismatch. It unwraps to
-// ErrNondeterminism.
+// port.ErrNondeterminism, which is what callers and handlers match.
 type NondeterminismError struct {
 	Seq       int
 	Want, Got string
@@ -53,4 +58,4 @@ func (e *NondeterminismError) Error() string {
 		e.Seq, e.Want, e.Got)
 }
 
-func (e *NondeterminismError) Unwrap() error { return ErrNondeterminism }
+func (e *NondeterminismError) Unwrap() error { return port.ErrNondeterminism }

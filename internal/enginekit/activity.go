@@ -1,0 +1,95 @@
+package enginekit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/taskport/taskport/internal/stepctx"
+	"github.com/taskport/taskport/port"
+)
+
+// Beater is the engine-specific half of an activity's heartbeat, the only
+// part of the activity runtime that differs between the engines.
+type Beater interface {
+	// Beat records progress (nil when the activity reported none) and
+	// returns port.ErrCanceled or port.ErrLeaseLost once the engine knows
+	// the attempt must stop, nil otherwise. port.Heartbeat checks the
+	// activity's context after it.
+	Beat(ctx context.Context, progress any) error
+}
+
+// runtime is the activity runtime port reads (through internal/stepctx): the
+// step's identity and its engine's heartbeat.
+type runtime struct {
+	info port.StepInfo
+	beat Beater // nil: heartbeats only check the context
+}
+
+func (r runtime) Info() port.StepInfo { return r.info }
+
+func (r runtime) Heartbeat(ctx context.Context, progress any) error {
+	if r.beat == nil {
+		return nil
+	}
+	return r.beat.Beat(ctx, progress)
+}
+
+// WithStep makes ctx the context of an activity running as the step info:
+// port.StepInfoFrom returns info and port.Heartbeat calls b (nil: heartbeats
+// only check ctx). RunActivity uses it; so do tests of code that runs inside
+// activities and needs a step identity (the ledger's).
+func WithStep(ctx context.Context, info port.StepInfo, b Beater) context.Context {
+	return stepctx.With(ctx, runtime{info: info, beat: b})
+}
+
+// RunActivity runs one attempt of the activity body b as the step info
+// (its Activity is set to b's name), with the JSON input, under ctx made an
+// activity context (WithStep). It returns the result encoded as the engines
+// store it. Both engines run every attempt through it, so an attempt fails
+// the same way on each: the body's error as returned, a panic as a retryable
+// error, and a result that does not encode (or exceeds
+// port.MaxPayloadBytes) as a non-retryable one.
+func RunActivity(ctx context.Context, b port.ActivityBinding, info port.StepInfo, beat Beater, input json.RawMessage) (out json.RawMessage, err error) {
+	info.Activity = b.Name()
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("activity %s panicked: %v", info.Activity, p)
+		}
+	}()
+	res, err := b.Invoke(WithStep(ctx, info, beat), input)
+	if err != nil {
+		return nil, err
+	}
+	out, err = EncodePayload("result", res)
+	if err != nil {
+		return nil, port.NonRetryable(fmt.Errorf("activity %s: %w", info.Activity, err))
+	}
+	return out, nil
+}
+
+// StepFailed is the *port.StepError a step returns once it failed for good,
+// the only place one is built: after attempts attempts, the last one's error
+// message, and whether that error was marked with port.NonRetryable (the
+// lease engine sees the error itself; Temporal carries the mark back from the
+// activity).
+func StepFailed(step, activity string, attempts int, message string, nonRetryable bool) *port.StepError {
+	return &port.StepError{Step: step, Activity: activity, Attempts: attempts, Message: message, NonRetryable: nonRetryable}
+}
+
+// TemporalToken is the fencing token of a Temporal activity attempt: its
+// scope is the workflow ID, run ID and activity ID (a reset starts a new run
+// ID, hence a new scope), its epoch the activity attempt, which Temporal
+// increments on every retry, including one after a timed-out attempt that is
+// still running. See port.FencingToken for the order.
+func TemporalToken(workflowID, runID, activityID string, attempt int, generation int64) port.FencingToken {
+	return port.FencingToken{Scope: workflowID + "/" + runID + "/" + activityID, Epoch: int64(attempt), Generation: generation}
+}
+
+// LeaseToken is the fencing token of a lease-engine step: its scope is the
+// run and the step, its epoch the run's claim count (a new claim after a lost
+// lease is a later epoch), its nonce the claim's lease_token, which tells two
+// claims apart should they ever share a count.
+func LeaseToken(run port.RunID, step string, claims int64, leaseToken string, generation int64) port.FencingToken {
+	return port.FencingToken{Scope: string(run) + "/" + step, Epoch: claims, Nonce: leaseToken, Generation: generation}
+}

@@ -1,0 +1,21 @@
+// Package enginekit is the engine implementers' kit: what both engines
+// (temporaladapter, leaseadapter) and the engine test doubles share, so that
+// the same call and the same handler are accepted, refused and run the same
+// way on each. Business code never imports it; kind authors and callers
+// use port alone.
+//
+//   - Input: PrepareEnqueue, PrepareSignal, ValidateStartOptions and Serves
+//     refuse bad input with the same *port.FieldError on both engines
+//     before anything is written; EncodePayload enforces
+//     port.MaxPayloadBytes on inputs, payloads and results.
+//   - Replay: StepSequence numbers a run's steps and refuses reused names;
+//     CheckReplay compares (sequence, name) with the history.
+//   - Steps: ResolveStepOptions applies a step's options over its kind's
+//     defaults; StepFailed is the one place a *port.StepError is built;
+//     ContinueAsNew reads a handler's request to continue as new.
+//   - Activities: RunActivity is the one activity runtime. It installs the
+//     step's identity and fencing token (TemporalToken, LeaseToken) where
+//     port.StepInfoFrom and port.Heartbeat read them (internal/stepctx),
+//     runs the body, and encodes its result; each engine brings only its
+//     heartbeat (Beater).
+package enginekit

@@ -1,0 +1,201 @@
+package enginekit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/taskport/taskport/port"
+)
+
+func fieldErr(field, format string, args ...any) error {
+	return &port.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// PreparedEnqueue is an Enqueue call that passed validation: the definition
+// it runs and its encoded input.
+type PreparedEnqueue struct {
+	Definition port.Definition
+	Input      json.RawMessage
+	Options    port.EnqueueOptions
+}
+
+// PrepareEnqueue validates an Enqueue call against the registry. Both engines
+// call it before writing anything, so bad input is refused identically.
+func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.EnqueueOptions) (PreparedEnqueue, error) {
+	if err := port.ValidateName("kind", string(kind)); err != nil {
+		return PreparedEnqueue{}, err
+	}
+	def, err := reg.Current(kind)
+	if err != nil {
+		return PreparedEnqueue{}, err
+	}
+	if opts.MinVersion < 0 {
+		return PreparedEnqueue{}, fieldErr("min_version", "must not be negative, got %d", opts.MinVersion)
+	}
+	if opts.MinVersion > def.Version {
+		return PreparedEnqueue{}, fmt.Errorf("kind %q: input needs version %d, newest registered is %d: %w",
+			kind, opts.MinVersion, def.Version, port.ErrUnknownVersion)
+	}
+	if err := validateKey("idempotency_key", opts.IdempotencyKey, true); err != nil {
+		return PreparedEnqueue{}, err
+	}
+	if err := validateKey("business_key", opts.BusinessKey, false); err != nil {
+		return PreparedEnqueue{}, err
+	}
+	if opts.Priority < port.MinPriority || opts.Priority > port.MaxPriority {
+		return PreparedEnqueue{}, fieldErr("priority", "must lie in [%d, %d], got %d", port.MinPriority, port.MaxPriority, opts.Priority)
+	}
+	raw, err := EncodePayload("input", input)
+	if err != nil {
+		return PreparedEnqueue{}, err
+	}
+	if err := def.Handler.CheckInput(raw); err != nil {
+		return PreparedEnqueue{}, err
+	}
+	return PreparedEnqueue{Definition: def, Input: raw, Options: opts}, nil
+}
+
+// validateKey checks an idempotency key or business key: non-empty (when
+// required), at most port.MaxNameLen bytes, printable.
+func validateKey(field, s string, required bool) error {
+	if s == "" {
+		if required {
+			return fieldErr(field, "must not be empty")
+		}
+		return nil
+	}
+	if len(s) > port.MaxNameLen {
+		return fieldErr(field, "longer than %d bytes", port.MaxNameLen)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return fieldErr(field, "control character %U not allowed", r)
+		}
+	}
+	return nil
+}
+
+// PrepareSignal validates a Signal call and encodes its payload.
+func PrepareSignal(topic port.Topic, payload any) (json.RawMessage, error) {
+	if err := ValidateTopic(topic); err != nil {
+		return nil, err
+	}
+	return EncodePayload("payload", payload)
+}
+
+// ValidateStartOptions checks StartOptions and fills in the default role.
+func ValidateStartOptions(opts port.StartOptions) (port.StartOptions, error) {
+	if opts.Concurrency < 0 {
+		return opts, fieldErr("concurrency", "must not be negative, got %d", opts.Concurrency)
+	}
+	if len(opts.Roles) == 0 {
+		opts.Roles = []port.Role{port.RoleWorker}
+	}
+	for _, role := range opts.Roles {
+		if role != port.RoleWorker {
+			return opts, fieldErr("roles", "unknown role %q", role)
+		}
+	}
+	return opts, nil
+}
+
+// Serves reports whether a worker started with opts serves kind at version.
+func Serves(opts port.StartOptions, kind port.Kind, version int) bool {
+	if opts.Versions == nil {
+		return true
+	}
+	return slices.Contains(opts.Versions[kind], version)
+}
+
+// ValidateTopic checks a signal topic. Topics follow the same rules as names.
+func ValidateTopic(t port.Topic) error { return port.ValidateName("topic", string(t)) }
+
+// ValidateTimeout refuses negative durations; zero is allowed where the
+// callee documents a meaning for it.
+func ValidateTimeout(field string, d time.Duration) error {
+	if d < 0 {
+		return fieldErr(field, "must not be negative, got %s", d)
+	}
+	return nil
+}
+
+// ResolveStepOptions applies opts over the definition's defaults and
+// validates the result. Engines call it for every Step.
+func ResolveStepOptions(def port.Definition, opts ...port.StepOption) (port.StepOptions, error) {
+	o := port.StepOptions{Retry: def.Retry, Timeout: def.StepTimeout, HeartbeatTimeout: def.HeartbeatTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := ValidateTimeout("timeout", o.Timeout); err != nil {
+		return o, err
+	}
+	if err := ValidateTimeout("heartbeat_timeout", o.HeartbeatTimeout); err != nil {
+		return o, err
+	}
+	if o.Timeout == 0 {
+		o.Timeout = port.DefaultStepTimeout
+	}
+	if err := o.Retry.Validate(); err != nil {
+		return o, err
+	}
+	o.Retry = o.Retry.WithDefaults()
+	return o, nil
+}
+
+// EncodePayload encodes v as JSON and enforces port.MaxPayloadBytes. A
+// json.RawMessage (or []byte holding JSON) is taken as already encoded but
+// must be valid JSON. nil encodes as JSON null; the result is never nil.
+func EncodePayload(field string, v any) (json.RawMessage, error) {
+	var b []byte
+	switch x := v.(type) {
+	case json.RawMessage:
+		b = x
+	case []byte:
+		b = x
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return nil, fieldErr(field, "does not encode as JSON: %s", err.Error())
+		}
+	}
+	if len(b) > port.MaxPayloadBytes {
+		return nil, &port.FieldError{Field: field, Reason: fmt.Sprintf("%d bytes encoded, limit %d", len(b), port.MaxPayloadBytes),
+			Err: port.ErrPayloadTooLarge}
+	}
+	if !json.Valid(b) {
+		return nil, fieldErr(field, "is not valid JSON")
+	}
+	return json.RawMessage(bytes.Clone(b)), nil
+}
+
+// DecodePayload decodes a stored payload into out (a pointer, or nil to
+// discard it).
+func DecodePayload(raw json.RawMessage, out any) error {
+	if out == nil || len(raw) == 0 {
+		return nil
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// ContinueAsNew splits a handler's result. When err is the request
+// port.ContinueAsNew made, next is the new input, encoded; otherwise next is
+// nil and outcome is err, what the run ends with (nil: it succeeded). An
+// input that does not encode is the outcome (a *port.FieldError): the run
+// fails as if the handler had returned that error.
+func ContinueAsNew(err error) (next json.RawMessage, outcome error) {
+	// port keeps the request's type unexported, so that only ContinueAsNew
+	// makes one; its NextInput method is how engines recognise it.
+	var req interface{ NextInput() any }
+	if !errors.As(err, &req) {
+		return nil, err
+	}
+	raw, err := EncodePayload("input", req.NextInput())
+	if err != nil {
+		return nil, fmt.Errorf("continue as new: %w", err)
+	}
+	return raw, nil
+}

@@ -1,0 +1,41 @@
+package runstore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskport/taskport/port"
+)
+
+// Postgres error codes the engines' tables can raise and callers care about.
+const foreignKeyViolation = "23503"
+
+// InterpretError is the one map from pgx and Postgres errors onto the port's
+// sentinels for the engines' tables: this package's (taskport.run,
+// taskport.waiter) and the lease engine's (taskport_lease.*), whose queries
+// call it rather than inspecting driver errors (River's interpretError is
+// the model):
+//
+//   - pgx.ErrNoRows (a statement that returns one row found none) is
+//     port.ErrNotFound;
+//   - a foreign-key violation (a waiter registered for a run that does not
+//     exist) wraps port.ErrNotFound, with Postgres's detail.
+//
+// Everything else is returned as it is. Unique violations are not mapped:
+// every insert of these tables resolves its conflicts in SQL (ON CONFLICT),
+// so one reaching a caller is a fault, not an answer.
+func InterpretError(err error) error {
+	var pe *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return port.ErrNotFound
+	case errors.As(err, &pe) && pe.Code == foreignKeyViolation:
+		return fmt.Errorf("%w: %s", port.ErrNotFound, pe.Detail)
+	}
+	return err
+}
