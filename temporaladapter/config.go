@@ -255,7 +255,9 @@ func (cfg ClientConfig) explainDialError(err error, tlsOn bool, notes *handshake
 		return "the server's certificate is not signed by a CA in the system roots: set the CA file"
 	case has("x509: certificate is valid for"):
 		return "the server's certificate does not name the host dialed: set the server name"
-	case !tlsOn && has("error reading server preface: EOF"):
+	// A TLS-only frontend drops a plaintext connection; which of these the
+	// client sees depends on how far it had written when the server closed.
+	case !tlsOn && (has("error reading server preface: EOF") || has("connection reset by peer") || has("broken pipe")):
 		return "the server closed a plaintext connection: it probably requires TLS (set the CA file, or the certificate and key files)"
 	case tlsOn && has("first record does not look like a TLS handshake"):
 		return "the server does not speak TLS: dial it without TLS settings"

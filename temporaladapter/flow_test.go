@@ -13,9 +13,11 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/taskport/taskport/port"
@@ -80,6 +82,11 @@ func TestStepMapsToAnActivityWithTheStepNameAndTheKindsPolicy(t *testing.T) {
 		}),
 	}
 	env := newUnitEnv(t, def)
+	// The options the workflow scheduled each activity with, as the
+	// workflow's outbound interceptor sees them: the timeouts exactly, not
+	// a deadline measured from the test machine's clock.
+	var scheduled []workflow.ActivityOptions
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&optionsRecorder{got: &scheduled}}})
 	var seen []activity.Info
 	env.OnActivity(testActivity.Name(), mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, call stepCall) (stepResult, error) {
@@ -97,8 +104,41 @@ func TestStepMapsToAnActivityWithTheStepNameAndTheKindsPolicy(t *testing.T) {
 	require.Equal(t, "greet", seen[0].ActivityID)
 	require.Equal(t, "again", seen[1].ActivityID)
 	require.Equal(t, 3*time.Second, seen[0].HeartbeatTimeout)
-	require.Equal(t, 7*time.Second, seen[0].Deadline.Sub(seen[0].StartedTime).Round(time.Second))
-	require.Equal(t, time.Second, seen[1].Deadline.Sub(seen[1].StartedTime).Round(time.Second))
+	require.Len(t, scheduled, 2)
+	require.Equal(t, 7*time.Second, scheduled[0].StartToCloseTimeout)
+	require.Equal(t, 3*time.Second, scheduled[0].HeartbeatTimeout)
+	require.Equal(t, time.Second, scheduled[1].StartToCloseTimeout)
+	require.Equal(t, int32(5), scheduled[0].RetryPolicy.MaximumAttempts, "the kind's policy: NetworkRetry")
+}
+
+// optionsRecorder records the options of every activity a workflow
+// schedules.
+type optionsRecorder struct {
+	interceptor.WorkerInterceptorBase
+	got *[]workflow.ActivityOptions
+}
+
+func (r *optionsRecorder) InterceptWorkflow(_ workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &recordingInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, got: r.got}
+}
+
+type recordingInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	got *[]workflow.ActivityOptions
+}
+
+func (i *recordingInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(&recordingOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, got: i.got})
+}
+
+type recordingOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	got *[]workflow.ActivityOptions
+}
+
+func (o *recordingOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
+	*o.got = append(*o.got, workflow.GetActivityOptions(ctx))
+	return o.Next.ExecuteActivity(ctx, activityType, args...)
 }
 
 func TestFailedStepReachesTheHandlerAsStepError(t *testing.T) {

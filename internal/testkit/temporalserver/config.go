@@ -80,7 +80,10 @@ func deriveConfig(base []byte, p configParams) (out []byte, frontend string, err
 	}
 	c := &editor{root: cfg}
 	c.set("log.level", "warn")
-	for key, db := range map[string]string{"persistence.defaultStore": p.persistenceDB, "persistence.visibilityStore": p.visibility} {
+	for _, kv := range [...]struct{ key, db string }{
+		{"persistence.defaultStore", p.persistenceDB}, {"persistence.visibilityStore", p.visibility},
+	} {
+		key, db := kv.key, kv.db
 		store, ok := c.get(key).(string)
 		if !ok {
 			return nil, "", fmt.Errorf("%s: %s is not set", baseConfig, key)
