@@ -97,6 +97,13 @@ func deriveConfig(base []byte, p configParams) (out []byte, frontend string, err
 		c.set(sql+"user", p.db.user)
 		c.set(sql+"password", p.db.password)
 	}
+	// Every service of the process opens its own pool on the persistence
+	// store; the module's 20 connections each, held idle, made one server
+	// take a third of a default Postgres (100 connections), and a few test
+	// binaries running at once (make test runs packages in parallel) ran it
+	// out. A test cluster needs few.
+	c.set("persistence.datastores."+c.get("persistence.defaultStore").(string)+".sql.maxConns", 10)
+	c.set("persistence.datastores."+c.get("persistence.defaultStore").(string)+".sql.maxIdleConns", 2)
 	c.remove("global.pprof")
 	c.remove("global.metrics")
 
