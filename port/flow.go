@@ -91,7 +91,11 @@ type Definition struct {
 	StepTimeout time.Duration
 	// HeartbeatTimeout is the default heartbeat timeout; zero disables it.
 	HeartbeatTimeout time.Duration
-	Handler          Handler
+	// ShowInput lets an engine display the beginning of a run's input in its
+	// operator UI (the Temporal UI's memo). Off by default: an input can
+	// carry what the operators of the engine should not read.
+	ShowInput bool
+	Handler   Handler
 }
 
 // Kind authors: Handler runs a kind's deterministic code. Build one with

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 )
 
 // Config tunes an Engine. The zero value is usable; New fills every default
@@ -154,6 +156,14 @@ type ClientConfig struct {
 	// MetricsHandler receives the SDK's metrics (see PrometheusMetricsHandler).
 	// Default none.
 	MetricsHandler client.MetricsHandler
+	// PayloadCodecs encode every payload the client and its workers send to
+	// Temporal (inputs, step results, heartbeat details, memos, signals), in
+	// order, and decode in reverse: encryption or compression, so the server
+	// and its UI hold no plain business data. Failure messages and stack
+	// traces are encoded too, since an error can quote an input. The UI
+	// shows encoded payloads unless it is pointed at a codec server. Search
+	// attributes (kind, version, business key) stay readable. Default none.
+	PayloadCodecs []converter.PayloadCodec
 }
 
 // Dial connects to Temporal.
@@ -179,6 +189,12 @@ func Dial(ctx context.Context, cfg ClientConfig) (client.Client, error) {
 	}
 	if cfg.APIKey != "" {
 		opts.Credentials = client.NewAPIKeyStaticCredentials(cfg.APIKey)
+	}
+	if len(cfg.PayloadCodecs) > 0 {
+		opts.DataConverter = converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), cfg.PayloadCodecs...)
+		opts.FailureConverter = temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
+			DataConverter: opts.DataConverter, EncodeCommonAttributes: true,
+		})
 	}
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {

@@ -174,6 +174,10 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 }
 
 func (e *Engine) start(ctx context.Context, run runstore.Run) error {
+	m := memo{Kind: run.Kind, Version: run.Version, IdempotencyKey: run.IdempotencyKey, BusinessKey: run.BusinessKey}
+	if def, err := e.reg.Lookup(run.Kind, run.Version); err == nil && def.ShowInput {
+		m.Input = summarize(run.Input, e.cfg.MemoInputBytes)
+	}
 	opts := client.StartWorkflowOptions{
 		ID:                       WorkflowID(run.ID),
 		TaskQueue:                e.cfg.TaskQueue,
@@ -184,13 +188,7 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 			attrVersion.ValueSet(int64(run.Version)),
 			attrBusinessKey.ValueSet(run.BusinessKey),
 		),
-		Memo: map[string]any{"taskport": memo{
-			Kind:           run.Kind,
-			Version:        run.Version,
-			IdempotencyKey: run.IdempotencyKey,
-			BusinessKey:    run.BusinessKey,
-			Input:          summarize(run.Input, e.cfg.MemoInputBytes),
-		}},
+		Memo:          map[string]any{"taskport": m},
 		StaticSummary: fmt.Sprintf("%s %s", WorkflowType(run.Kind, run.Version), run.BusinessKey),
 	}
 	if d := time.Until(run.AvailableAt); d > 0 {
@@ -203,13 +201,14 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 	return nil
 }
 
-// memo is what the Temporal UI shows under the run's memo.
+// memo is what the Temporal UI shows under the run's memo. It holds the
+// input only for kinds that opt in (port.Definition.ShowInput).
 type memo struct {
 	Kind           port.Kind `json:"kind"`
 	Version        int       `json:"version"`
 	IdempotencyKey string    `json:"idempotency_key"`
 	BusinessKey    string    `json:"business_key,omitempty"`
-	Input          string    `json:"input"`
+	Input          string    `json:"input,omitempty"`
 }
 
 func summarize(raw []byte, limit int) string {
