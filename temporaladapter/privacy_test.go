@@ -169,12 +169,12 @@ func TestPayloadCodecEncryptsWhatTemporalStores(t *testing.T) {
 
 	// With the codec, the memo reads back, input included (the kind opts in
 	// with ShowInput).
-	desc, err := c.DescribeWorkflowExecution(ctx, temporaladapter.WorkflowID(id), "")
+	desc, err := c.DescribeWorkflow(ctx, temporaladapter.WorkflowID(id), "")
 	require.NoError(t, err)
 	var m struct {
 		Input string `json:"input"`
 	}
 	dc := converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), codec)
-	require.NoError(t, dc.FromPayload(desc.GetWorkflowExecutionInfo().GetMemo().GetFields()["taskport"], &m))
+	require.NoError(t, dc.FromPayload(desc.Memo.GetFields()["taskport"], &m))
 	require.JSONEq(t, `{"secret": "`+secret+`"}`, m.Input)
 }
