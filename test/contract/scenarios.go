@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 type scenario struct {
@@ -79,25 +80,25 @@ func (w *world) enqueue(e port.TaskEngine, kind port.Kind, in any, key string) p
 	return id
 }
 
-func longWait(gate string) waitIn {
-	return waitIn{Gate: gate, Topic: port.Topic("ct:" + gate), Timeout: Duration(10 * time.Minute)}
+func longWait(gate string) kinds.WaitIn {
+	return kinds.WaitIn{Gate: gate, Topic: port.Topic("ct:" + gate), Timeout: kinds.Duration(10 * time.Minute)}
 }
 
 func idempotentEnqueue(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
-	a := w.enqueue(e, "ct.three", tagIn{Tag: "first"}, "k1")
-	again := w.enqueue(e, "ct.three", tagIn{Tag: "other input, same key"}, "k1")
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	a := w.enqueue(e, "ct.three", kinds.TagIn{Tag: "first"}, "k1")
+	again := w.enqueue(e, "ct.three", kinds.TagIn{Tag: "other input, same key"}, "k1")
 	require.Equal(w.t, a, again, "same key, same run (input is not compared)")
-	b := w.enqueue(e, "ct.three", tagIn{}, "k2")
+	b := w.enqueue(e, "ct.three", kinds.TagIn{}, "k2")
 	require.NotEqual(w.t, a, b, "a new key starts a new run")
 	w.waitStatus(e, a, port.StatusSucceeded)
 	w.waitStatus(e, b, port.StatusSucceeded)
 
-	after := w.enqueue(e, "ct.three", tagIn{}, "k1")
+	after := w.enqueue(e, "ct.three", kinds.TagIn{}, "k1")
 	require.Equal(w.t, a, after, "a key reused after completion returns the old run")
 	// A run enqueued after the re-enqueue finishing proves the worker had
 	// the chance to (wrongly) run k1 again.
-	c := w.enqueue(e, "ct.three", tagIn{}, "k3")
+	c := w.enqueue(e, "ct.three", kinds.TagIn{}, "k3")
 	w.waitStatus(e, c, port.StatusSucceeded)
 	for _, id := range []port.RunID{a, b, c} {
 		require.Equal(w.t, map[string]int{"s1": 1, "s2": 1, "s3": 1}, w.effects(id), "run %s: each step's side effect exactly once", id)
@@ -109,11 +110,11 @@ func idempotentEnqueue(w *world) {
 }
 
 func availableAt(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	var dbNow time.Time
 	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT clock_timestamp()`).Scan(&dbNow))
 	at := dbNow.Add(1500 * time.Millisecond)
-	id, err := e.Enqueue(bg, "ct.three", tagIn{}, port.EnqueueOptions{IdempotencyKey: "later", AvailableAt: at})
+	id, err := e.Enqueue(bg, "ct.three", kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "later", AvailableAt: at})
 	require.NoError(w.t, err)
 	v, err := e.Get(bg, id)
 	require.NoError(w.t, err)
@@ -127,14 +128,14 @@ func availableAt(w *world) {
 // The first step's side effect must not repeat when the run resumes on a
 // new worker after a restart.
 func memoization(w *world) {
-	reg := registry(w.t, w.pool, kinds(false)...)
+	reg := registry(w.t, w.pool, kinds.Definitions(false)...)
 	e := w.start(reg, port.StartOptions{})
 	in := longWait("memo")
 	id := w.enqueue(e, "ct.memo", in, "memo")
 	w.waitStatus(e, id, port.StatusWaiting)
 	w.stop(e)
 
-	e2 := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e2 := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	w.signalUntilDelivered(e2, in.Topic)
 	w.waitStatus(e2, id, port.StatusSucceeded)
 	require.Equal(w.t, map[string]int{"a": 1, "b": 1}, w.effects(id))
@@ -151,14 +152,14 @@ func (w *world) signalUntilDelivered(e port.TaskEngine, topic port.Topic) {
 }
 
 func renamedStep(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	in := longWait("renamed")
 	id := w.enqueue(e, "ct.renamed", in, "renamed")
 	w.waitStatus(e, id, port.StatusWaiting)
 	w.stop(e)
 
 	// Same kind, same version, first step renamed: replay must refuse it.
-	e2 := w.start(registry(w.t, w.pool, kinds(true)...), port.StartOptions{})
+	e2 := w.start(registry(w.t, w.pool, kinds.Definitions(true)...), port.StartOptions{})
 	w.signalUntilDelivered(e2, in.Topic)
 	v := w.waitStatus(e2, id, port.StatusFailed)
 	require.NotEmpty(w.t, v.LastError)
@@ -166,8 +167,8 @@ func renamedStep(w *world) {
 }
 
 func reusedStep(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
-	id := w.enqueue(e, "ct.reused", tagIn{}, "reused")
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	id := w.enqueue(e, "ct.reused", kinds.TagIn{}, "reused")
 	v := w.waitStatus(e, id, port.StatusFailed)
 	require.Contains(w.t, v.LastError, "same")
 	require.Equal(w.t, map[string]int{"same-1": 1}, w.effects(id), "the second use of the name never runs")
@@ -176,7 +177,7 @@ func reusedStep(w *world) {
 // The business truth is written and the hint sent before the run exists:
 // the DB check finds it at once, no wait.
 func earlySignal(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	in := longWait("early")
 	w.openGate(in.Gate)
 	_, err := e.Signal(bg, in.Topic, map[string]string{"why": "approved"})
@@ -188,8 +189,8 @@ func earlySignal(w *world) {
 
 // No signal at all: the timeout and the DB check still finish the run.
 func lostSignal(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
-	in := waitIn{Gate: "lost", Topic: "ct:lost", Timeout: Duration(300 * time.Millisecond)}
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	in := kinds.WaitIn{Gate: "lost", Topic: "ct:lost", Timeout: kinds.Duration(300 * time.Millisecond)}
 	id := w.enqueue(e, "ct.wait", in, "lost")
 	w.waitStatus(e, id, port.StatusWaiting)
 	w.openGate(in.Gate) // the truth changes; the hint is lost
@@ -198,7 +199,7 @@ func lostSignal(w *world) {
 }
 
 func signalWakes(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	in := longWait("wake")
 	id := w.enqueue(e, "ct.wait", in, "wake")
 	w.waitStatus(e, id, port.StatusWaiting)
@@ -211,7 +212,7 @@ func signalWakes(w *world) {
 }
 
 func signalNobody(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	in := longWait("bystander")
 	id := w.enqueue(e, "ct.wait", in, "bystander")
 	w.waitStatus(e, id, port.StatusWaiting)
@@ -225,8 +226,8 @@ func signalNobody(w *world) {
 }
 
 func cancelBeforeStart(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
-	id, err := e.Enqueue(bg, "ct.three", tagIn{}, port.EnqueueOptions{IdempotencyKey: "never", AvailableAt: time.Now().Add(time.Hour)})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	id, err := e.Enqueue(bg, "ct.three", kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "never", AvailableAt: time.Now().Add(time.Hour)})
 	require.NoError(w.t, err)
 	require.NoError(w.t, e.Cancel(bg, id, "user changed their mind"))
 	w.waitStatus(e, id, port.StatusCanceled)
@@ -238,8 +239,8 @@ func cancelBeforeStart(w *world) {
 }
 
 func cancelDuringStep(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
-	id := w.enqueue(e, "ct.hold", waitIn{Gate: "never-opens"}, "hold")
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	id := w.enqueue(e, "ct.hold", kinds.WaitIn{Gate: "never-opens"}, "hold")
 	w.waitEffect(id, "hold:started")
 	require.NoError(w.t, e.Cancel(bg, id, "stop the copy"))
 	w.waitStatus(e, id, port.StatusCanceled)
@@ -250,7 +251,7 @@ func cancelDuringStep(w *world) {
 }
 
 func cancelWhileWaiting(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	in := longWait("cancel-wait")
 	id := w.enqueue(e, "ct.wait", in, "cancel-wait")
 	w.waitStatus(e, id, port.StatusWaiting)
@@ -262,17 +263,17 @@ func cancelWhileWaiting(w *world) {
 	require.Zero(w.t, n, "a canceled run is no longer a waiter")
 	// A later run on the same engine finishing shows the canceled one had
 	// every chance to (wrongly) go on.
-	probe := w.enqueue(e, "ct.three", tagIn{}, "probe")
+	probe := w.enqueue(e, "ct.three", kinds.TagIn{}, "probe")
 	w.waitStatus(e, probe, port.StatusSucceeded)
 	require.Empty(w.t, w.effects(id))
 }
 
 func retryLimit(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
-	id := w.enqueue(e, "ct.fail", tagIn{}, "fail")
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	id := w.enqueue(e, "ct.fail", kinds.TagIn{}, "fail")
 	v := w.waitStatus(e, id, port.StatusFailed)
 	require.NotEmpty(w.t, v.LastError)
-	require.Equal(w.t, map[string]int{"fail:retryable": fastRetry.MaxAttempts}, w.effects(id), "exactly MaxAttempts attempts")
+	require.Equal(w.t, map[string]int{"fail:retryable": kinds.FastRetry.MaxAttempts}, w.effects(id), "exactly MaxAttempts attempts")
 	var reason string
 	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT reason FROM contract_decision WHERE run_id = $1`, string(id)).Scan(&reason))
 	require.Contains(w.t, reason, "retries exhausted")
@@ -285,8 +286,8 @@ func retryLimit(w *world) {
 }
 
 func nonRetryable(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
-	id := w.enqueue(e, "ct.nonretry", tagIn{}, "nonretry")
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	id := w.enqueue(e, "ct.nonretry", kinds.TagIn{}, "nonretry")
 	w.waitStatus(e, id, port.StatusFailed)
 	require.Equal(w.t, map[string]int{"fail:non-retryable": 1}, w.effects(id), "no retry after a non-retryable error")
 	var reason string
@@ -295,14 +296,14 @@ func nonRetryable(w *world) {
 }
 
 func versionUpgrade(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	in := longWait("upgrade")
 	old := w.enqueue(e, "ct.versioned", in, "old")
 	w.waitStatus(e, old, port.StatusWaiting)
 	w.stop(e)
 
 	// The worker restarts with v1 and v2 registered.
-	e2 := w.start(registry(w.t, w.pool, append(kinds(false), versionTwo())...), port.StartOptions{})
+	e2 := w.start(registry(w.t, w.pool, append(kinds.Definitions(false), kinds.VersionTwo())...), port.StartOptions{})
 	fresh := w.enqueue(e2, "ct.versioned", in, "new")
 	w.waitStatus(e2, fresh, port.StatusSucceeded)
 	require.Equal(w.t, map[string]int{"v2-a": 1, "v2-b": 1}, w.effects(fresh), "new runs use v2")
@@ -324,7 +325,7 @@ func versionUpgrade(w *world) {
 }
 
 func getUnknown(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	for _, id := range []port.RunID{"0190a5c6-0000-7000-8000-000000000000", "not-a-run", ""} {
 		_, err := e.Get(bg, id)
 		require.ErrorIs(w.t, err, port.ErrNotFound, "Get(%q)", id)
@@ -335,7 +336,7 @@ func getUnknown(w *world) {
 // Every bad input is refused with an error naming the field, and nothing is
 // written.
 func badInput(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	cases := []struct {
 		name  string
 		kind  port.Kind
@@ -343,13 +344,13 @@ func badInput(w *world) {
 		opts  port.EnqueueOptions
 		field string
 	}{
-		{"empty key", "ct.three", tagIn{}, port.EnqueueOptions{}, "idempotency_key"},
-		{"unknown kind", "ct.nope", tagIn{}, port.EnqueueOptions{IdempotencyKey: "k"}, "unknown kind"},
+		{"empty key", "ct.three", kinds.TagIn{}, port.EnqueueOptions{}, "idempotency_key"},
+		{"unknown kind", "ct.nope", kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "k"}, "unknown kind"},
 		{"not JSON", "ct.three", make(chan int), port.EnqueueOptions{IdempotencyKey: "k"}, "input"},
 		{"malformed", "ct.three", json.RawMessage(`{"tag": 7}`), port.EnqueueOptions{IdempotencyKey: "k"}, "input"},
 		{"unknown field", "ct.three", json.RawMessage(`{"colour": "red"}`), port.EnqueueOptions{IdempotencyKey: "k"}, "input"},
-		{"oversize", "ct.three", tagIn{Tag: strings.Repeat("x", port.MaxPayloadBytes)}, port.EnqueueOptions{IdempotencyKey: "k"}, "input"},
-		{"priority", "ct.three", tagIn{}, port.EnqueueOptions{IdempotencyKey: "k", Priority: 1000}, "priority"},
+		{"oversize", "ct.three", kinds.TagIn{Tag: strings.Repeat("x", port.MaxPayloadBytes)}, port.EnqueueOptions{IdempotencyKey: "k"}, "input"},
+		{"priority", "ct.three", kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "k", Priority: 1000}, "priority"},
 	}
 	for _, c := range cases {
 		_, err := e.Enqueue(bg, c.kind, c.input, c.opts)
@@ -364,12 +365,12 @@ func badInput(w *world) {
 
 	// A negative timeout inside a handler fails that run with the field
 	// named, and no side effect.
-	id := w.enqueue(e, "ct.negative", waitIn{Topic: "ct:neg"}, "negative")
+	id := w.enqueue(e, "ct.negative", kinds.WaitIn{Topic: "ct:neg"}, "negative")
 	v := w.waitStatus(e, id, port.StatusFailed)
 	require.Contains(w.t, v.LastError, "timeout")
 	require.Empty(w.t, w.effects(id))
 
-	bad := w.factory(w.t, registry(w.t, w.pool, kinds(false)...))
+	bad := w.factory(w.t, registry(w.t, w.pool, kinds.Definitions(false)...))
 	require.ErrorIs(w.t, bad.Start(bg, port.StartOptions{Concurrency: -1}), port.ErrInvalidInput)
 }
 
@@ -379,7 +380,7 @@ func badInput(w *world) {
 // serves again after Stop: a run enqueued while it was stopped completes
 // once it is started again, each step's side effect once.
 func lifecycle(w *world) {
-	e := w.factory(w.t, registry(w.t, w.pool, kinds(false)...))
+	e := w.factory(w.t, registry(w.t, w.pool, kinds.Definitions(false)...))
 	w.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(bg, time.Minute)
 		defer cancel()
@@ -388,7 +389,7 @@ func lifecycle(w *world) {
 	require.False(w.t, startstop.Serving(e), "not serving before Start")
 	require.NoError(w.t, e.Stop(bg), "Stop before Start")
 
-	first := w.enqueue(e, "ct.three", tagIn{}, "life-0")
+	first := w.enqueue(e, "ct.three", kinds.TagIn{}, "life-0")
 	var second port.RunID
 	for round := range 2 {
 		require.NoError(w.t, e.Start(bg, port.StartOptions{Concurrency: 4}), "round %d", round)
@@ -403,7 +404,7 @@ func lifecycle(w *world) {
 		require.NoError(w.t, e.Err(), "round %d: a graceful stop is no error", round)
 		require.NoError(w.t, e.Stop(bg), "round %d: Stop twice", round)
 		if round == 0 {
-			second = w.enqueue(e, "ct.three", tagIn{}, "life-1") // while stopped
+			second = w.enqueue(e, "ct.three", kinds.TagIn{}, "life-1") // while stopped
 		}
 	}
 	for _, id := range []port.RunID{first, second} {
