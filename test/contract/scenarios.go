@@ -3,10 +3,11 @@ package contract
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/startstop"
@@ -27,7 +28,8 @@ var scenarios = []scenario{
 	{"step_name_reused_is_refused", reusedStep},
 	{"early_signal", earlySignal},
 	{"lost_signal_timeout_and_db_check", lostSignal},
-	{"signal_wakes_waiter", signalWakes},
+	{"signal_wakes_every_waiter", signalWakes},
+	{"signal_during_step_kept_for_next_wait", signalDuringStep},
 	{"signal_nobody_waits", signalNobody},
 	{"cancel_before_start", cancelBeforeStart},
 	{"cancel_during_step", cancelDuringStep},
@@ -39,20 +41,48 @@ var scenarios = []scenario{
 	{"bad_input_rejected_nothing_written", badInput},
 	{"superseded_run_cannot_take_operation_back", supersededRunCannotTakeOver},
 	{"lifecycle_restart", lifecycle},
+	{"stop_lets_in_flight_step_finish", stopFinishesStep},
+	{"unserved_version_stays_pending", unservedVersion},
+	{"version_marker_replays", versionMarker},
+	{"continue_as_new_keeps_run_id", continueAsNew},
+	{"heartbeat_timeout_fails_silent_attempts", heartbeatTimeout},
 }
 
 var bg = context.Background()
 
 func (w *world) effects(id port.RunID) map[string]int {
 	w.t.Helper()
-	rows, err := w.pool.Query(bg, `SELECT label, executions FROM contract_effect WHERE run_id = $1`, string(id))
-	require.NoError(w.t, err)
-	out := map[string]int{}
-	var label string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&label, &n}, func() error { out[label] = n; return nil })
+	out, err := kinds.Effects(bg, w.pool, id)
 	require.NoError(w.t, err)
 	return out
+}
+
+// notes returns the note of the latest execution of each label of run id.
+func (w *world) notes(id port.RunID) map[string]string {
+	w.t.Helper()
+	out, err := kinds.Notes(bg, w.pool, id)
+	require.NoError(w.t, err)
+	return out
+}
+
+// waiters counts the rows of taskport.waiter that name run id.
+func (w *world) waiters(id port.RunID) int {
+	w.t.Helper()
+	var n int
+	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT count(*) FROM taskport.waiter WHERE run_id = $1`, string(id)).Scan(&n))
+	return n
+}
+
+// requireCancelRecorded checks the business cancel flag of run id, written
+// before the engine's cancel (ADR 2.4).
+func (w *world) requireCancelRecorded(id port.RunID, reason string) {
+	w.t.Helper()
+	var got string
+	var flagged bool
+	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT cancel_reason, cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = $1`,
+		string(id)).Scan(&got, &flagged))
+	require.True(w.t, flagged, "run %s: cancel_requested_at is set", id)
+	require.Equal(w.t, reason, got, "run %s: the cancel reason is recorded in Postgres", id)
 }
 
 func (w *world) waitEffect(id port.RunID, label string) {
@@ -62,8 +92,7 @@ func (w *world) waitEffect(id port.RunID, label string) {
 
 func (w *world) openGate(key string) {
 	w.t.Helper()
-	_, err := w.pool.Exec(bg, `INSERT INTO contract_gate (key) VALUES ($1) ON CONFLICT DO NOTHING`, key)
-	require.NoError(w.t, err)
+	require.NoError(w.t, kinds.OpenEffectGate(bg, w.pool, key))
 }
 
 func (w *world) runRows() int {
@@ -86,7 +115,8 @@ func longWait(gate string) kinds.WaitIn {
 
 func idempotentEnqueue(w *world) {
 	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
-	a := w.enqueue(e, "ct.three", kinds.TagIn{Tag: "first"}, "k1")
+	a, err := e.Enqueue(bg, "ct.three", kinds.TagIn{Tag: "first"}, port.EnqueueOptions{IdempotencyKey: "k1", BusinessKey: "plan-1"})
+	require.NoError(w.t, err)
 	again := w.enqueue(e, "ct.three", kinds.TagIn{Tag: "other input, same key"}, "k1")
 	require.Equal(w.t, a, again, "same key, same run (input is not compared)")
 	b := w.enqueue(e, "ct.three", kinds.TagIn{}, "k2")
@@ -96,6 +126,12 @@ func idempotentEnqueue(w *world) {
 
 	after := w.enqueue(e, "ct.three", kinds.TagIn{}, "k1")
 	require.Equal(w.t, a, after, "a key reused after completion returns the old run")
+	// Postgres is the authority, with no window (Temporal's own dedupe ends
+	// with the namespace's retention): a run enqueued a year ago still
+	// dedupes.
+	_, err = w.pool.Exec(bg, `UPDATE taskport.run SET created_at = created_at - interval '1 year' WHERE id = $1`, string(a))
+	require.NoError(w.t, err)
+	require.Equal(w.t, a, w.enqueue(e, "ct.three", kinds.TagIn{}, "k1"), "a year-old key still names its run")
 	// A run enqueued after the re-enqueue finishing proves the worker had
 	// the chance to (wrongly) run k1 again.
 	c := w.enqueue(e, "ct.three", kinds.TagIn{}, "k3")
@@ -107,6 +143,10 @@ func idempotentEnqueue(w *world) {
 	v, err := e.Get(bg, a)
 	require.NoError(w.t, err)
 	require.Equal(w.t, port.StatusSucceeded, v.Status)
+	require.Equal(w.t, "plan-1", v.BusinessKey)
+	require.Equal(w.t, "s3", v.CurrentStep, "the last step the run was in")
+	require.Equal(w.t, 1, v.Attempts, "the last step's attempt")
+	require.False(w.t, v.FinishedAt.IsZero(), "a terminal run has its end time")
 }
 
 func availableAt(w *world) {
@@ -196,19 +236,65 @@ func lostSignal(w *world) {
 	w.openGate(in.Gate) // the truth changes; the hint is lost
 	w.waitStatus(e, id, port.StatusSucceeded)
 	require.Equal(w.t, map[string]int{"after": 1}, w.effects(id))
+	require.Equal(w.t, "timeout", w.notes(id)["after"], "the wait ended by its timeout")
 }
 
+// Two runs wait on one topic with one slot (a waiting run holds none), each
+// after a durable sleep: one signal wakes both, and each receives its
+// payload.
 func signalWakes(w *world) {
-	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{Concurrency: 1})
 	in := longWait("wake")
-	id := w.enqueue(e, "ct.wait", in, "wake")
-	w.waitStatus(e, id, port.StatusWaiting)
+	in.Nap = kinds.Duration(300 * time.Millisecond)
+	a := w.enqueue(e, "ct.wait", in, "wake-a")
+	b := w.enqueue(e, "ct.wait", in, "wake-b")
+	for _, id := range []port.RunID{a, b} {
+		require.Eventually(w.t, func() bool { return w.waiters(id) == 1 }, waitFor, pollEvery, "run %s registered as a waiter", id)
+		v, err := e.Get(bg, id)
+		require.NoError(w.t, err)
+		require.Equal(w.t, port.StatusWaiting, v.Status)
+		require.Equal(w.t, "wait-0", v.CurrentStep, "run %s is in its wait", id)
+	}
 	w.openGate(in.Gate)
 	n, err := e.Signal(bg, in.Topic, json.RawMessage(`{"approved":true}`))
 	require.NoError(w.t, err)
+	require.Equal(w.t, 2, n)
+	for _, id := range []port.RunID{a, b} {
+		w.waitStatus(e, id, port.StatusSucceeded)
+		require.Equal(w.t, map[string]int{"after": 1}, w.effects(id))
+		require.JSONEq(w.t, `{"approved":true}`, strings.TrimPrefix(w.notes(id)["after"], "signal:"), "run %s received the payload", id)
+		require.Zero(w.t, w.waiters(id), "a finished run is no waiter")
+		var slept bool
+		require.NoError(w.t, w.pool.QueryRow(bg, `
+SELECT e.first_at - r.created_at >= $2::interval FROM contract_effect e JOIN taskport.run r ON r.id::text = e.run_id
+WHERE e.run_id = $1 AND e.label = 'after'`, string(id), time.Duration(in.Nap).String()).Scan(&slept))
+		require.True(w.t, slept, "run %s slept its nap before going on", id)
+	}
+}
+
+// A signal sent while the run is in a step between two waits on the topic
+// is kept for the second wait.
+func signalDuringStep(w *world) {
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	in := longWait("between")
+	id := w.enqueue(e, kinds.Twice, in, "between")
+	w.waitStatus(e, id, port.StatusWaiting)
+	n, err := e.Signal(bg, in.Topic, "one")
+	require.NoError(w.t, err)
 	require.Equal(w.t, 1, n)
+	w.waitEffect(id, "hold:started")
+	n, err = e.Signal(bg, in.Topic, "two")
+	require.NoError(w.t, err)
+	if w.engine.Features(w.t).KeepsSignalsForTheTopic {
+		require.Zero(w.t, n, "no run waits: the signal is kept for the topic's next wait")
+	} else {
+		require.Equal(w.t, 1, n, "a run between two waits on the topic accepts the signal")
+	}
+	require.NotContains(w.t, w.effects(id), "hold:finished", "the signal was sent while the step ran")
+	w.openGate(in.Gate)
 	w.waitStatus(e, id, port.StatusSucceeded)
-	require.Equal(w.t, map[string]int{"after": 1}, w.effects(id))
+	require.Equal(w.t, `"one"+"two"`, w.notes(id)["after"], "the second wait received the signal sent during the step")
+	require.Zero(w.t, w.waiters(id))
 }
 
 func signalNobody(w *world) {
@@ -242,10 +328,27 @@ func cancelDuringStep(w *world) {
 	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	id := w.enqueue(e, "ct.hold", kinds.WaitIn{Gate: "never-opens"}, "hold")
 	w.waitEffect(id, "hold:started")
+	// The lease engine records the step a run is in with its heartbeat.
+	var v port.RunView
+	require.Eventuallyf(w.t, func() bool {
+		var err error
+		v, err = e.Get(bg, id)
+		return err == nil && v.CurrentStep == "hold"
+	}, waitFor, pollEvery, "the view never named the running step: %+v", &v)
+	require.Equal(w.t, port.StatusRunning, v.Status)
+	require.Equal(w.t, 1, v.Attempts)
+	admin := e.(port.Admin)
+	listed, err := admin.ListRuns(bg, port.RunFilter{Kind: "ct.hold"})
+	require.NoError(w.t, err)
+	require.Len(w.t, listed, 1)
+	require.Equal(w.t, port.StatusRunning, listed[0].Status)
+
 	require.NoError(w.t, e.Cancel(bg, id, "stop the copy"))
 	w.waitStatus(e, id, port.StatusCanceled)
+	w.requireCancelRecorded(id, "stop the copy")
 	got := w.effects(id)
 	require.Equal(w.t, 1, got["hold:stopped"], "the running step saw the cancel and stopped itself")
+	require.Contains(w.t, w.notes(id)["hold:stopped"], port.ErrCanceled.Error(), "its heartbeat told it the run was canceled")
 	require.Zero(w.t, got["after"], "no step after the cancel runs")
 	require.Equal(w.t, 1, got["hold:started"])
 }
@@ -257,6 +360,9 @@ func cancelWhileWaiting(w *world) {
 	w.waitStatus(e, id, port.StatusWaiting)
 	require.NoError(w.t, e.Cancel(bg, id, "no longer wanted"))
 	w.waitStatus(e, id, port.StatusCanceled)
+	w.requireCancelRecorded(id, "no longer wanted")
+	require.Eventually(w.t, func() bool { return w.waiters(id) == 0 }, waitFor, pollEvery, "a canceled run leaves the waiter table")
+	require.NoError(w.t, e.Cancel(bg, id, "again"), "canceling a canceled run is a no-op")
 	w.openGate(in.Gate)
 	n, err := e.Signal(bg, in.Topic, nil)
 	require.NoError(w.t, err)
@@ -272,11 +378,17 @@ func retryLimit(w *world) {
 	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	id := w.enqueue(e, "ct.fail", kinds.TagIn{}, "fail")
 	v := w.waitStatus(e, id, port.StatusFailed)
-	require.NotEmpty(w.t, v.LastError)
+	last := fmt.Sprintf("attempt %d failed", kinds.FastRetry.MaxAttempts)
+	require.Contains(w.t, v.LastError, last, "the run's error is its last attempt's")
 	require.Equal(w.t, map[string]int{"fail:retryable": kinds.FastRetry.MaxAttempts}, w.effects(id), "exactly MaxAttempts attempts")
+	var epochs []int64
+	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT epochs FROM contract_effect WHERE run_id = $1 AND label = 'fail:retryable'`, string(id)).Scan(&epochs))
+	require.True(w.t, slices.IsSorted(epochs) && len(slices.Compact(slices.Clone(epochs))) == len(epochs),
+		"each attempt ran under a newer fencing token: epochs %v", epochs)
 	var reason string
 	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT reason FROM contract_decision WHERE run_id = $1`, string(id)).Scan(&reason))
 	require.Contains(w.t, reason, "retries exhausted")
+	require.Contains(w.t, reason, last, "the handler saw the last attempt's error in the *port.StepError")
 	admin, ok := e.(port.Admin)
 	require.True(w.t, ok, "engines implement port.Admin")
 	dead, err := admin.ListRuns(bg, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
@@ -288,7 +400,8 @@ func retryLimit(w *world) {
 func nonRetryable(w *world) {
 	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	id := w.enqueue(e, "ct.nonretry", kinds.TagIn{}, "nonretry")
-	w.waitStatus(e, id, port.StatusFailed)
+	v := w.waitStatus(e, id, port.StatusFailed)
+	require.Contains(w.t, v.LastError, "input can never succeed")
 	require.Equal(w.t, map[string]int{"fail:non-retryable": 1}, w.effects(id), "no retry after a non-retryable error")
 	var reason string
 	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT reason FROM contract_decision WHERE run_id = $1`, string(id)).Scan(&reason))
@@ -357,7 +470,9 @@ func badInput(w *world) {
 		require.ErrorIs(w.t, err, port.ErrInvalidInput, c.name)
 		require.Contains(w.t, err.Error(), c.field, c.name)
 	}
-	_, err := e.Signal(bg, "bad topic", nil)
+	_, err := e.Enqueue(bg, "ct.nope", kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "k"})
+	require.ErrorIs(w.t, err, port.ErrUnknownKind)
+	_, err = e.Signal(bg, "bad topic", nil)
 	require.ErrorIs(w.t, err, port.ErrInvalidInput)
 	_, err = e.Signal(bg, "ct:x", strings.Repeat("x", port.MaxPayloadBytes))
 	require.ErrorIs(w.t, err, port.ErrPayloadTooLarge)

@@ -16,8 +16,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/port"
@@ -69,6 +71,9 @@ const (
 	Silent port.Kind = "ct.silent"
 	// Marker records a GetVersion marker (see MarkerKind).
 	Marker port.Kind = "ct.marker"
+	// Twice waits on its topic, runs "middle" (held at its gate), waits on
+	// the topic again, then runs "after" noting both payloads.
+	Twice port.Kind = "ct.twice"
 )
 
 // Activity declarations, as a workflows/ package would declare them.
@@ -247,6 +252,45 @@ func (b Bodies) Quiet(ctx context.Context, label string) (int, error) {
 	return 0, context.Cause(ctx)
 }
 
+// Effects returns the executions of each label of run id.
+func Effects(ctx context.Context, pool *pgxpool.Pool, id port.RunID) (map[string]int, error) {
+	rows, err := pool.Query(ctx, `SELECT label, executions FROM contract_effect WHERE run_id = $1`, string(id))
+	if err != nil {
+		return nil, fmt.Errorf("read effects of %s: %w", id, err)
+	}
+	out := map[string]int{}
+	var label string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&label, &n}, func() error { out[label] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("read effects of %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// Notes returns the note of the latest execution of each label of run id.
+func Notes(ctx context.Context, pool *pgxpool.Pool, id port.RunID) (map[string]string, error) {
+	rows, err := pool.Query(ctx, `SELECT label, note FROM contract_effect WHERE run_id = $1`, string(id))
+	if err != nil {
+		return nil, fmt.Errorf("read notes of %s: %w", id, err)
+	}
+	out := map[string]string{}
+	var label, note string
+	_, err = pgx.ForEachRow(rows, []any{&label, &note}, func() error { out[label] = note; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("read notes of %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// OpenEffectGate opens the effect kinds' gate key.
+func OpenEffectGate(ctx context.Context, pool *pgxpool.Pool, key string) error {
+	if _, err := pool.Exec(ctx, `INSERT INTO contract_gate (key) VALUES ($1) ON CONFLICT DO NOTHING`, key); err != nil {
+		return fmt.Errorf("open gate %s: %w", key, err)
+	}
+	return nil
+}
+
 // SilentHeartbeat is the heartbeat timeout of Silent's step.
 const SilentHeartbeat = time.Second
 
@@ -273,6 +317,7 @@ func Definitions(renamed bool) []port.Definition {
 		// which tells a worker of a missed heartbeat only through the
 		// heartbeat it never sends.
 		{Kind: Silent, Version: 1, Retry: FastRetry, StepTimeout: 5 * time.Second, Handler: port.Handle(silent)},
+		{Kind: Twice, Version: 1, Retry: net, Handler: port.Handle(twice)},
 	}
 }
 
@@ -438,5 +483,27 @@ func continueAsNew(f port.Flow, in ContinueIn) error {
 
 func silent(f port.Flow, _ TagIn) error {
 	_, err := Quiet.Run(f, "silent", "silent", port.WithHeartbeatTimeout(SilentHeartbeat))
+	return err
+}
+
+func twice(f port.Flow, in WaitIn) error {
+	var got []string
+	for i, name := range []string{"first", "second"} {
+		if i == 1 {
+			if _, err := HoldStep.Run(f, "middle", HoldIn{Gate: in.Gate}, port.WithHeartbeatTimeout(30*time.Second)); err != nil {
+				return err
+			}
+		}
+		var payload json.RawMessage
+		ok, err := f.WaitSignal(name, in.Topic, time.Duration(in.Timeout), &payload)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			payload = json.RawMessage("timeout")
+		}
+		got = append(got, string(payload))
+	}
+	_, err := Effect.Run(f, "after", EffectIn{Label: "after", Note: strings.Join(got, "+")})
 	return err
 }
