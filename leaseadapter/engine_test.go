@@ -1,21 +1,29 @@
 package leaseadapter_test
 
+// The lease engine's own mechanics: what the contract suite (test/contract)
+// cannot ask of every engine: EnqueueTx, claim order by priority, signals
+// kept for a topic, the stop bound that hands a run back, the prefetch
+// queue, the claim of a canceled run, the reaper, version markers, its
+// config and its metrics hook. What both engines promise is in the suite.
+// The kinds are the suite's (test/contract/kinds).
+
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/leaseadapter"
-	"github.com/taskport/taskport/leaseadapter/internal/testkinds"
+	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // fastConfig keeps the tests quick: a short lease and poll.
@@ -26,19 +34,23 @@ func fastConfig() leaseadapter.Config {
 	}
 }
 
-// newDB returns a pool on a fresh migrated database with the side table.
+// newDB returns a pool on a fresh migrated database with the kinds' side
+// tables.
 func newDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	_, err := pool.Exec(context.Background(), testkinds.EffectTableSQL)
+	_, err := pool.Exec(context.Background(), kinds.Schema+kinds.LedgerSchema)
 	require.NoError(t, err)
 	return pool
 }
 
-func newEngine(t *testing.T, pool *pgxpool.Pool, cfg leaseadapter.Config, versions ...int) *leaseadapter.Engine {
+// newEngine is an engine over the effect kinds (defs added) and the ledger
+// kinds.
+func newEngine(t *testing.T, pool *pgxpool.Pool, cfg leaseadapter.Config, defs ...port.Definition) *leaseadapter.Engine {
 	t.Helper()
 	reg := port.NewRegistry()
-	require.NoError(t, testkinds.Register(reg, pool, versions...))
+	require.NoError(t, kinds.Register(reg, pool, append(kinds.Definitions(false), defs...)...))
+	require.NoError(t, kinds.RegisterLedger(reg, pool))
 	eng, err := leaseadapter.New(pool, reg, cfg)
 	require.NoError(t, err)
 	return eng
@@ -72,75 +84,30 @@ func waitTaskStatus(t *testing.T, pool *pgxpool.Pool, id port.RunID, want string
 		30*time.Second, 20*time.Millisecond, "run %s never reached %s", id, want)
 }
 
-// effects returns executions and notes per step of a run, from the side table.
-func effects(t *testing.T, pool *pgxpool.Pool, id port.RunID) map[string]effect {
+// effects returns the executions of each effect label of a run.
+func effects(t *testing.T, pool *pgxpool.Pool, id port.RunID) map[string]int {
 	t.Helper()
-	rows, err := pool.Query(context.Background(),
-		`SELECT step, executions, note, epoch, token, done_by FROM lease_test_effect WHERE run_id = $1`, id)
-	require.NoError(t, err)
-	out := map[string]effect{}
-	var step string
-	var e effect
-	_, err = pgx.ForEachRow(rows, []any{&step, &e.executions, &e.note, &e.epoch, &e.token, &e.doneBy}, func() error {
-		out[step] = e
-		return nil
-	})
+	out, err := kinds.Effects(context.Background(), pool, id)
 	require.NoError(t, err)
 	return out
 }
 
-type effect struct {
-	executions int
-	note       string
-	epoch      int64
-	token      string
-	doneBy     string
+// leaseOf reads a run's task status and lease owner.
+func leaseOf(t *testing.T, pool *pgxpool.Pool, id port.RunID) (status string, owner *string) {
+	t.Helper()
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status, lease_owner FROM taskport_lease.task WHERE id = $1`, id).Scan(&status, &owner))
+	return status, owner
 }
 
-func TestThreeStepsRunOnceEach(t *testing.T) {
-	t.Parallel()
-	pool := newDB(t)
-	eng := newEngine(t, pool, fastConfig())
-	startEngine(t, eng, port.StartOptions{Concurrency: 4})
-	id := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "one")
-	waitTaskStatus(t, pool, id, "succeeded")
-
-	eff := effects(t, pool, id)
-	require.Len(t, eff, 3)
-	for _, s := range []string{"s1", "s2", "s3"} {
-		require.Equal(t, 1, eff[s].executions, "step %s", s)
-	}
-	view, err := eng.Get(context.Background(), id)
-	require.NoError(t, err)
-	require.Equal(t, port.StatusSucceeded, view.Status)
-	require.Equal(t, "s3", view.CurrentStep)
-	require.Equal(t, 1, view.Attempts)
-	require.False(t, view.FinishedAt.IsZero())
-	var results int
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM taskport_lease.step_result WHERE task_id = $1`, id).Scan(&results))
-	require.Equal(t, 3, results)
-}
-
-func TestEnqueueIsIdempotentWithoutWindow(t *testing.T) {
+// EnqueueTx: nothing exists unless the caller's transaction commits.
+func TestEnqueueTxFollowsTheCallersTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newDB(t)
 	eng := newEngine(t, pool, fastConfig())
-	a := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "same")
-	// A run enqueued long ago still dedupes: age the row by a year.
-	_, err := pool.Exec(ctx, `UPDATE taskport.run SET created_at = now() - interval '1 year' WHERE id = $1`, a)
-	require.NoError(t, err)
-	b := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "same")
-	require.Equal(t, a, b)
-	var tasks int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport_lease.task`).Scan(&tasks))
-	require.Equal(t, 1, tasks)
-
-	// EnqueueTx: nothing exists unless the caller's transaction commits.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	rolled, err := eng.EnqueueTx(ctx, tx, testkinds.Three, testkinds.Empty{}, port.EnqueueOptions{IdempotencyKey: "tx"})
+	rolled, err := eng.EnqueueTx(ctx, tx, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "tx"})
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 	_, err = eng.Get(ctx, rolled)
@@ -148,28 +115,25 @@ func TestEnqueueIsIdempotentWithoutWindow(t *testing.T) {
 
 	tx, err = pool.Begin(ctx)
 	require.NoError(t, err)
-	committed, err := eng.EnqueueTx(ctx, tx, testkinds.Three, testkinds.Empty{}, port.EnqueueOptions{IdempotencyKey: "tx"})
+	committed, err := eng.EnqueueTx(ctx, tx, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "tx"})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, "pending", taskStatus(t, pool, committed))
-
-	_, err = eng.Enqueue(ctx, "no.such.kind", testkinds.Empty{}, port.EnqueueOptions{IdempotencyKey: "x"})
-	require.ErrorIs(t, err, port.ErrUnknownKind)
+	var tasks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport_lease.task`).Scan(&tasks))
+	require.Equal(t, 1, tasks, "the rolled-back enqueue left no task")
 }
 
-func TestAvailableAtAndPriority(t *testing.T) {
+// One slot: the order of first steps follows priority.
+func TestPriorityOrdersClaims(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newDB(t)
 	eng := newEngine(t, pool, fastConfig())
-	later, err := eng.Enqueue(ctx, testkinds.Three, testkinds.Empty{}, port.EnqueueOptions{
-		IdempotencyKey: "later", AvailableAt: time.Now().Add(time.Hour)})
+	low, err := eng.Enqueue(ctx, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "low", Priority: 5})
 	require.NoError(t, err)
-	low, err := eng.Enqueue(ctx, testkinds.Three, testkinds.Empty{}, port.EnqueueOptions{IdempotencyKey: "low", Priority: 5})
+	high, err := eng.Enqueue(ctx, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "high", Priority: -5})
 	require.NoError(t, err)
-	high, err := eng.Enqueue(ctx, testkinds.Three, testkinds.Empty{}, port.EnqueueOptions{IdempotencyKey: "high", Priority: -5})
-	require.NoError(t, err)
-	// One slot: the order of first steps follows priority.
 	startEngine(t, eng, port.StartOptions{Concurrency: 1})
 	waitTaskStatus(t, pool, low, "succeeded")
 	waitTaskStatus(t, pool, high, "succeeded")
@@ -178,54 +142,12 @@ func TestAvailableAtAndPriority(t *testing.T) {
 SELECT (SELECT completed_at FROM taskport_lease.step_result WHERE task_id = $1 AND seq = 0)
      < (SELECT completed_at FROM taskport_lease.step_result WHERE task_id = $2 AND seq = 0)`, high, low).Scan(&highFirst))
 	require.True(t, highFirst, "the priority -5 run must start before the priority 5 run")
-	require.Equal(t, "pending", taskStatus(t, pool, later))
-	require.Empty(t, effects(t, pool, later))
 }
 
-// Two workers on 200 runs: each step executes exactly once.
-func TestTwoWorkersExactlyOnce(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := newDB(t)
-	const runs = 200
-	// A lease long enough that no claim expires on a loaded machine: any
-	// second execution here would be a bug, not a recovery.
-	cfg := fastConfig()
-	cfg.LeaseDuration = 10 * time.Second
-	a := newEngine(t, pool, cfg)
-	b := newEngine(t, pool, cfg)
-	for i := range runs {
-		enqueue(t, a, testkinds.Three, testkinds.Empty{}, fmt.Sprintf("run-%d", i))
-	}
-	startEngine(t, a, port.StartOptions{Concurrency: 8})
-	startEngine(t, b, port.StartOptions{Concurrency: 8})
-	require.Eventually(t, func() bool {
-		var done int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport_lease.task WHERE status = 'succeeded'`).Scan(&done))
-		return done == runs
-	}, time.Minute, 50*time.Millisecond)
-
-	var rows, total, maxExec, owners int
-	require.NoError(t, pool.QueryRow(ctx,
-		`SELECT count(*), sum(executions), max(executions) FROM lease_test_effect`).Scan(&rows, &total, &maxExec))
-	require.Equal(t, 3*runs, rows)
-	if total != 3*runs {
-		var dup string
-		require.NoError(t, pool.QueryRow(ctx, `
-SELECT e.run_id || '/' || e.step || ' x' || e.executions || ' claims ' || t.claims || ' last_error ' || t.last_error
-FROM lease_test_effect e JOIN taskport_lease.task t ON t.id = e.run_id WHERE e.executions > 1 LIMIT 1`).Scan(&dup))
-		t.Fatalf("a step ran more than once: %s", dup)
-	}
-	require.Equal(t, 1, maxExec)
-	var claims int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT sum(claims) FROM taskport_lease.task`).Scan(&claims))
-	require.Equal(t, runs, claims, "no run was claimed twice")
-	require.NoError(t, pool.QueryRow(ctx,
-		`SELECT count(*) FROM taskport.run WHERE status <> 'succeeded'`).Scan(&owners))
-	require.Zero(t, owners, "every projection row says succeeded")
-}
-
-func TestEarlySignalIsNotLost(t *testing.T) {
+// A signal sent before any run waits on its topic is kept in task_signal
+// (on Temporal it would find no run to buffer it): the run that waits on
+// the topic later consumes it at once.
+func TestSignalBeforeTheWaitIsKeptForTheTopic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newDB(t)
@@ -235,198 +157,18 @@ func TestEarlySignalIsNotLost(t *testing.T) {
 	require.Equal(t, 0, delivered, "nobody waits yet")
 
 	startEngine(t, eng, port.StartOptions{Concurrency: 2})
-	id := enqueue(t, eng, testkinds.Wait, testkinds.WaitInput{Topic: "approval:early", TimeoutMillis: int(time.Hour / time.Millisecond)}, "early")
-	waitTaskStatus(t, pool, id, "succeeded")
-	require.Equal(t, "signal:yes", effects(t, pool, id)["after"].note)
+	id := enqueue(t, eng, kinds.Memo, kinds.WaitIn{Topic: "approval:early", Timeout: kinds.Duration(time.Hour)}, "early")
+	waitTaskStatus(t, pool, id, "succeeded") // well before the hour's timeout
+	require.Equal(t, map[string]int{"a": 1, "b": 1}, effects(t, pool, id))
 	var consumedBy string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT consumed_by::text FROM taskport_lease.task_signal WHERE topic = 'approval:early'`).Scan(&consumedBy))
 	require.Equal(t, string(id), consumedBy)
 }
 
-func TestSignalWakesEveryWaiter(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := newDB(t)
-	eng := newEngine(t, pool, fastConfig())
-	// One slot and two waiters: a waiting run holds no slot.
-	startEngine(t, eng, port.StartOptions{Concurrency: 1})
-	in := testkinds.WaitInput{Topic: "download:42", TimeoutMillis: int(time.Hour / time.Millisecond), SleepMillis: 30}
-	a := enqueue(t, eng, testkinds.Wait, in, "a")
-	b := enqueue(t, eng, testkinds.Wait, in, "b")
-	waitTaskStatus(t, pool, a, "waiting")
-	waitTaskStatus(t, pool, b, "waiting")
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.waiter WHERE topic = 'download:42'`).Scan(&n))
-		return n == 2
-	}, 10*time.Second, 20*time.Millisecond, "both runs past their sleep and registered as waiters")
-	view, err := eng.Get(ctx, a)
-	require.NoError(t, err)
-	require.Equal(t, port.StatusWaiting, view.Status)
-	require.Equal(t, "wait", view.CurrentStep)
-
-	delivered, err := eng.Signal(ctx, "download:42", "done")
-	require.NoError(t, err)
-	require.Equal(t, 2, delivered)
-	waitTaskStatus(t, pool, a, "succeeded")
-	waitTaskStatus(t, pool, b, "succeeded")
-	require.Equal(t, "signal:done", effects(t, pool, a)["after"].note)
-	require.Equal(t, "signal:done", effects(t, pool, b)["after"].note)
-	var waiters int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.waiter`).Scan(&waiters))
-	require.Zero(t, waiters)
-}
-
-// No signal ever comes: the wait times out and the handler goes on (the
-// business database is the truth; the signal was only a hint).
-func TestLostSignalTimesOut(t *testing.T) {
-	t.Parallel()
-	pool := newDB(t)
-	eng := newEngine(t, pool, fastConfig())
-	startEngine(t, eng, port.StartOptions{Concurrency: 2})
-	id := enqueue(t, eng, testkinds.Wait, testkinds.WaitInput{Topic: "approval:never", TimeoutMillis: 300}, "lost")
-	waitTaskStatus(t, pool, id, "succeeded")
-	eff := effects(t, pool, id)
-	require.Equal(t, "timeout", eff["after"].note)
-	require.Equal(t, 1, eff["before"].executions)
-	require.Equal(t, 1, eff["after"].executions)
-}
-
-func TestCancelWhileWaiting(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := newDB(t)
-	eng := newEngine(t, pool, fastConfig())
-	startEngine(t, eng, port.StartOptions{Concurrency: 2})
-	id := enqueue(t, eng, testkinds.Wait, testkinds.WaitInput{Topic: "approval:c", TimeoutMillis: int(time.Hour / time.Millisecond)}, "cw")
-	waitTaskStatus(t, pool, id, "waiting")
-	require.NoError(t, eng.Cancel(ctx, id, "user asked"))
-	require.Equal(t, "canceled", taskStatus(t, pool, id))
-
-	var reason string
-	var flagged bool
-	require.NoError(t, pool.QueryRow(ctx,
-		`SELECT cancel_reason, cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = $1`, id).Scan(&reason, &flagged))
-	require.True(t, flagged)
-	require.Equal(t, "user asked", reason)
-	view, err := eng.Get(ctx, id)
-	require.NoError(t, err)
-	require.Equal(t, port.StatusCanceled, view.Status)
-
-	// A later signal wakes nobody and the step after the wait never runs.
-	delivered, err := eng.Signal(ctx, "approval:c", "late")
-	require.NoError(t, err)
-	require.Zero(t, delivered)
-	require.NotContains(t, effects(t, pool, id), "after")
-	require.NoError(t, eng.Cancel(ctx, id, "again"), "canceling a finished run is a no-op")
-}
-
-func TestCancelWhileRunning(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := newDB(t)
-	eng := newEngine(t, pool, fastConfig())
-	startEngine(t, eng, port.StartOptions{Concurrency: 2})
-	id := enqueue(t, eng, testkinds.Cancel, testkinds.Empty{}, "cr")
-	require.Eventually(t, func() bool { _, ok := effects(t, pool, id)["long"]; return ok }, 10*time.Second, 10*time.Millisecond)
-	running, err := eng.Get(ctx, id)
-	require.NoError(t, err)
-	require.Equal(t, port.StatusRunning, running.Status)
-	listed, err := eng.ListRuns(ctx, port.RunFilter{Kind: testkinds.Cancel})
-	require.NoError(t, err)
-	require.Len(t, listed, 1)
-	require.Equal(t, port.StatusRunning, listed[0].Status)
-	require.NoError(t, eng.Cancel(ctx, id, "stop it"))
-	waitTaskStatus(t, pool, id, "canceled")
-	eff := effects(t, pool, id)
-	require.Equal(t, "saw cancel", eff["long.stop"].note, "the running step saw the cancel through its context")
-	require.NotContains(t, eff, "after", "no later step runs")
-	view, err := eng.Get(ctx, id)
-	require.NoError(t, err)
-	require.Equal(t, port.StatusCanceled, view.Status)
-}
-
-func TestRetryExhaustionFailsRun(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := newDB(t)
-	eng := newEngine(t, pool, fastConfig())
-	startEngine(t, eng, port.StartOptions{Concurrency: 2})
-	id := enqueue(t, eng, testkinds.Fail, testkinds.FailInput{}, "retry")
-	waitTaskStatus(t, pool, id, "failed")
-	eff := effects(t, pool, id)
-	require.Equal(t, testkinds.Retry.MaxAttempts, eff["boom"].executions)
-	require.Contains(t, eff["decision"].note, "attempt 3 of boom failed", "the handler saw the StepError")
-
-	var lastErr string
-	var dead, claims int
-	require.NoError(t, pool.QueryRow(ctx,
-		`SELECT last_error, (dead_letter_at IS NOT NULL)::int, claims FROM taskport_lease.task WHERE id = $1`, id).Scan(&lastErr, &dead, &claims))
-	require.Contains(t, lastErr, "retries exhausted")
-	require.Equal(t, 1, dead)
-	require.Equal(t, testkinds.Retry.MaxAttempts, claims, "each retry is a new claim (a new fencing epoch)")
-	requireDeadLetter(t, eng, id, "retries exhausted")
-}
-
-// requireDeadLetter checks that the run reads as failed with lastErr in its
-// error, and is the one dead letter ListRuns returns.
-func requireDeadLetter(t *testing.T, eng *leaseadapter.Engine, id port.RunID, lastErr string) {
-	t.Helper()
-	ctx := context.Background()
-	view, err := eng.Get(ctx, id)
-	require.NoError(t, err)
-	require.Equal(t, port.StatusFailed, view.Status)
-	require.Contains(t, view.LastError, lastErr)
-	failed, err := eng.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
-	require.NoError(t, err)
-	require.Len(t, failed, 1)
-	require.Equal(t, id, failed[0].ID)
-}
-
-func TestNonRetryableFailsAtOnce(t *testing.T) {
-	t.Parallel()
-	pool := newDB(t)
-	eng := newEngine(t, pool, fastConfig())
-	startEngine(t, eng, port.StartOptions{Concurrency: 2})
-	id := enqueue(t, eng, testkinds.Fail, testkinds.FailInput{NonRetryable: true}, "nr")
-	waitTaskStatus(t, pool, id, "failed")
-	require.Equal(t, 1, effects(t, pool, id)["boom"].executions)
-	view, err := eng.Get(context.Background(), id)
-	require.NoError(t, err)
-	require.Contains(t, view.LastError, "non-retryable")
-}
-
-// A v1 run with no worker serving v1 stays pending and visible; a worker
-// that serves v1 then runs it on v1 code.
-func TestUnservedVersionStaysPending(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := newDB(t)
-	old := newEngine(t, pool, fastConfig(), 1)
-	v1 := enqueue(t, old, testkinds.Versioned, testkinds.Empty{}, "old")
-
-	both := newEngine(t, pool, fastConfig(), 1, 2)
-	v2 := enqueue(t, both, testkinds.Versioned, testkinds.Empty{}, "new")
-	startEngine(t, both, port.StartOptions{Concurrency: 2, Versions: map[port.Kind][]int{testkinds.Versioned: {2}}})
-	waitTaskStatus(t, pool, v2, "succeeded")
-	require.Contains(t, effects(t, pool, v2), "v2")
-
-	// Past a few poll intervals the v1 run is still pending, not failed.
-	require.Never(t, func() bool { return taskStatus(t, pool, v1) != "pending" }, 500*time.Millisecond, 50*time.Millisecond)
-	open, err := both.ListRuns(ctx, port.RunFilter{Kind: testkinds.Versioned, BelowVersion: 2})
-	require.NoError(t, err)
-	require.Len(t, open, 1)
-	require.Equal(t, v1, open[0].ID)
-	require.Equal(t, port.StatusPending, open[0].Status)
-
-	startEngine(t, old, port.StartOptions{Concurrency: 1})
-	waitTaskStatus(t, pool, v1, "succeeded")
-	require.Contains(t, effects(t, pool, v1), "v1")
-}
-
 // Stop hands back a run whose step outlives the stop bound: the lease is
-// released and another worker finishes it.
-func TestStopHandsBackInFlightRuns(t *testing.T) {
+// released at once and another worker takes the step over with a newer
+// fencing token and commits it.
+func TestStopHandsBackAStepThatOutlivesTheBound(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newDB(t)
@@ -434,23 +176,36 @@ func TestStopHandsBackInFlightRuns(t *testing.T) {
 	cfg.StopTimeout = 200 * time.Millisecond
 	first := newEngine(t, pool, cfg)
 	require.NoError(t, first.Start(ctx, port.StartOptions{Concurrency: 1}))
-	id := enqueue(t, first, testkinds.Slow, testkinds.SlowInput{Millis: 3000}, "stop")
-	require.Eventually(t, func() bool { _, ok := effects(t, pool, id)["s2"]; return ok }, 10*time.Second, 10*time.Millisecond)
+	plan, err := uuid.NewV7()
+	require.NoError(t, err)
+	require.NoError(t, kinds.NewPlan(ctx, pool, plan))
+	id := enqueue(t, first, kinds.Steps, kinds.StepsIn{Plan: plan, HoldAt: "s2", Gate: "stop"}, "stop")
+	var held ledger.Operation
+	require.Eventually(t, func() bool {
+		var found bool
+		held, found, err = ledger.Read(ctx, pool, plan, "s2")
+		require.NoError(t, err)
+		return found
+	}, 30*time.Second, 10*time.Millisecond, "s2 never began")
 	require.NoError(t, first.Stop(ctx))
 	require.NoError(t, first.Stop(ctx), "stop twice is safe")
-	var status string
-	var owner *string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT status, lease_owner FROM taskport_lease.task WHERE id = $1`, id).Scan(&status, &owner))
+	status, owner := leaseOf(t, pool, id)
 	require.Equal(t, "pending", status)
 	require.Nil(t, owner, "lease released")
 
+	require.NoError(t, kinds.OpenGate(ctx, pool, "stop"))
 	second := newEngine(t, pool, fastConfig())
 	startEngine(t, second, port.StartOptions{Concurrency: 1})
 	waitTaskStatus(t, pool, id, "succeeded")
-	eff := effects(t, pool, id)
-	require.Equal(t, 1, eff["s1"].executions)
-	require.Equal(t, 1, eff["s3"].executions)
-	require.Equal(t, eff["s2"].token, eff["s2"].doneBy, "the second worker's attempt committed in the ledger")
+	op, _, err := ledger.Read(ctx, pool, plan, "s2")
+	require.NoError(t, err)
+	require.True(t, op.Done())
+	require.NotEqual(t, held.Token, op.Token, "the second worker's attempt committed in the ledger")
+	var commits, once int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE commits = 1) FROM fault_commit WHERE run_id = $1`,
+		string(id)).Scan(&commits, &once))
+	require.Equal(t, len(kinds.StepNames), commits)
+	require.Equal(t, commits, once, "each step committed once")
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -477,12 +232,12 @@ func TestCancelWhilePrefetched(t *testing.T) {
 	// expired lease, may settle the queued run.
 	cfg.LeaseDuration = 30 * time.Second
 	eng := newEngine(t, pool, cfg)
-	busy := enqueue(t, eng, testkinds.Cancel, testkinds.Empty{}, "busy")
-	queued := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "queued")
+	busy := enqueue(t, eng, kinds.Hold, kinds.WaitIn{Gate: "never-opens"}, "busy")
+	queued := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "queued")
 	// One executor and one prefetch place: the first claim takes both runs,
 	// busy (older) runs, queued waits behind it.
 	startEngine(t, eng, port.StartOptions{Concurrency: 1})
-	require.Eventually(t, func() bool { _, ok := effects(t, pool, busy)["long"]; return ok }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return effects(t, pool, busy)["hold:started"] == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, "running", taskStatus(t, pool, queued), "the second run is claimed into the prefetch queue")
 
 	require.NoError(t, eng.Cancel(ctx, queued, "not needed"))
@@ -512,7 +267,7 @@ func TestClaimedCanceledRunEndsCanceled(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
 	eng := newEngine(t, pool, fastConfig())
-	id := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "handed-back")
+	id := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "handed-back")
 	_, err := pool.Exec(ctx, `UPDATE taskport_lease.task SET cancel_requested_at = now() WHERE id = $1`, id)
 	require.NoError(t, err)
 	startEngine(t, eng, port.StartOptions{Concurrency: 1})
@@ -521,4 +276,183 @@ func TestClaimedCanceledRunEndsCanceled(t *testing.T) {
 	view, err := eng.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, port.StatusCanceled, view.Status)
+}
+
+// events records what the engine reports through its Metrics hook.
+type events struct {
+	mu                      sync.Mutex
+	claimed                 int
+	finished                map[port.Status]int
+	leaseLost, fencedCommit int
+}
+
+func (e *events) Claimed(n int) { e.mu.Lock(); defer e.mu.Unlock(); e.claimed += n }
+func (e *events) Finished(_ port.Kind, s port.Status) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.finished[s]++
+}
+func (e *events) LeaseLost(port.Kind)    { e.mu.Lock(); defer e.mu.Unlock(); e.leaseLost++ }
+func (e *events) FencedCommit(port.Kind) { e.mu.Lock(); defer e.mu.Unlock(); e.fencedCommit++ }
+func (e *events) QueueDepth(int)         {}
+
+func (e *events) read() (claimed, succeeded, lost int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.claimed, e.finished[port.StatusSucceeded], e.leaseLost + e.fencedCommit
+}
+
+// The Metrics hook hears a claim and a finished run, and a worker whose
+// claim was taken from it mid-step learns it: its heartbeat reports the
+// lease lost (or its commit is fenced), the step sees port.ErrLeaseLost,
+// and it finishes nothing.
+func TestMetricsReportClaimsAndALostLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	cfg := fastConfig()
+	ev := &events{finished: map[port.Status]int{}}
+	cfg.Metrics = ev
+	eng := newEngine(t, pool, cfg)
+	startEngine(t, eng, port.StartOptions{Concurrency: 2})
+	done := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "done")
+	waitTaskStatus(t, pool, done, "succeeded")
+	require.Eventually(t, func() bool { c, s, _ := ev.read(); return c >= 1 && s == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	held := enqueue(t, eng, kinds.Hold, kinds.WaitIn{Gate: "never-opens"}, "held")
+	require.Eventually(t, func() bool { return effects(t, pool, held)["hold:started"] == 1 }, 10*time.Second, 10*time.Millisecond)
+	// Another worker's claim, as the reaper and a new claim would leave it.
+	_, err := pool.Exec(ctx, `UPDATE taskport_lease.task SET lease_token = gen_random_uuid(), lease_owner = 'thief' WHERE id = $1`, held)
+	require.NoError(t, err)
+	t.Logf("injected: took the claim of run %s from its worker mid-step", held)
+	require.Eventually(t, func() bool { _, _, lost := ev.read(); return lost > 0 }, 30*time.Second, 10*time.Millisecond,
+		"the worker never learned that its claim is gone")
+	require.Eventually(t, func() bool { return effects(t, pool, held)["hold:stopped"] >= 1 }, 10*time.Second, 10*time.Millisecond)
+	notes, err := kinds.Notes(ctx, pool, held)
+	require.NoError(t, err)
+	require.Contains(t, notes["hold:stopped"], port.ErrLeaseLost.Error(), "the step saw why it had to stop")
+	_, succeeded, _ := ev.read()
+	require.Equal(t, 1, succeeded, "the worker finished nothing it no longer held")
+	require.NotContains(t, effects(t, pool, held), "after")
+}
+
+// The reaper, on leases left by dead workers: a step with attempts left goes
+// back to pending after Backoff(n-1) of its policy (the first loss waits
+// none); a step out of attempts is recorded as failed for good by the next
+// claim without running, and the handler sees the *port.StepError (here it
+// opens its decision), as on Temporal; a run whose failure-recording claim
+// was lost too is dead; a canceled run ends canceled, charged nothing. The
+// lost claims are simulated on runs enqueued normally, as a crashed worker
+// leaves them: running, lease expired.
+func TestReaperSettlesLostLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	eng := newEngine(t, pool, fastConfig())
+	retrying := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "lost-again")
+	exhausted := enqueue(t, eng, kinds.FailKind, kinds.TagIn{}, "lost-last")
+	poisoned := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "lost-recording")
+	canceled := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "lost-canceled")
+	// A backoff of an hour keeps the requeued run parked while the test reads it.
+	crashed := `UPDATE taskport_lease.task SET status = 'running', lease_owner = 'gone', lease_token = gen_random_uuid(),
+  lease_until = now() - interval '1 second', claims = claims + 1, step_attempts = $2, max_attempts = 3,
+  backoff_initial = interval '1 hour', backoff_max = interval '2 hours',
+  cancel_requested_at = CASE WHEN $3 THEN now() END
+WHERE id = $1`
+	for _, c := range []struct {
+		id       port.RunID
+		attempts int
+		cancel   bool
+	}{{retrying, 1, false}, {exhausted, 2, false}, {poisoned, 3, false}, {canceled, 0, true}} {
+		_, err := pool.Exec(ctx, crashed, c.id, c.attempts, c.cancel)
+		require.NoError(t, err)
+	}
+	startEngine(t, eng, port.StartOptions{Concurrency: 2})
+
+	waitTaskStatus(t, pool, exhausted, "failed")
+	waitTaskStatus(t, pool, poisoned, "dead")
+	waitTaskStatus(t, pool, canceled, "canceled")
+	waitTaskStatus(t, pool, retrying, "pending")
+
+	var attempts int
+	var wait time.Duration
+	var owner *string
+	require.NoError(t, pool.QueryRow(ctx, `
+SELECT step_attempts, next_run_at - now(), lease_owner FROM taskport_lease.task WHERE id = $1`, retrying).
+		Scan(&attempts, &wait, &owner))
+	require.Equal(t, 2, attempts)
+	require.Greater(t, wait, 50*time.Minute, "the second loss of the step waits Backoff(1) = 1 h")
+	require.Nil(t, owner)
+
+	// The exhausted step: recorded as failed, never run again, and the
+	// handler reacted to the StepError before failing the run.
+	require.Empty(t, effects(t, pool, exhausted), "the step out of attempts does not run again")
+	var decision string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT reason FROM contract_decision WHERE run_id = $1`, string(exhausted)).Scan(&decision))
+	require.Contains(t, decision, "out of attempts through lost leases", "the handler saw the StepError")
+	var failedStep bool
+	var stepAttempts int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT failed, attempts FROM taskport_lease.step_result WHERE task_id = $1 AND seq = 0`, exhausted).
+		Scan(&failedStep, &stepAttempts))
+	require.True(t, failedStep, "the history records the step as failed for good, as a failed last attempt does")
+	require.Equal(t, 3, stepAttempts, "the two earlier lost attempts and the one reaped")
+	view, err := eng.Get(ctx, exhausted)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusFailed, view.Status)
+	require.Contains(t, view.LastError, "out of attempts through lost leases")
+
+	view, err = eng.Get(ctx, poisoned)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusFailed, view.Status, "a dead run reads as failed")
+	require.Contains(t, view.LastError, "lease of worker gone expired")
+	require.Empty(t, effects(t, pool, poisoned), "no step of the dead run ran again")
+	var deadAt *time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT dead_letter_at FROM taskport_lease.task WHERE id = $1`, poisoned).Scan(&deadAt))
+	require.NotNil(t, deadAt)
+
+	view, err = eng.Get(ctx, canceled)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusCanceled, view.Status)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT step_attempts FROM taskport_lease.task WHERE id = $1`, canceled).Scan(&attempts))
+	require.Zero(t, attempts, "a canceled run is not charged the lost attempt")
+	require.Empty(t, effects(t, pool, canceled))
+
+	failed, err := eng.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
+	require.NoError(t, err)
+	require.Len(t, failed, 2)
+	require.ElementsMatch(t, []port.RunID{exhausted, poisoned}, []port.RunID{failed[0].ID, failed[1].ID})
+}
+
+// A GetVersion marker is a memoized step result ("version:<change>"); code
+// that no longer supports the recorded value fails the run as
+// nondeterministic instead of running a branch the history never took. (On
+// Temporal the workflow task fails and is retried until a worker supports
+// the value again: the replay of the marker itself is in the contract
+// suite, version_marker_replays.)
+func TestUnsupportedVersionMarkerFailsTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	old := newEngine(t, pool, fastConfig(), kinds.MarkerKind(1, 2))
+	require.NoError(t, old.Start(ctx, port.StartOptions{Concurrency: 1}))
+	id := enqueue(t, old, kinds.Marker, kinds.WaitIn{Topic: "marker:dropped", Timeout: kinds.Duration(time.Hour)}, "dropped")
+	waitTaskStatus(t, pool, id, "waiting")
+	require.NoError(t, old.Stop(ctx))
+	var recorded string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT result::text FROM taskport_lease.step_result WHERE task_id = $1 AND name = 'version:new-step'`,
+		id).Scan(&recorded))
+	require.Equal(t, "2", recorded)
+
+	newer := newEngine(t, pool, fastConfig(), kinds.MarkerKind(3, 3))
+	startEngine(t, newer, port.StartOptions{Concurrency: 1})
+	require.Eventually(t, func() bool {
+		n, err := newer.Signal(ctx, "marker:dropped", nil)
+		require.NoError(t, err)
+		return n == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	waitTaskStatus(t, pool, id, "failed")
+	view, err := newer.Get(ctx, id)
+	require.NoError(t, err)
+	require.Contains(t, view.LastError, `version marker "new-step" recorded 2, supported [3, 3]`)
+	require.Equal(t, map[string]int{"before": 1}, effects(t, pool, id), "no step ran past the unsupported marker")
 }

@@ -203,7 +203,9 @@ WITH t AS (
 SELECT count(*), now() FROM t`
 
 // heartbeatSQL renews every lease of one worker at once and reports which
-// runs were canceled; a run missing from the result lost its lease.
+// runs were canceled; a run missing from the result lost its lease. It also
+// brings the run's view up to the step each run is in and that step's
+// attempt (its failed attempts so far, plus the one running).
 //
 // It never waits for a row lock: a run whose task or projection row is locked
 // right now is being committed by its own worker (or canceled), so its renewal
@@ -229,13 +231,14 @@ WITH h AS (
       current_step = CASE WHEN h.step = '' THEN t.current_step ELSE h.step END,
       progress = coalesce(h.progress::jsonb, t.progress), updated_at = now()
   FROM h JOIN l ON l.id = h.id WHERE t.id = h.id
-  RETURNING t.id, t.current_step
+  RETURNING t.id, t.current_step, CASE WHEN h.step = '' THEN NULL ELSE t.step_attempts + 1 END AS attempt
 ), rl AS (
   SELECT r.id FROM taskport.run r JOIN t ON r.id = t.id
-  WHERE r.current_step <> t.current_step
+  WHERE r.current_step <> t.current_step OR r.attempts <> coalesce(t.attempt, r.attempts)
   FOR UPDATE OF r SKIP LOCKED
 ), r AS (
-  UPDATE taskport.run SET current_step = t.current_step FROM t JOIN rl ON rl.id = t.id
+  UPDATE taskport.run SET current_step = t.current_step, attempts = coalesce(t.attempt, taskport.run.attempts)
+  FROM t JOIN rl ON rl.id = t.id
   WHERE taskport.run.id = t.id
 )
 SELECT id, canceled FROM live`

@@ -2,7 +2,6 @@ package temporaladapter_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,30 +11,23 @@ import (
 
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
-	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // versionedEngine starts an engine that polls as build buildID of the
-// worker deployment named after the harness's queue. Its steps record the
-// build that ran them in the ledger ("value@build"), which is how the test
-// knows where each step ran.
+// worker deployment named after the harness's queue. Its effect steps note
+// the build that ran them ("@build"), which is how the test knows where
+// each step ran.
 func (h *harness) versionedEngine(buildID string) *temporaladapter.Engine {
 	h.t.Helper()
 	reg := port.NewRegistry()
-	require.NoError(h.t, reg.Register(testkinds.Definitions()...))
-	ledger := testkinds.Ledger{Pool: h.pool}
-	require.NoError(h.t, reg.RegisterActivity(port.Bind(testkinds.Effect, func(ctx context.Context, in testkinds.EffectIn) (string, error) {
-		in.Value += "@" + buildID
-		return ledger.Effect(ctx, in)
-	})))
-	eng, err := temporaladapter.New(h.c, h.pool, reg, temporaladapter.Config{
-		TaskQueue: h.queue, WorkerStopTimeout: 5 * time.Second, Logger: testLogger(),
-		Deployment: temporaladapter.Deployment{Name: h.queue, BuildID: buildID},
-	})
-	require.NoError(h.t, err)
-	require.NoError(h.t, eng.Start(context.Background(), port.StartOptions{Concurrency: 4}))
-	h.t.Cleanup(func() { _ = eng.Stop(context.Background()) })
-	return eng
+	require.NoError(h.t, reg.Register(kinds.Definitions(false)...))
+	b := kinds.Bodies{Pool: h.pool}
+	require.NoError(h.t, reg.RegisterActivity(port.Bind(kinds.Effect, func(ctx context.Context, in kinds.EffectIn) (int, error) {
+		in.Note += "@" + buildID
+		return b.Effect(ctx, in)
+	}), port.Bind(kinds.Gate, b.Gate)))
+	return h.serve(temporaladapter.Config{Deployment: temporaladapter.Deployment{Name: h.queue, BuildID: buildID}}, reg)
 }
 
 // setCurrent makes buildID the deployment's current version, as
@@ -61,7 +53,7 @@ func (h *harness) versioning(id port.RunID) (enumspb.VersioningBehavior, string)
 
 // Worker Deployment Versioning on the dev server: a run started on build A
 // is pinned to A and finishes there after B became current, while new runs
-// start and finish on B. The ledger rows say which build ran each step.
+// start and finish on B. The effect rows say which build ran each step.
 func TestPinnedRunFinishesOnItsBuild(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -69,14 +61,12 @@ func TestPinnedRunFinishesOnItsBuild(t *testing.T) {
 
 	a := h.versionedEngine("A")
 	h.setCurrent("A")
-	old, err := a.Enqueue(ctx, testkinds.KindWait, testkinds.WaitIn{Topic: "deploy:old"}, port.EnqueueOptions{IdempotencyKey: "old"})
-	require.NoError(t, err)
+	old := h.enqueue(a, kinds.Memo, wait("deploy:old"), port.EnqueueOptions{IdempotencyKey: "old"})
 	h.waitStatus(old, port.StatusWaiting)
 
 	h.versionedEngine("B")
 	h.setCurrent("B")
-	fresh, err := a.Enqueue(ctx, testkinds.KindWait, testkinds.WaitIn{Topic: "deploy:new"}, port.EnqueueOptions{IdempotencyKey: "new"})
-	require.NoError(t, err)
+	fresh := h.enqueue(a, kinds.Memo, wait("deploy:new"), port.EnqueueOptions{IdempotencyKey: "new"})
 	h.waitStatus(fresh, port.StatusWaiting)
 
 	for _, topic := range []port.Topic{"deploy:old", "deploy:new"} {
@@ -88,11 +78,9 @@ func TestPinnedRunFinishesOnItsBuild(t *testing.T) {
 	h.waitStatus(fresh, port.StatusSucceeded)
 
 	for id, build := range map[port.RunID]string{old: "A", fresh: "B"} {
-		for _, step := range []string{"before", "after"} {
-			row, ok := h.ledger(id, step)
-			require.True(t, ok, "run %s step %s", id, step)
-			require.True(t, strings.HasSuffix(row.Result, "@"+build), "run %s step %s ran on %q, want build %s", id, step, row.Result, build)
-		}
+		notes, err := kinds.Notes(ctx, h.pool, id)
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"a": "@" + build, "b": "@" + build}, notes, "run %s: each step ran on build %s", id, build)
 		behavior, got := h.versioning(id)
 		require.Equal(t, enumspb.VERSIONING_BEHAVIOR_PINNED, behavior, "run %s", id)
 		require.Equal(t, build, got, "run %s", id)

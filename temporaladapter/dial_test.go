@@ -10,7 +10,7 @@ import (
 	"github.com/taskport/taskport/internal/testkit/temporalserver"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
-	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // Dial's TLS options against a real mTLS frontend (temporal-server with
@@ -42,15 +42,10 @@ func TestDialOverMTLS(t *testing.T) {
 		t.Cleanup(c.Close) // after the engine's Stop, which the harness registers later
 		h := newHarness(t)
 		h.c = c
-		eng := h.engine(true)
-		id, err := eng.Enqueue(context.Background(), testkinds.KindSteps, testkinds.StepsIn{Steps: 2}, port.EnqueueOptions{IdempotencyKey: "mtls"})
-		require.NoError(t, err)
+		eng := h.engine(temporaladapter.Config{})
+		id := h.enqueue(eng, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "mtls"})
 		h.waitStatus(id, port.StatusSucceeded)
-		for _, step := range []string{"s1", "s2"} {
-			row, ok := h.ledger(id, step)
-			require.True(t, ok, "step %s left no ledger row", step)
-			require.Equal(t, 1, row.Commits, step)
-		}
+		require.Equal(t, map[string]int{"s1": 1, "s2": 1, "s3": 1}, h.effects(id))
 	})
 
 	rogue, err := temporalserver.NewCA(t.TempDir(), "rogue")

@@ -163,83 +163,6 @@ func TestFailedStepReachesTheHandlerAsStepError(t *testing.T) {
 	require.Equal(t, 2, got.Attempts)
 }
 
-func TestDuplicateStepNameFailsTheRun(t *testing.T) {
-	def := port.Definition{
-		Kind: "unit.dup", Version: 1, Retry: port.FileRetry(),
-		Handler: port.Handle(func(f port.Flow, in string) error {
-			if _, err := testActivity.Run(f, "same", in); err != nil {
-				return err
-			}
-			_, err := testActivity.Run(f, "same", in)
-			return err
-		}),
-	}
-	env := newUnitEnv(t, def)
-	env.OnActivity(testActivity.Name(), mock.Anything, mock.Anything).Return(stepResult{Output: json.RawMessage(`"ok"`), Attempt: 1}, nil).Once()
-	env.run(def, "x")
-	require.ErrorContains(t, env.GetWorkflowError(), "reused within one run")
-}
-
-func waitDef(timeout time.Duration, got *[]string) port.Definition {
-	return port.Definition{
-		Kind: "unit.wait", Version: 1, Retry: port.FileRetry(),
-		Handler: port.Handle(func(f port.Flow, topic port.Topic) error {
-			for i, name := range []string{"first", "second"} {
-				var payload string
-				ok, err := f.WaitSignal(name, topic, timeout, &payload)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					payload = "timeout"
-				}
-				*got = append(*got, payload)
-				if i == 0 && f.RestartSuggested() {
-					return errors.New("restart suggested on a short history")
-				}
-			}
-			return nil
-		}),
-	}
-}
-
-func TestWaitSignalReceivesDelayedAndEarlySignalsAndTimesOut(t *testing.T) {
-	var got []string
-	def := waitDef(time.Hour, &got)
-	env := newUnitEnv(t, def)
-	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow("approval:1", json.RawMessage(`"yes"`))
-	}, 10*time.Minute)
-	env.run(def, "approval:1")
-	require.NoError(t, env.GetWorkflowError())
-	require.Equal(t, []string{"yes", "timeout"}, got, "the second wait timed out on the skipped timer")
-	env.AssertCalled(t, "addWaiter", mock.Anything, port.RunID(testRunID), port.Topic("approval:1"), "first")
-	env.AssertCalled(t, "removeWaiters", mock.Anything, port.RunID(testRunID), []port.Topic{"approval:1"})
-
-	// Two signals at once: the second is buffered and the next wait takes it.
-	got = nil
-	env2 := newUnitEnv(t, def)
-	env2.RegisterDelayedCallback(func() {
-		env2.SignalWorkflow("approval:2", json.RawMessage(`"a"`))
-		env2.SignalWorkflow("approval:2", json.RawMessage(`"b"`))
-	}, time.Minute)
-	env2.run(def, "approval:2")
-	require.NoError(t, env2.GetWorkflowError())
-	require.Equal(t, []string{"a", "b"}, got)
-}
-
-func TestCancelWhileWaitingEndsCanceled(t *testing.T) {
-	var got []string
-	def := waitDef(24*time.Hour, &got)
-	env := newUnitEnv(t, def)
-	env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
-	env.run(def, "approval:3")
-	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "got %v", env.GetWorkflowError())
-	require.Empty(t, got)
-	env.AssertCalled(t, "project", mock.Anything, port.RunID(testRunID), projection{Status: port.StatusCanceled, LastError: port.ErrCanceled.Error(), Step: "first"})
-	env.AssertCalled(t, "removeWaiters", mock.Anything, port.RunID(testRunID), []port.Topic{"approval:3"})
-}
-
 func TestContinueAsNewCarriesBufferedSignals(t *testing.T) {
 	def := port.Definition{
 		Kind: "unit.loop", Version: 1, Retry: port.FileRetry(),
@@ -268,41 +191,20 @@ func TestContinueAsNewCarriesBufferedSignals(t *testing.T) {
 	require.Equal(t, []port.Topic{"loop:1"}, next.Topics)
 }
 
-func TestSleepUsesADurableTimer(t *testing.T) {
-	def := port.Definition{
-		Kind: "unit.sleep", Version: 1, Retry: port.FileRetry(),
-		Handler: port.Handle(func(f port.Flow, in string) error {
-			start := f.Now()
-			if err := f.Sleep("nap", 24*time.Hour); err != nil {
-				return err
-			}
-			if f.Now().Sub(start) < 24*time.Hour {
-				return errors.New("woke early")
-			}
-			return nil
-		}),
-	}
-	env := newUnitEnv(t, def)
-	env.run(def, "x")
-	require.NoError(t, env.GetWorkflowError())
-}
-
-func TestWaitSignalZeroTimeoutOnlyTakesABufferedSignalAndNegativeIsRefused(t *testing.T) {
+// A zero timeout polls: with no signal buffered the wait returns at once,
+// not received.
+func TestWaitSignalWithZeroTimeoutReturnsAtOnce(t *testing.T) {
 	var polled []bool
 	def := port.Definition{
 		Kind: "unit.poll", Version: 1, Retry: port.FileRetry(),
 		Handler: port.Handle(func(f port.Flow, in string) error {
 			ok, err := f.WaitSignal("poll", "poll:1", 0, nil)
-			if err != nil {
-				return err
-			}
 			polled = append(polled, ok)
-			_, err = f.WaitSignal("negative", "poll:1", -time.Second, nil)
 			return err
 		}),
 	}
 	env := newUnitEnv(t, def)
 	env.run(def, "x")
+	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, []bool{false}, polled)
-	require.ErrorContains(t, env.GetWorkflowError(), "timeout")
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
-	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // server is the one dev server of this test binary; each test isolates
@@ -55,46 +55,54 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// harness is one test's database, registry and task queue.
+// harness is one test's database, registry and task queue. The kinds are
+// the contract suite's (test/contract/kinds): these tests hold the adapter's
+// own mechanics, the suite what both engines promise.
 type harness struct {
 	t     *testing.T
 	pool  *pgxpool.Pool
-	dbURL string
 	queue string
 	c     client.Client
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	dbURL := pgtest.NewDatabase(t)
-	pool := pgtest.Connect(t, dbURL)
-	_, err := pool.Exec(context.Background(), testkinds.Schema)
+	pool := pgtest.NewPool(t)
+	_, err := pool.Exec(context.Background(), kinds.Schema)
 	require.NoError(t, err)
 	queue := "tq-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "-" + fmt.Sprint(time.Now().UnixNano())
-	return &harness{t: t, pool: pool, dbURL: dbURL, queue: queue, c: temporalClient}
+	return &harness{t: t, pool: pool, queue: queue, c: temporalClient}
 }
 
-// engine builds an engine serving the test kinds (test.versioned at the
-// given versions) on the harness's queue; started unless startWorker is false.
-func (h *harness) engine(startWorker bool, versions ...int) *temporaladapter.Engine {
+// engine builds and starts an engine serving defs (the suite's kinds when
+// none) on the harness's queue, with cfg's settings; the harness sets the
+// task queue, the stop timeout and the logger.
+func (h *harness) engine(cfg temporaladapter.Config, defs ...port.Definition) *temporaladapter.Engine {
 	h.t.Helper()
-	return h.engineWith(temporaladapter.Config{}, startWorker, versions...)
-}
-
-// engineWith is engine with cfg's settings; the harness sets the task
-// queue, the stop timeout and the logger.
-func (h *harness) engineWith(cfg temporaladapter.Config, startWorker bool, versions ...int) *temporaladapter.Engine {
-	h.t.Helper()
+	if len(defs) == 0 {
+		defs = kinds.Definitions(false)
+	}
 	reg := port.NewRegistry()
-	require.NoError(h.t, testkinds.Register(reg, h.pool, versions...))
+	require.NoError(h.t, kinds.Register(reg, h.pool, defs...))
+	return h.serve(cfg, reg)
+}
+
+// serve starts an engine over reg on the harness's queue.
+func (h *harness) serve(cfg temporaladapter.Config, reg *port.Registry) *temporaladapter.Engine {
+	h.t.Helper()
 	cfg.TaskQueue, cfg.WorkerStopTimeout, cfg.Logger = h.queue, 5*time.Second, testLogger()
 	eng, err := temporaladapter.New(h.c, h.pool, reg, cfg)
 	require.NoError(h.t, err)
-	if startWorker {
-		require.NoError(h.t, eng.Start(context.Background(), port.StartOptions{Concurrency: 20}))
-		h.t.Cleanup(func() { _ = eng.Stop(context.Background()) })
-	}
+	require.NoError(h.t, eng.Start(context.Background(), port.StartOptions{Concurrency: 20}))
+	h.t.Cleanup(func() { _ = eng.Stop(context.Background()) })
 	return eng
+}
+
+func (h *harness) enqueue(eng *temporaladapter.Engine, kind port.Kind, in any, opts port.EnqueueOptions) port.RunID {
+	h.t.Helper()
+	id, err := eng.Enqueue(context.Background(), kind, in, opts)
+	require.NoError(h.t, err)
+	return id
 }
 
 // waitStatus polls the Postgres projection (the business-side truth about
@@ -111,35 +119,16 @@ func (h *harness) waitStatus(id port.RunID, want port.Status) runstore.Run {
 	return run
 }
 
-// ledgerRow is one operation in the test ledger.
-type ledgerRow struct {
-	Begins, Commits int
-	Done            bool
-	Epoch           int64
-	Result          string
+// effects returns the executions of each effect label of a run.
+func (h *harness) effects(id port.RunID) map[string]int {
+	h.t.Helper()
+	out, err := kinds.Effects(context.Background(), h.pool, id)
+	require.NoError(h.t, err)
+	return out
 }
 
-func (h *harness) ledger(id port.RunID, step string) (ledgerRow, bool) {
-	h.t.Helper()
-	var r ledgerRow
-	err := h.pool.QueryRow(context.Background(),
-		`SELECT begins, commits, done, epoch, result FROM tp_test_ledger WHERE op = $1`, string(id)+"/"+step).
-		Scan(&r.Begins, &r.Commits, &r.Done, &r.Epoch, &r.Result)
-	if err != nil {
-		return ledgerRow{}, false
-	}
-	return r, true
-}
-
-func (h *harness) waitBegun(id port.RunID, step string) {
-	h.t.Helper()
-	require.Eventually(h.t, func() bool { _, ok := h.ledger(id, step); return ok }, 60*time.Second, 20*time.Millisecond,
-		"step %s of run %s never began", step, id)
-}
-
-func (h *harness) count(sql string, args ...any) int {
-	h.t.Helper()
-	var n int
-	require.NoError(h.t, h.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
+// wait is a wait on topic, an hour long; ct.wait's gate is named after the
+// topic.
+func wait(topic port.Topic) kinds.WaitIn {
+	return kinds.WaitIn{Gate: string(topic), Topic: topic, Timeout: kinds.Duration(time.Hour)}
 }

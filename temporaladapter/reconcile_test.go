@@ -11,7 +11,7 @@ import (
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
-	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // reconcileFast checks every 100 ms the runs whose projection is older than
@@ -28,10 +28,9 @@ func TestReconcilerRecordsATerminatedWorkflow(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	eng := h.engineWith(reconcileFast, true)
-	h.engineWith(reconcileFast, true)
-	id, err := eng.Enqueue(ctx, testkinds.KindWait, testkinds.WaitIn{Topic: "reconcile:terminated"}, port.EnqueueOptions{IdempotencyKey: "terminated"})
-	require.NoError(t, err)
+	eng := h.engine(reconcileFast)
+	h.engine(reconcileFast)
+	id := h.enqueue(eng, kinds.Memo, wait("reconcile:terminated"), port.EnqueueOptions{IdempotencyKey: "terminated"})
 	h.waitStatus(id, port.StatusWaiting)
 	require.NoError(t, h.c.TerminateWorkflow(ctx, temporaladapter.WorkflowID(id), "", "operator gave up"))
 	t.Logf("injected: terminated the workflow of run %s", id)
@@ -66,9 +65,8 @@ CREATE TRIGGER test_refuse_end BEFORE UPDATE ON taskport.run FOR EACH ROW EXECUT
 	// write after a second and completes.
 	cfg := reconcileFast
 	cfg.LocalActivityTimeout = time.Second
-	eng := h.engineWith(cfg, true)
-	id, err := eng.Enqueue(ctx, testkinds.KindSteps, testkinds.StepsIn{Steps: 2}, port.EnqueueOptions{IdempotencyKey: "lost-end"})
-	require.NoError(t, err)
+	eng := h.engine(cfg)
+	id := h.enqueue(eng, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "lost-end"})
 	require.Eventually(t, func() bool {
 		desc, err := h.c.DescribeWorkflow(ctx, temporaladapter.WorkflowID(id), "")
 		return err == nil && desc.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
@@ -82,8 +80,32 @@ CREATE TRIGGER test_refuse_end BEFORE UPDATE ON taskport.run FOR EACH ROW EXECUT
 	require.NoError(t, err)
 	run = h.waitStatus(id, port.StatusSucceeded)
 	require.Empty(t, run.LastError)
-	for _, s := range []string{"s1", "s2"} {
-		row, ok := h.ledger(id, s)
-		require.True(t, ok && row.Done && row.Commits == 1, "step %s: %+v", s, row)
-	}
+	require.Equal(t, map[string]int{"s1": 1, "s2": 1, "s3": 1}, h.effects(id))
+}
+
+// A handler changed within one version (its first step renamed) fails the
+// run on replay with the SDK's nondeterminism error; the SDK fails the
+// workflow without the run's own terminal projection, and the reconciler
+// records it, without anybody reading the run. (That the run fails and runs
+// nothing more is the contract suite's
+// step_renamed_in_same_version_fails_loudly.)
+func TestReconcilerRecordsANondeterminismFailure(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	before := h.engine(temporaladapter.Config{})
+	in := wait("nondet:1")
+	id := h.enqueue(before, kinds.Renamed, in, port.EnqueueOptions{IdempotencyKey: "nondet"})
+	h.waitStatus(id, port.StatusWaiting)
+	require.NoError(t, before.Stop(ctx))
+
+	changed := h.engine(reconcileFast, kinds.Definitions(true)...)
+	_, err := changed.Signal(ctx, in.Topic, nil)
+	require.NoError(t, err)
+	run := h.waitStatus(id, port.StatusFailed) // the projection, without a Get
+	require.Contains(t, run.LastError, "TMPRL1100", "the SDK's nondeterminism error, from the close event")
+	dead, err := changed.ListRuns(ctx, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, map[string]int{"first": 1}, h.effects(id))
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
-	"github.com/taskport/taskport/temporaladapter/internal/testkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 var updateFixtures = flag.Bool("update-fixtures", false, "rewrite the replay fixtures in testdata/ from live runs")
@@ -24,7 +24,7 @@ func fixture(kind port.Kind, version int) string {
 }
 
 // recordHistory writes the run's history to a temporary file (or, with
-// -update-fixtures, to its fixture) and replays it on the v1+v2 registry.
+// -update-fixtures, to its fixture) and replays it on the replay registry.
 func (h *harness) recordHistory(id port.RunID, kind port.Kind, version int) {
 	h.t.Helper()
 	path := filepath.Join(h.t.TempDir(), "history.json")
@@ -32,108 +32,83 @@ func (h *harness) recordHistory(id port.RunID, kind port.Kind, version int) {
 		path = fixture(kind, version)
 	}
 	require.NoError(h.t, temporaladapter.WriteHistoryFile(context.Background(), h.c, id, path))
-	require.NoError(h.t, temporaladapter.ReplayHistoryFile(replayRegistry(h.t), path))
+	require.NoError(h.t, temporaladapter.ReplayHistoryFile(replayRegistry(h.t, false), path))
 }
 
-func replayRegistry(t *testing.T) *port.Registry {
+// replayed are the kinds with a committed history: a straight one, a wait,
+// one that a renamed step breaks, and both versions of a versioned kind.
+var replayed = []port.Kind{kinds.Three, kinds.Wait, kinds.Renamed, kinds.Versioned}
+
+// replayRegistry registers the replayed kinds (Renamed with its first step
+// renamed when renamed is set) and Versioned@v2.
+func replayRegistry(t *testing.T, renamed bool) *port.Registry {
+	t.Helper()
+	var defs []port.Definition
+	for _, d := range kinds.Definitions(renamed) {
+		if slices.Contains(replayed, d.Kind) {
+			defs = append(defs, d)
+		}
+	}
 	reg := port.NewRegistry()
-	require.NoError(t, testkinds.Register(reg, nil, 1, 2))
+	require.NoError(t, kinds.Register(reg, nil, append(defs, kinds.VersionTwo())...))
 	return reg
 }
 
-func TestV1RunFinishesOnV1CodeAfterRestartWithV1AndV2(t *testing.T) {
+// Runs of every replayed kind@vN, recorded and replayed (with
+// -update-fixtures, into testdata/). The v1 run is parked in its wait while
+// the worker restarts with v1 and v2: Temporal's visibility lists it as an
+// open run on v1 (OpenRunsOnVersion) before it finishes.
+func TestRecordHistories(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	v1 := h.engine(true, 1)
-	old, err := v1.Enqueue(ctx, testkinds.KindVersioned, testkinds.WaitIn{Topic: "versions:1"}, port.EnqueueOptions{IdempotencyKey: "old", BusinessKey: "plan-v"})
-	require.NoError(t, err)
-	h.waitStatus(old, port.StatusWaiting)
+	v1 := h.engine(temporaladapter.Config{})
+	old := h.enqueue(v1, kinds.Versioned, wait("versions:1"), port.EnqueueOptions{IdempotencyKey: "old"})
+	renamed := h.enqueue(v1, kinds.Renamed, wait("versions:renamed"), port.EnqueueOptions{IdempotencyKey: "renamed"})
+	three := h.enqueue(v1, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "three"})
+	waited := h.enqueue(v1, kinds.Wait, wait("versions:wait"), port.EnqueueOptions{IdempotencyKey: "wait"})
+	for _, id := range []port.RunID{old, renamed, waited} {
+		h.waitStatus(id, port.StatusWaiting)
+	}
 	require.NoError(t, v1.Stop(ctx))
 
-	both := h.engine(true, 1, 2)
+	both := h.engine(temporaladapter.Config{}, append(kinds.Definitions(false), kinds.VersionTwo())...)
 	require.Eventually(t, func() bool {
-		open, err := both.OpenRunsOnVersion(ctx, testkinds.KindVersioned, 1)
+		open, err := both.OpenRunsOnVersion(ctx, kinds.Versioned, 1)
 		return err == nil && slices.Contains(open, old)
 	}, 30*time.Second, 100*time.Millisecond, "visibility lists the open v1 run")
-	stale, err := both.ListRuns(ctx, port.RunFilter{Kind: testkinds.KindVersioned, BelowVersion: 2})
-	require.NoError(t, err)
-	require.Len(t, stale, 1)
-	require.Equal(t, old, stale[0].ID)
-
-	n, err := both.Signal(ctx, "versions:1", nil)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	h.waitStatus(old, port.StatusSucceeded)
-	second, ok := h.ledger(old, "v1.second")
-	require.True(t, ok, "the v1 run finished on v1 code")
-	require.Equal(t, 1, second.Commits)
-	_, ok = h.ledger(old, "v2.only")
-	require.False(t, ok)
-
-	fresh, err := both.Enqueue(ctx, testkinds.KindVersioned, testkinds.WaitIn{Topic: "versions:2"}, port.EnqueueOptions{IdempotencyKey: "new"})
-	require.NoError(t, err)
-	h.waitStatus(fresh, port.StatusSucceeded)
-	_, ok = h.ledger(fresh, "v2.only")
-	require.True(t, ok, "a new run uses v2")
-	view, err := both.Get(ctx, fresh)
-	require.NoError(t, err)
-	require.Equal(t, 2, view.Version)
-
-	h.recordHistory(old, testkinds.KindVersioned, 1)
-	h.recordHistory(fresh, testkinds.KindVersioned, 2)
-}
-
-// TestRecordStepsAndWaitHistories records live histories of the other kinds
-// and replays them (with -update-fixtures, into testdata/).
-func TestRecordStepsAndWaitHistories(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	ctx := context.Background()
-	eng := h.engine(true)
-	steps, err := eng.Enqueue(ctx, testkinds.KindSteps, testkinds.StepsIn{Steps: 3}, port.EnqueueOptions{IdempotencyKey: "replay-steps"})
-	require.NoError(t, err)
-	wait, err := eng.Enqueue(ctx, testkinds.KindWait, testkinds.WaitIn{Topic: "replay:1"}, port.EnqueueOptions{IdempotencyKey: "replay-wait"})
-	require.NoError(t, err)
-	h.waitStatus(wait, port.StatusWaiting)
-	_, err = eng.Signal(ctx, "replay:1", "go")
-	require.NoError(t, err)
-	h.waitStatus(steps, port.StatusSucceeded)
-	h.waitStatus(wait, port.StatusSucceeded)
-	h.recordHistory(steps, testkinds.KindSteps, 1)
-	h.recordHistory(wait, testkinds.KindWait, 1)
+	fresh := h.enqueue(both, kinds.Versioned, wait("versions:2"), port.EnqueueOptions{IdempotencyKey: "new"})
+	require.NoError(t, kinds.OpenEffectGate(ctx, h.pool, "versions:wait")) // ct.wait goes on once its gate is open
+	for _, topic := range []port.Topic{"versions:1", "versions:renamed", "versions:wait"} {
+		n, err := both.Signal(ctx, topic, "go")
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	}
+	for _, id := range []port.RunID{old, renamed, three, waited, fresh} {
+		h.waitStatus(id, port.StatusSucceeded)
+	}
+	h.recordHistory(old, kinds.Versioned, 1)
+	h.recordHistory(fresh, kinds.Versioned, 2)
+	h.recordHistory(renamed, kinds.Renamed, 1)
+	h.recordHistory(three, kinds.Three, 1)
+	h.recordHistory(waited, kinds.Wait, 1)
 }
 
 // TestReplayCommittedHistories replays the committed history of every
-// registered kind@vN on the v1+v2 worker, and shows that a step renamed
-// within a version fails the replay.
+// replayed kind@vN, and shows that a step renamed within a version fails
+// the replay.
 //
-// Not parallel: it runs before the recording tests, so -update-fixtures
+// Not parallel: it runs before the recording test, so -update-fixtures
 // never replays a file while it is being rewritten.
 func TestReplayCommittedHistories(t *testing.T) {
-	reg := replayRegistry(t)
+	reg := replayRegistry(t, false)
 	for _, def := range reg.Definitions() {
 		path := fixture(def.Kind, def.Version)
 		_, err := os.Stat(path)
 		require.NoError(t, err, "no replay fixture for %s@v%d: run the tests with -update-fixtures", def.Kind, def.Version)
 		require.NoError(t, temporaladapter.ReplayHistoryFile(reg, path))
 	}
-
-	changed := port.NewRegistry()
-	require.NoError(t, changed.Register(renamedV1()))
-	err := temporaladapter.ReplayHistoryFile(changed, fixture(testkinds.KindVersioned, 1))
+	err := temporaladapter.ReplayHistoryFile(replayRegistry(t, true), fixture(kinds.Renamed, 1))
 	require.Error(t, err, "a renamed step must fail the replay")
 	t.Logf("replay of a renamed step: %v", err)
-}
-
-// renamedV1 is test.versioned@v1 with its first step renamed: an
-// incompatible change made without bumping the version.
-func renamedV1() port.Definition {
-	return port.Definition{
-		Kind: testkinds.KindVersioned, Version: 1, Retry: testkinds.Retry,
-		Handler: port.Handle(func(f port.Flow, in testkinds.WaitIn) error {
-			_, err := testkinds.Effect.Run(f, "v1.renamed", testkinds.EffectIn{Value: "v1"})
-			return err
-		}),
-	}
 }

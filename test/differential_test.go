@@ -23,7 +23,7 @@ func TestDifferential(t *testing.T) {
 		require.NoError(t, err, "%s must be an unsigned integer", diffSeedEnv)
 		seed = v
 	}
-	contract.RunDifferential(t, seed, 60, engines(t)...)
+	contract.RunDifferential(t, seed, 60, engines()...)
 }
 
 // TestRestartDuringRetries: a graceful worker restart must not cost a
@@ -32,5 +32,5 @@ func TestDifferential(t *testing.T) {
 // the attempts charged without running are counted and printed (see
 // contract.RestartDuringRetries and Features.LosesPolledTasksOnStop).
 func TestRestartDuringRetries(t *testing.T) {
-	contract.RestartDuringRetries(t, engines(t)...)
+	contract.RestartDuringRetries(t, engines()...)
 }

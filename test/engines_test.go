@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,15 +30,21 @@ func leaseEngine() contract.Engine {
 			require.NoError(t, err)
 			return e
 		}
-	}, WorkerArgs: func(pool *pgxpool.Pool) []string {
+	}, WorkerArgs: func(_ *testing.T, pool *pgxpool.Pool) []string {
 		return []string{"-engine", "lease", "-db", pool.Config().ConnString()}
-	}}
+	}, Features: func(*testing.T) contract.Features { return contract.Features{KeepsSignalsForTheTopic: true} }}
 }
 
-// temporalTarget is a Temporal server the temporal engine runs against.
+// temporalTarget is a Temporal server the temporal engine runs against,
+// launched by the first cell that connects.
 type temporalTarget struct {
 	// name is the engine's name in test names.
-	name                string
+	name    string
+	connect func(t *testing.T) temporalConn
+}
+
+// temporalConn is how a cell and its worker subprocesses reach a target.
+type temporalConn struct {
 	client              client.Client
 	hostPort, namespace string
 	// tlsArgs are the worker subprocess's flags to dial it (mTLS files).
@@ -46,44 +53,62 @@ type temporalTarget struct {
 
 // devTarget is the CLI's dev server (plaintext).
 func devTarget() temporalTarget {
-	return temporalTarget{name: "temporal", client: devServer.Client, hostPort: devServer.HostPort, namespace: devServer.Namespace}
+	return temporalTarget{name: "temporal", connect: func(t *testing.T) temporalConn {
+		s := devServer.Get(t)
+		return temporalConn{client: s.Client, hostPort: s.HostPort, namespace: s.Namespace}
+	}}
 }
 
 // pgTarget is temporal-server with Postgres persistence and mTLS.
 func pgTarget() temporalTarget {
-	s := pgServer
-	return temporalTarget{name: "temporal-pg", client: s.Client, hostPort: s.HostPort, namespace: s.Namespace,
-		tlsArgs: []string{"-tls-ca", s.CA.CertFile, "-tls-cert", s.ClientCert.CertFile, "-tls-key", s.ClientCert.KeyFile, "-tls-server-name", s.ServerName}}
+	return temporalTarget{name: "temporal-pg", connect: func(t *testing.T) temporalConn {
+		s := pgServer.Get(t)
+		return temporalConn{client: s.Client, hostPort: s.HostPort, namespace: s.Namespace,
+			tlsArgs: []string{"-tls-ca", s.CA.CertFile, "-tls-cert", s.ClientCert.CertFile, "-tls-key", s.ClientCert.KeyFile, "-tls-server-name", s.ServerName}}
+	}}
 }
 
 // temporalEngine is the temporal adapter on tgt. Whether the engine may
 // lose a task polled as a worker stops is asked of the server (the
-// namespace capability and the task queue's partitions), not configured.
-func temporalEngine(t *testing.T, tgt temporalTarget) contract.Engine {
-	// Partitions are server configuration, the same for every scenario's
-	// queue (all named contract-...).
-	handoff, err := temporaladapter.DescribeStopHandoff(context.Background(), tgt.client, tgt.namespace, "contract-probe")
-	require.NoError(t, err)
-	t.Logf("%s: %+v: a graceful stop keeps polled tasks: %v", tgt.name, handoff, handoff.KeepsPolledTasks())
+// namespace capability and the task queue's partitions), not configured,
+// once, by the first cell that reads the features.
+func temporalEngine(tgt temporalTarget) contract.Engine {
+	var (
+		once    sync.Once
+		handoff temporaladapter.StopHandoff
+		err     error
+	)
 	return contract.Engine{Name: tgt.name, Open: func(t *testing.T, pool *pgxpool.Pool) contract.Factory {
+		conn := tgt.connect(t)
 		queue := scenarioQueue(pool)
 		return func(t *testing.T, reg *port.Registry) port.TaskEngine {
-			e, err := temporaladapter.New(tgt.client, pool, reg, temporaladapter.Config{
+			e, err := temporaladapter.New(conn.client, pool, reg, temporaladapter.Config{
 				TaskQueue: queue, WorkerStopTimeout: 5 * time.Second, Logger: quiet()})
 			require.NoError(t, err)
 			return e
 		}
-	}, WorkerArgs: func(pool *pgxpool.Pool) []string {
+	}, WorkerArgs: func(t *testing.T, pool *pgxpool.Pool) []string {
+		conn := tgt.connect(t)
 		return append([]string{"-engine", "temporal", "-db", pool.Config().ConnString(),
-			"-hostport", tgt.hostPort, "-namespace", tgt.namespace, "-task-queue", scenarioQueue(pool)}, tgt.tlsArgs...)
-	}, Features: contract.Features{LosesPolledTasksOnStop: !handoff.KeepsPolledTasks()}}
+			"-hostport", conn.hostPort, "-namespace", conn.namespace, "-task-queue", scenarioQueue(pool)}, conn.tlsArgs...)
+	}, Features: func(t *testing.T) contract.Features {
+		conn := tgt.connect(t)
+		once.Do(func() {
+			// Partitions are server configuration, the same for every
+			// scenario's queue (all named contract-...).
+			handoff, err = temporaladapter.DescribeStopHandoff(context.Background(), conn.client, conn.namespace, "contract-probe")
+			t.Logf("%s: %+v: a graceful stop keeps polled tasks: %v", tgt.name, handoff, handoff.KeepsPolledTasks())
+		})
+		require.NoError(t, err)
+		return contract.Features{LosesPolledTasksOnStop: !handoff.KeepsPolledTasks()}
+	}}
 }
 
 // engines are the configurations every suite runs: the lease engine, and
 // the temporal adapter on the dev server and on the production-shaped
 // server.
-func engines(t *testing.T) []contract.Engine {
-	return []contract.Engine{leaseEngine(), temporalEngine(t, devTarget()), temporalEngine(t, pgTarget())}
+func engines() []contract.Engine {
+	return []contract.Engine{leaseEngine(), temporalEngine(devTarget()), temporalEngine(pgTarget())}
 }
 
 // scenarioQueue is the Temporal task queue of the scenario whose database
@@ -95,5 +120,5 @@ func scenarioQueue(pool *pgxpool.Pool) string {
 }
 
 func TestContract(t *testing.T) {
-	contract.Run(t, engines(t)...)
+	contract.Run(t, engines()...)
 }

@@ -11,5 +11,5 @@ import (
 // faults. TASKPORT_SOAK=N repeats every scenario N times (see
 // contract.SoakEnv).
 func TestFaults(t *testing.T) {
-	contract.RunFaults(t, engines(t)...)
+	contract.RunFaults(t, engines()...)
 }

@@ -11,12 +11,13 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
-	"github.com/taskport/taskport/test/internal/worker/faultkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // An operator resets a Temporal workflow (ResetWorkflowExecution) while its
@@ -28,12 +29,13 @@ import (
 func TestTemporalResetTakesOperationOverOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	srv := devServer.Get(t)
 	pool := pgtest.NewPool(t)
-	_, err := pool.Exec(ctx, faultkinds.Schema)
+	_, err := pool.Exec(ctx, kinds.LedgerSchema)
 	require.NoError(t, err)
 	reg := port.NewRegistry()
-	require.NoError(t, faultkinds.Register(reg, pool))
-	eng, err := temporaladapter.New(devServer.Client, pool, reg, temporaladapter.Config{
+	require.NoError(t, kinds.RegisterLedger(reg, pool))
+	eng, err := temporaladapter.New(srv.Client, pool, reg, temporaladapter.Config{
 		TaskQueue: scenarioQueue(pool), WorkerStopTimeout: 5 * time.Second, Logger: quiet()})
 	require.NoError(t, err)
 	require.NoError(t, eng.Start(ctx, port.StartOptions{Concurrency: 4}))
@@ -41,23 +43,23 @@ func TestTemporalResetTakesOperationOverOnce(t *testing.T) {
 
 	plan, err := uuid.NewV7()
 	require.NoError(t, err)
-	require.NoError(t, faultkinds.NewPlan(ctx, pool, plan))
+	require.NoError(t, kinds.NewPlan(ctx, pool, plan))
 	// Stubborn: the old attempt goes on after the reset ends its run, as a
 	// body that cannot see its heartbeat would.
-	id, err := eng.Enqueue(ctx, faultkinds.Steps, faultkinds.StepsIn{Plan: plan, HoldAt: "s1", Gate: "reset", Stubborn: true},
+	id, err := eng.Enqueue(ctx, kinds.Steps, kinds.StepsIn{Plan: plan, HoldAt: "s1", Gate: "reset", Stubborn: true},
 		port.EnqueueOptions{IdempotencyKey: "reset"})
 	require.NoError(t, err)
 	old := waitOperation(t, pool, plan, "", "the first run never began s1")
 
 	wid := temporaladapter.WorkflowID(id)
-	desc, err := devServer.Client.DescribeWorkflow(ctx, wid, "")
+	desc, err := srv.Client.DescribeWorkflow(ctx, wid, "")
 	require.NoError(t, err)
 	oldRunID := desc.WorkflowExecution.RunID
-	resp, err := devServer.Client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace:                 devServer.Namespace,
+	resp, err := srv.Client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace:                 srv.Namespace,
 		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: wid, RunId: oldRunID},
 		Reason:                    "test: operator reset",
-		WorkflowTaskFinishEventId: firstWorkflowTaskCompleted(t, wid, oldRunID),
+		WorkflowTaskFinishEventId: firstWorkflowTaskCompleted(t, srv.Client, wid, oldRunID),
 	})
 	require.NoError(t, err)
 	t.Logf("injected: reset workflow %s from run %s to run %s while run %s's attempt %s held s1",
@@ -76,7 +78,7 @@ func TestTemporalResetTakesOperationOverOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, live.Token, again.Token)
 
-	require.NoError(t, faultkinds.OpenGate(ctx, pool, "reset"))
+	require.NoError(t, kinds.OpenGate(ctx, pool, "reset"))
 	require.Eventually(t, func() bool {
 		run, err := eng.Get(ctx, id)
 		return err == nil && run.Status == port.StatusSucceeded
@@ -90,7 +92,7 @@ func TestTemporalResetTakesOperationOverOnce(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE commits = 1), count(*) FILTER (WHERE token = $2) FROM fault_commit WHERE run_id = $1`,
 		string(id), old.Token).Scan(&commits, &byOld))
-	require.Equal(t, len(faultkinds.StepNames), commits, "each step committed once")
+	require.Equal(t, len(kinds.StepNames), commits, "each step committed once")
 	require.Zero(t, byOld, "nothing committed by the superseded run")
 	done, _, err := ledger.Read(ctx, pool, plan, "s1")
 	require.NoError(t, err)
@@ -116,9 +118,9 @@ func waitOperation(t *testing.T, db ledger.DBTX, plan uuid.UUID, not, msg string
 
 // firstWorkflowTaskCompleted is the reset point: the end of the workflow
 // task that scheduled the first step.
-func firstWorkflowTaskCompleted(t *testing.T, wid, runID string) int64 {
+func firstWorkflowTaskCompleted(t *testing.T, c client.Client, wid, runID string) int64 {
 	t.Helper()
-	it := devServer.Client.GetWorkflowHistory(context.Background(), wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := c.GetWorkflowHistory(context.Background(), wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		require.NoError(t, err)

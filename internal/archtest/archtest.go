@@ -18,9 +18,9 @@
 // rule: tests assert on business truth with SQL of their own (ledger rows,
 // outbox rows, taskport.run), and harnesses fake an engine or a database.
 // A harness is a package with a path element "test" or starting with
-// "test" (test/..., internal/testkit/..., */internal/testkinds,
-// */internal/testworker), or whose non-test files import "testing"
-// (app/apptest, internal/testkit/pgtest, qbittorrent/qbtfake).
+// "test" (test/..., test/contract/kinds, internal/testkit/...), or whose
+// non-test files import "testing" (app/apptest, internal/testkit/pgtest,
+// qbittorrent/qbtfake).
 //
 // # The rules
 //

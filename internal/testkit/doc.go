@@ -6,6 +6,8 @@
 // (worker subprocesses to SIGKILL, SIGSTOP and SIGCONT).
 //
 // The package itself holds what the server harnesses share: launching a
-// server for one test (Start) or for a whole test binary (Main), stopping it
-// at the end, and printing the tail of its log when something fails.
+// server for one test (Start), for a whole test binary (Main), or for the
+// tests of a binary that ask for it (Shared, launched on first use);
+// stopping it at the end, and printing the tail of its log when something
+// fails.
 package testkit

@@ -2,12 +2,12 @@ package testkit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -48,65 +48,86 @@ func (h Harness[O, S]) Start(tb testing.TB, opts O) S {
 	return s
 }
 
-// Launcher launches a server for Main, which hands it to use before the
-// first test (use typically stores it in the test binary's variable).
-func (h Harness[O, S]) Launcher(opts O, use func(S)) Launcher {
-	return Launcher{name: h.Name, launch: func(ctx context.Context) (Service, error) {
-		s, err := h.Launch(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		use(s)
-		return s, nil
-	}}
-}
-
-// Main runs a test binary's tests against one server shared by them all.
+// Main runs a test binary's tests against one server shared by them all,
+// launched before the first test and handed to use. A server that fails to
+// start, or tests that fail, get the tail of its log printed. It returns the
+// exit code for os.Exit.
 func (h Harness[O, S]) Main(m *testing.M, opts O, use func(S)) int {
-	return Main(m, h.Launcher(opts, use))
+	s, err := h.Launch(context.Background(), opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", h.Name, err)
+		return 1
+	}
+	use(s)
+	code := m.Run()
+	finish(h.Name, s, code != 0)
+	return code
 }
 
-// Launcher starts one server for a test binary (see Main).
-type Launcher struct {
+// Shared is a server for a whole test binary, launched by the first test
+// that asks for it (Get) and stopped by Main after the last. A run whose
+// tests never ask for it never starts it: `go test -run 'TestContract/lease'`
+// starts no Temporal server.
+type Shared[S Service] struct {
 	name   string
-	launch func(ctx context.Context) (Service, error)
+	launch func(ctx context.Context) (S, error)
+	once   sync.Once
+	s      S
+	err    error
+	// launched is set once a launch has begun, whatever its outcome.
+	launched atomic.Bool
 }
 
-// Main launches every server at once (their start-ups overlap), runs the
-// test binary's tests against them, then stops them. A server that fails to
-// start, or tests that fail, get the tail of each server's log printed. It
+// Shared returns a server launched with opts on its first Get.
+func (h Harness[O, S]) Shared(opts O) *Shared[S] {
+	return &Shared[S]{name: h.Name, launch: func(ctx context.Context) (S, error) { return h.Launch(ctx, opts) }}
+}
+
+// Get returns the server, launching it on the first call; tests that call
+// it at once wait for the one launch. A failed launch fails every caller.
+func (s *Shared[S]) Get(tb testing.TB) S {
+	tb.Helper()
+	s.once.Do(func() {
+		s.launched.Store(true)
+		s.s, s.err = s.launch(context.Background())
+	})
+	if s.err != nil {
+		tb.Fatalf("%s: %v", s.name, s.err)
+	}
+	return s.s
+}
+
+// Launched reports whether a test asked for the server.
+func (s *Shared[S]) Launched() bool { return s.launched.Load() }
+
+func (s *Shared[S]) finish(failed bool) {
+	if s.Launched() && s.err == nil {
+		finish(s.name, s.s, failed)
+	}
+}
+
+// SharedServer is a Shared server of any kind, for Main.
+type SharedServer interface{ finish(failed bool) }
+
+// Main runs a test binary's tests, then stops the shared servers they
+// launched, printing the tail of each one's log when the tests failed. It
 // returns the exit code for os.Exit.
-func Main(m *testing.M, launchers ...Launcher) int {
-	services := make([]Service, len(launchers))
-	errs := make([]error, len(launchers))
-	var wg sync.WaitGroup
-	for i, l := range launchers {
-		wg.Go(func() {
-			services[i], errs[i] = l.launch(context.Background())
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("%s: %w", l.name, errs[i])
-			}
-		})
-	}
-	wg.Wait()
-	code := 1
-	if err := errors.Join(errs...); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-	}
-	for i, s := range services {
-		if s == nil {
-			continue
-		}
-		if code != 0 {
-			fmt.Fprintf(os.Stderr, "%s: the tests failed; end of the server log %s:\n%s\n", launchers[i].name, s.LogPath(), LogTail(s.LogPath()))
-		}
-		if err := s.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: stop: %v (log %s)\n", launchers[i].name, err, s.LogPath())
-		}
+func Main(m *testing.M, shared ...SharedServer) int {
+	code := m.Run()
+	for _, s := range shared {
+		s.finish(code != 0)
 	}
 	return code
+}
+
+// finish stops s, after printing the tail of its log if the tests failed.
+func finish(name string, s Service, failed bool) {
+	if failed {
+		fmt.Fprintf(os.Stderr, "%s: the tests failed; end of the server log %s:\n%s\n", name, s.LogPath(), LogTail(s.LogPath()))
+	}
+	if err := s.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: stop: %v (log %s)\n", name, err, s.LogPath())
+	}
 }
 
 // LogTail bounds: the last tailLines lines of the last tailBytes of the

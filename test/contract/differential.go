@@ -45,6 +45,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 type opKind int
@@ -199,7 +200,7 @@ func (p *diffPlan) expected() map[string]keyState {
 		case r.kind == "ct.wait":
 			out[key] = keyState{Status: port.StatusSucceeded, Effects: map[string]int{"after": 1}}
 		case r.kind == "ct.fail":
-			out[key] = keyState{Status: port.StatusFailed, Effects: map[string]int{"fail:retryable": fastRetry.MaxAttempts}, Decision: "retries exhausted"}
+			out[key] = keyState{Status: port.StatusFailed, Effects: map[string]int{"fail:retryable": kinds.FastRetry.MaxAttempts}, Decision: "retries exhausted"}
 		case r.kind == "ct.nonretry":
 			out[key] = keyState{Status: port.StatusFailed, Effects: map[string]int{"fail:non-retryable": 1}, Decision: "non-retryable"}
 		}
@@ -207,15 +208,15 @@ func (p *diffPlan) expected() map[string]keyState {
 	return out
 }
 
-func diffWait(key string) waitIn {
-	return waitIn{Gate: "gate:" + key, Topic: port.Topic("ct:" + key), Timeout: Duration(300 * time.Millisecond)}
+func diffWait(key string) kinds.WaitIn {
+	return kinds.WaitIn{Gate: "gate:" + key, Topic: port.Topic("ct:" + key), Timeout: kinds.Duration(300 * time.Millisecond)}
 }
 
 func diffInput(kind port.Kind, key string) any {
 	if kind == "ct.wait" {
 		return diffWait(key)
 	}
-	return tagIn{Tag: key}
+	return kinds.TagIn{Tag: key}
 }
 
 // diffWorker is the engine currently serving the world; restarts replace it.
@@ -227,7 +228,7 @@ type diffWorker struct {
 func (d *diffWorker) restart(p *diffPlan, ids map[string]port.RunID) {
 	d.settleRetries(p, ids)
 	d.w.stop(d.e)
-	d.e = d.w.start(registry(d.w.t, d.w.pool, kinds(false)...), port.StartOptions{})
+	d.e = d.w.start(registry(d.w.t, d.w.pool, kinds.Definitions(false)...), port.StartOptions{})
 }
 
 // kill stops the worker with an expired context: in-flight steps are
@@ -240,7 +241,7 @@ func (d *diffWorker) kill(p *diffPlan, ids map[string]port.RunID, opened map[str
 	if err := d.e.Stop(ctx); err != nil {
 		d.w.t.Logf("kill: stop reported %s", err.Error())
 	}
-	d.e = d.w.start(registry(d.w.t, d.w.pool, kinds(false)...), port.StartOptions{})
+	d.e = d.w.start(registry(d.w.t, d.w.pool, kinds.Definitions(false)...), port.StartOptions{})
 }
 
 // settleRetries waits until every run whose attempts are counted (the
@@ -271,7 +272,7 @@ func (d *diffWorker) quiescent(p *diffPlan, ids map[string]port.RunID, opened ma
 // runPlan replays the plan on one engine and returns the final business
 // state by idempotency key.
 func runPlan(w *world, p *diffPlan) map[string]keyState {
-	d := &diffWorker{w: w, e: w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{})}
+	d := &diffWorker{w: w, e: w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})}
 	ids := map[string]port.RunID{}
 	opened := map[string]bool{} // gates opened so far
 	counts := map[opKind]int{}
@@ -413,16 +414,16 @@ func RestartDuringRetries(t *testing.T, engines ...Engine) {
 			t.Parallel()
 			pool := newScenarioDB(t)
 			w := &world{t: t, pool: pool, factory: eng.Open(t, pool), engine: eng}
-			e := w.start(registry(t, pool, kinds(false)...), port.StartOptions{})
+			e := w.start(registry(t, pool, kinds.Definitions(false)...), port.StartOptions{})
 			ids := map[string]port.RunID{}
 			for i := range 20 {
 				key := fmt.Sprintf("fail-%02d", i)
-				ids[key] = w.enqueue(e, "ct.fail", tagIn{Tag: key}, key)
+				ids[key] = w.enqueue(e, "ct.fail", kinds.TagIn{Tag: key}, key)
 			}
 			restarts := 0
 			for open := len(ids); open > 0 && restarts < 60; restarts++ {
 				w.stop(e)
-				e = w.start(registry(t, pool, kinds(false)...), port.StartOptions{})
+				e = w.start(registry(t, pool, kinds.Definitions(false)...), port.StartOptions{})
 				require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM taskport.run WHERE status NOT IN ('failed', 'succeeded', 'canceled')`).Scan(&open))
 			}
 			t.Logf("injected: %d graceful restarts while %d failing runs retried", restarts, len(ids))
@@ -430,14 +431,14 @@ func RestartDuringRetries(t *testing.T, engines ...Engine) {
 			for key, id := range ids {
 				v := w.waitStatus(e, id, port.StatusFailed)
 				n := w.effects(id)["fail:retryable"]
-				if n != fastRetry.MaxAttempts {
+				if n != kinds.FastRetry.MaxAttempts {
 					short++
 				}
-				w.expect(n >= 1 && n <= fastRetry.MaxAttempts, "run %s: the failing step ran %d times, want 1..%d; last error %q",
-					key, n, fastRetry.MaxAttempts, v.LastError)
-				if !eng.Features.LosesPolledTasksOnStop {
-					w.expect(n == fastRetry.MaxAttempts, "run %s: the failing step ran %d times, want %d (MaxAttempts); last error %q",
-						key, n, fastRetry.MaxAttempts, v.LastError)
+				w.expect(n >= 1 && n <= kinds.FastRetry.MaxAttempts, "run %s: the failing step ran %d times, want 1..%d; last error %q",
+					key, n, kinds.FastRetry.MaxAttempts, v.LastError)
+				if !eng.Features(t).LosesPolledTasksOnStop {
+					w.expect(n == kinds.FastRetry.MaxAttempts, "run %s: the failing step ran %d times, want %d (MaxAttempts); last error %q",
+						key, n, kinds.FastRetry.MaxAttempts, v.LastError)
 				}
 				// The handler's failure path opens the pending decision: a
 				// run failed behind the handler's back never lands there.
@@ -449,7 +450,7 @@ func RestartDuringRetries(t *testing.T, engines ...Engine) {
 				w.expect(decisions == 1, "run %s failed with %d pending decision(s), want 1; last error %q", key, decisions, v.LastError)
 			}
 			t.Logf("checked: %d failed runs, %d with an attempt charged that never ran (allowed: %v), %d without their pending decision",
-				len(ids), short, eng.Features.LosesPolledTasksOnStop, undecided)
+				len(ids), short, eng.Features(t).LosesPolledTasksOnStop, undecided)
 		})
 	}
 }

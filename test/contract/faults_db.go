@@ -28,6 +28,7 @@ import (
 	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // dbFaults are the DB-level fault scenarios; RunFaults runs them beside the
@@ -56,19 +57,19 @@ CREATE TABLE contract_applied (
 
 // faultEffects are the step bodies of the fault runs, over the business
 // pool (never the engine's): the suite's, with ct.effect bound to apply.
-type faultEffects struct{ sideEffects }
+type faultEffects struct{ kinds.Bodies }
 
 // apply counts an execution, then applies the business effect once.
-func (s faultEffects) apply(ctx context.Context, in effectIn) (int, error) {
-	n, err := s.record(ctx, in.Label)
-	if err != nil {
-		return 0, fmt.Errorf("record %s: %w", in.Label, err)
-	}
-	run, err := runOf(ctx)
+func (s faultEffects) apply(ctx context.Context, in kinds.EffectIn) (int, error) {
+	n, err := s.Record(ctx, in.Label, in.Note)
 	if err != nil {
 		return 0, err
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO contract_applied (run_id, label) VALUES ($1, $2) ON CONFLICT DO NOTHING`, string(run), in.Label); err != nil {
+	run, err := kinds.RunOf(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO contract_applied (run_id, label) VALUES ($1, $2) ON CONFLICT DO NOTHING`, string(run), in.Label); err != nil {
 		return 0, fmt.Errorf("apply %s: %w", in.Label, err)
 	}
 	return n, nil
@@ -84,7 +85,7 @@ var faultRetry = port.RetryPolicy{MaxAttempts: 25, InitialInterval: 50 * time.Mi
 // with a retry policy that outlasts the fault.
 func faultKinds() []port.Definition {
 	var out []port.Definition
-	for _, d := range kinds(false) {
+	for _, d := range kinds.Definitions(false) {
 		if d.Kind == "ct.three" || d.Kind == "ct.wait" || d.Kind == "ct.hold" {
 			d.Retry = faultRetry
 			out = append(out, d)
@@ -96,8 +97,8 @@ func faultKinds() []port.Definition {
 func faultRegistry(t *testing.T, pool *pgxpool.Pool) *port.Registry {
 	t.Helper()
 	reg := port.NewRegistry()
-	s := faultEffects{sideEffects{pool: pool}}
-	require.NoError(t, reg.RegisterActivity(port.Bind(actEffect, s.apply), port.Bind(actGate, s.gate), port.Bind(actHold, s.hold)))
+	s := faultEffects{kinds.Bodies{Pool: pool}}
+	require.NoError(t, reg.RegisterActivity(port.Bind(kinds.Effect, s.apply), port.Bind(kinds.Gate, s.Gate), port.Bind(kinds.HoldStep, s.Hold)))
 	require.NoError(t, reg.Register(faultKinds()...))
 	return reg
 }
@@ -108,7 +109,7 @@ func createFaultTables(t *testing.T, pool *pgxpool.Pool, withSide bool) {
 	t.Helper()
 	ddl := appliedTable
 	if withSide {
-		ddl = sideTables + ddl
+		ddl = kinds.Schema + ddl
 	}
 	_, err := pool.Exec(bg, ddl)
 	require.NoError(t, err)
@@ -135,8 +136,8 @@ func newWorkload(three, waits, holds int) *workload {
 	return wl
 }
 
-func faultWait(key string) waitIn {
-	return waitIn{Gate: "gate:" + key, Topic: port.Topic("ct:" + key), Timeout: Duration(250 * time.Millisecond)}
+func faultWait(key string) kinds.WaitIn {
+	return kinds.WaitIn{Gate: "gate:" + key, Topic: port.Topic("ct:" + key), Timeout: kinds.Duration(250 * time.Millisecond)}
 }
 
 // enqueueLong enqueues the waits and the long steps.
@@ -155,7 +156,7 @@ func (wl *workload) enqueueLong(w *world, e port.TaskEngine) {
 func (wl *workload) enqueueShort(w *world, e port.TaskEngine) {
 	w.t.Helper()
 	for _, k := range wl.three {
-		wl.ids[k] = w.enqueue(e, "ct.three", tagIn{Tag: k}, k)
+		wl.ids[k] = w.enqueue(e, "ct.three", kinds.TagIn{Tag: k}, k)
 	}
 }
 
@@ -330,7 +331,7 @@ func proxyCut(w *world) {
 	// An enqueue while the engine cannot reach Postgres fails or lands; the
 	// caller (the outbox dispatcher) retries with the same key either way.
 	ctx, cancel := context.WithTimeout(bg, time.Second)
-	_, duringErr := e.Enqueue(ctx, "ct.three", tagIn{Tag: "during-cut"}, port.EnqueueOptions{IdempotencyKey: "three-during-cut"})
+	_, duringErr := e.Enqueue(ctx, "ct.three", kinds.TagIn{Tag: "during-cut"}, port.EnqueueOptions{IdempotencyKey: "three-during-cut"})
 	cancel()
 	outcome := "landed"
 	if duringErr != nil {
@@ -374,7 +375,7 @@ func outage(d time.Duration) { <-time.After(d) }
 func (wl *workload) enqueueRetrying(w *world, e port.TaskEngine, key string) {
 	w.t.Helper()
 	require.Eventuallyf(w.t, func() bool {
-		id, err := e.Enqueue(bg, "ct.three", tagIn{Tag: key}, port.EnqueueOptions{IdempotencyKey: key})
+		id, err := e.Enqueue(bg, "ct.three", kinds.TagIn{Tag: key}, port.EnqueueOptions{IdempotencyKey: key})
 		wl.ids[key] = id
 		return err == nil
 	}, waitFor, pollEvery, "enqueue %s never succeeded after the fault", key)
@@ -459,15 +460,15 @@ func (s stallingEngine) Enqueue(ctx context.Context, kind port.Kind, input any, 
 // in taskport.run, each step's side effect once.
 func outboxDispatchedTwice(w *world) {
 	workers := []port.TaskEngine{
-		w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{}),
-		w.start(registry(w.t, w.pool, kinds(false)...), port.StartOptions{}),
+		w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{}),
+		w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{}),
 	}
 	const kind, key = port.Kind("ct.three"), "plan:outbox-1:ct.three"
 
 	var inserted bool
 	require.NoError(w.t, pgx.BeginFunc(bg, w.pool, func(tx pgx.Tx) error {
 		var err error
-		inserted, err = outbox.Write(bg, tx, outbox.Event{Kind: kind, IdempotencyKey: key, BusinessKey: "outbox-1", Payload: tagIn{Tag: "once"}})
+		inserted, err = outbox.Write(bg, tx, outbox.Event{Kind: kind, IdempotencyKey: key, BusinessKey: "outbox-1", Payload: kinds.TagIn{Tag: "once"}})
 		return err
 	}))
 	require.True(w.t, inserted)
@@ -519,7 +520,7 @@ func outboxDispatchedTwice(w *world) {
 	w.waitStatus(workers[0], id, port.StatusSucceeded)
 	// A later run finishing on the same workers shows a duplicate had every
 	// chance to run.
-	probe := w.enqueue(workers[1], "ct.three", tagIn{}, "probe")
+	probe := w.enqueue(workers[1], "ct.three", kinds.TagIn{}, "probe")
 	w.waitStatus(workers[1], probe, port.StatusSucceeded)
 
 	var runs int

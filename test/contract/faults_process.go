@@ -1,9 +1,9 @@
 package contract
 
 // Process faults (issue 6): workers run as child processes
-// (test/internal/worker) that a scenario kills (SIGKILL), freezes past their
+// (test/contract/worker) that a scenario kills (SIGKILL), freezes past their
 // lease or heartbeat timeout (SIGSTOP, then SIGCONT), or replaces with a
-// worker serving more versions. The kinds are faultkinds: every step is a
+// worker serving more versions. The kinds are the ledger kinds: every step is a
 // side effect through the real operation ledger, so the scenarios assert on
 // fault_attempt (physical executions, with the pid that ran them),
 // fault_commit (committed effects), fault_fenced (commits the fence refused)
@@ -27,7 +27,7 @@ import (
 
 	"github.com/taskport/taskport/internal/testkit/proc"
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/test/internal/worker/faultkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 var processFaults = []scenario{
@@ -38,7 +38,7 @@ var processFaults = []scenario{
 	{"worker_dies_on_every_attempt", diesOnEveryAttempt},
 }
 
-const workerPkg = "github.com/taskport/taskport/test/internal/worker"
+const workerPkg = "github.com/taskport/taskport/test/contract/worker"
 
 // expect records a business-truth check (duplicate effect, lost run,
 // unfenced stale commit). A false one is an anomaly: the test fails, the
@@ -55,17 +55,17 @@ func (w *world) expect(ok bool, format string, args ...any) {
 // faultTables creates the fault side tables.
 func (w *world) faultTables() {
 	w.t.Helper()
-	_, err := w.pool.Exec(bg, faultkinds.Schema)
+	_, err := w.pool.Exec(bg, kinds.LedgerSchema)
 	require.NoError(w.t, err)
 }
 
 // faultClient returns an engine that is never started: it only enqueues,
-// signals and reads, and knows the given versions of faultkinds.Versioned
+// signals and reads, and knows the given versions of kinds.LedgerVersioned
 // (all when none).
 func (w *world) faultClient(versions ...int) port.TaskEngine {
 	w.t.Helper()
 	reg := port.NewRegistry()
-	require.NoError(w.t, faultkinds.Register(reg, w.pool, versions...))
+	require.NoError(w.t, kinds.RegisterLedger(reg, w.pool, versions...))
 	return w.factory(w.t, reg)
 }
 
@@ -75,7 +75,7 @@ func (w *world) spawn(name string, extra ...string) *proc.Process {
 	w.t.Helper()
 	require.NotNil(w.t, w.engine.WorkerArgs, "engine %s has no WorkerArgs: no subprocess worker", w.engine.Name)
 	bin := proc.Build(w.t, workerPkg)
-	args := append(w.engine.WorkerArgs(w.pool), extra...)
+	args := append(w.engine.WorkerArgs(w.t, w.pool), extra...)
 	p := proc.Start(w.t, name, bin, args)
 	require.NoError(w.t, p.WaitOutput("ready pid=", 2*time.Minute))
 	return p
@@ -85,13 +85,13 @@ func (w *world) newPlan() uuid.UUID {
 	w.t.Helper()
 	id, err := uuid.NewV7()
 	require.NoError(w.t, err)
-	require.NoError(w.t, faultkinds.NewPlan(bg, w.pool, id))
+	require.NoError(w.t, kinds.NewPlan(bg, w.pool, id))
 	return id
 }
 
 func (w *world) openFaultGate(key string) {
 	w.t.Helper()
-	require.NoError(w.t, faultkinds.OpenGate(bg, w.pool, key))
+	require.NoError(w.t, kinds.OpenGate(bg, w.pool, key))
 }
 
 type attempt struct {
@@ -140,11 +140,11 @@ func commitCounts(c map[string]commit) map[string]int {
 	return out
 }
 
-// onceEach is the commit count of a finished faultkinds.Steps run: every
+// onceEach is the commit count of a finished kinds.Steps run: every
 // step once.
 func onceEach() map[string]int {
-	out := make(map[string]int, len(faultkinds.StepNames))
-	for _, s := range faultkinds.StepNames {
+	out := make(map[string]int, len(kinds.StepNames))
+	for _, s := range kinds.StepNames {
 		out[s] = 1
 	}
 	return out
@@ -249,7 +249,7 @@ func killMidStep(w *world) {
 	client := w.faultClient()
 	a := w.spawn("worker-a")
 	plan := w.newPlan()
-	id := w.enqueue(client, faultkinds.Steps, faultkinds.StepsIn{Plan: plan, HoldAt: "s2", Gate: "kill"}, "kill")
+	id := w.enqueue(client, kinds.Steps, kinds.StepsIn{Plan: plan, HoldAt: "s2", Gate: "kill"}, "kill")
 	killed := w.waitAttemptBy(id, "s2", a.Pid())
 	require.Equal(w.t, 1, w.commits(id)["s1"].Commits, "s1 committed before the kill")
 
@@ -292,15 +292,15 @@ func twoWorkersRace(w *world) {
 	ids := make([]port.RunID, 0, runs)
 	started := time.Now()
 	for i := range runs {
-		ids = append(ids, w.enqueue(client, faultkinds.Steps, faultkinds.StepsIn{Plan: w.newPlan()}, "race-"+strconv.Itoa(i)))
+		ids = append(ids, w.enqueue(client, kinds.Steps, kinds.StepsIn{Plan: w.newPlan()}, "race-"+strconv.Itoa(i)))
 	}
-	last := faultkinds.StepNames[len(faultkinds.StepNames)-1]
+	last := kinds.StepNames[len(kinds.StepNames)-1]
 	poll(3*waitFor, func() bool {
 		return w.count(`SELECT count(*) FROM fault_commit WHERE step = $1`, last) == runs
 	})
 	elapsed := time.Since(started)
 
-	steps := runs * len(faultkinds.StepNames)
+	steps := runs * len(kinds.StepNames)
 	lost := runs - w.count(`SELECT count(*) FROM fault_commit WHERE step = $1`, last)
 	effects := w.count(`SELECT count(*) FROM (SELECT DISTINCT run_id, step FROM fault_attempt) e`)
 	dupEffects := w.count(`SELECT count(*) FROM (SELECT 1 FROM fault_attempt GROUP BY run_id, step HAVING count(*) > 1) d`)
@@ -320,7 +320,7 @@ func twoWorkersRace(w *world) {
 	byA := w.count(`SELECT count(*) FROM fault_attempt WHERE pid = $1`, a.Pid())
 	byB := w.count(`SELECT count(*) FROM fault_attempt WHERE pid = $1`, b.Pid())
 	w.t.Logf("injected: %d runs x %d steps on worker-a pid %d and worker-b pid %d (steps executed: %d by a, %d by b) in %s",
-		runs, len(faultkinds.StepNames), a.Pid(), b.Pid(), byA, byB, elapsed.Round(time.Millisecond))
+		runs, len(kinds.StepNames), a.Pid(), b.Pid(), byA, byB, elapsed.Round(time.Millisecond))
 	w.t.Logf("checked: effect rows %d (duplicates %d), committed once %d (duplicates %d), ledger results %d, fenced %d, lost runs %d",
 		effects, dupEffects, commitRows, dupCommits, results, fenced, lost)
 }
@@ -334,7 +334,7 @@ func stoppedPastLease(w *world) {
 	client := w.faultClient()
 	a := w.spawn("worker-a")
 	plan := w.newPlan()
-	id := w.enqueue(client, faultkinds.Steps, faultkinds.StepsIn{Plan: plan, HoldAt: "s2", Gate: "stop", Stubborn: true}, "stop")
+	id := w.enqueue(client, kinds.Steps, kinds.StepsIn{Plan: plan, HoldAt: "s2", Gate: "stop", Stubborn: true}, "stop")
 	stale := w.waitAttemptBy(id, "s2", a.Pid())
 	tok, done := w.ledgerToken(plan, "s2")
 	require.Equal(w.t, stale.Token, tok, "worker-a's attempt is the one the ledger recorded")
@@ -381,8 +381,8 @@ func upgradedMidRun(w *world) {
 	w.faultTables()
 	clientV1 := w.faultClient(1)
 	a := w.spawn("worker-a", "-versions", "1")
-	in := faultkinds.VersionedIn{Plan: w.newPlan(), Topic: "ft:upgrade", TimeoutMS: (10 * time.Minute).Milliseconds()}
-	old := w.enqueue(clientV1, faultkinds.Versioned, in, "old")
+	in := kinds.VersionedIn{Plan: w.newPlan(), Topic: "ft:upgrade", TimeoutMS: (10 * time.Minute).Milliseconds()}
+	old := w.enqueue(clientV1, kinds.LedgerVersioned, in, "old")
 	w.waitStatus(clientV1, old, port.StatusWaiting)
 	require.Equal(w.t, map[string]int{"v1-a": 1}, commitCounts(w.commits(old)))
 
@@ -393,7 +393,7 @@ func upgradedMidRun(w *world) {
 	b := w.spawn("worker-b", "-versions", "1,2")
 
 	clientV2 := w.faultClient(1, 2)
-	fresh := w.enqueue(clientV2, faultkinds.Versioned, faultkinds.VersionedIn{Plan: w.newPlan(), Topic: "ft:fresh", TimeoutMS: 1000}, "new")
+	fresh := w.enqueue(clientV2, kinds.LedgerVersioned, kinds.VersionedIn{Plan: w.newPlan(), Topic: "ft:fresh", TimeoutMS: 1000}, "new")
 	w.waitStatus(clientV2, fresh, port.StatusSucceeded)
 	w.signalUntilDelivered(clientV2, in.Topic)
 	v := w.waitStatus(clientV2, old, port.StatusSucceeded)
@@ -442,13 +442,13 @@ func diesOnEveryAttempt(w *world) {
 	w.faultTables()
 	client := w.faultClient()
 	plan := w.newPlan()
-	id := w.enqueue(client, faultkinds.Poison, faultkinds.PoisonIn{Plan: plan}, "poison")
+	id := w.enqueue(client, kinds.Poison, kinds.PoisonIn{Plan: plan}, "poison")
 	var killed []int
 	var last int
 	for i := 0; ; i++ {
 		// Each attempt costs a worker; a step that keeps being retried
 		// past its budget would loop here.
-		require.LessOrEqualf(w.t, i, faultkinds.PoisonAttempts, "the poison step was attempted beyond its %d attempts", faultkinds.PoisonAttempts)
+		require.LessOrEqualf(w.t, i, kinds.PoisonAttempts, "the poison step was attempted beyond its %d attempts", kinds.PoisonAttempts)
 		wk := w.spawn(fmt.Sprintf("worker-%d", i))
 		last = wk.Pid()
 		// This worker either begins the next attempt of the poison step,
@@ -477,10 +477,10 @@ func diesOnEveryAttempt(w *world) {
 	tok, done := w.ledgerToken(plan, "poison")
 	w.expect(view.Status == port.StatusFailed, "run %s ended %s, want failed: the handler returns the step's error", id, view.Status)
 	w.expect(decided, "no decision opened for run %s: the handler never saw the *port.StepError", id)
-	w.expect(d.Step == "poison" && !d.NonRetryable && d.Attempts == faultkinds.PoisonAttempts,
-		"decision %+v, want step poison, retryable, %d attempts", d, faultkinds.PoisonAttempts)
-	w.expect(len(att) == len(killed) && len(att) <= faultkinds.PoisonAttempts,
-		"the poison step began %d times for %d killed workers, budget %d", len(att), len(killed), faultkinds.PoisonAttempts)
+	w.expect(d.Step == "poison" && !d.NonRetryable && d.Attempts == kinds.PoisonAttempts,
+		"decision %+v, want step poison, retryable, %d attempts", d, kinds.PoisonAttempts)
+	w.expect(len(att) == len(killed) && len(att) <= kinds.PoisonAttempts,
+		"the poison step began %d times for %d killed workers, budget %d", len(att), len(killed), kinds.PoisonAttempts)
 	for _, a := range att {
 		w.expect(slices.Contains(killed, a.Pid), "attempt %s ran on pid %d, which was not killed", a.Token, a.Pid)
 	}

@@ -7,28 +7,28 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/test/internal/worker/faultkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // A decision retry takes an operation over while the old run's attempt is
 // still stuck in it: the old attempt's commit is fenced, and its next
 // attempt's Begin is refused too (the old run is an older generation), so
 // the superseded run cannot take the operation back from the live one. The
-// kinds are faultkinds: every step is a real ledger operation of the plan.
+// kinds are the ledger kinds: every step is a real ledger operation of the plan.
 func supersededRunCannotTakeOver(w *world) {
 	w.faultTables()
 	reg := port.NewRegistry()
-	require.NoError(w.t, faultkinds.Register(reg, w.pool))
+	require.NoError(w.t, kinds.RegisterLedger(reg, w.pool))
 	e := w.start(reg, port.StartOptions{})
 	plan := w.newPlan()
-	old := w.enqueue(e, faultkinds.Steps, faultkinds.StepsIn{Plan: plan, HoldAt: "s1", Gate: "old"}, "old")
+	old := w.enqueue(e, kinds.Steps, kinds.StepsIn{Plan: plan, HoldAt: "s1", Gate: "old"}, "old")
 	require.Truef(w.t, poll(waitFor, func() bool { return len(w.attempts(old)["s1"]) > 0 }), "run %s never began s1", old)
 	stale := w.attempts(old)["s1"][0]
 
 	// The retry of the same request (a decision retry re-enqueues the kind
 	// with the failed run's input under a new key): the same plan, so the
 	// same ledger operations.
-	retry := w.enqueue(e, faultkinds.Steps, faultkinds.StepsIn{Plan: plan, HoldAt: "s1", Gate: "new"}, "retry")
+	retry := w.enqueue(e, kinds.Steps, kinds.StepsIn{Plan: plan, HoldAt: "s1", Gate: "new"}, "retry")
 	require.Truef(w.t, poll(waitFor, func() bool { return len(w.attempts(retry)["s1"]) > 0 }), "run %s never began s1", retry)
 	live := w.attempts(retry)["s1"][0]
 	tok, _ := w.ledgerToken(plan, "s1")

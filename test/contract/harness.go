@@ -8,7 +8,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // Engine is what an engine's harness plugs into the suite.
@@ -23,15 +25,16 @@ type Engine struct {
 	// a scenario can stop an engine and start a new one with another
 	// registry, as a worker restarted with new code would.
 	Open func(t *testing.T, pool *pgxpool.Pool) Factory
-	// WorkerArgs returns the flags with which test/internal/worker serves
+	// WorkerArgs returns the flags with which test/contract/worker serves
 	// this engine for the scenario whose database pool is on (-engine, -db,
 	// and the engine's own: Temporal host:port, namespace and the task queue
 	// Open uses). The process-fault scenarios need it; Run does not.
-	WorkerArgs func(pool *pgxpool.Pool) []string
+	WorkerArgs func(t *testing.T, pool *pgxpool.Pool) []string
 	// Features records what this engine cannot promise, so a scenario
 	// asserts exactly what each engine guarantees and the difference stays
-	// visible in one place.
-	Features Features
+	// visible in one place. A function, because an engine may have to ask
+	// its server, which only a cell of that engine launches.
+	Features func(t *testing.T) Features
 }
 
 // Features are the documented differences between engines.
@@ -46,6 +49,30 @@ type Features struct {
 	// (temporaladapter.DescribeStopHandoff: the capability, on a
 	// single-partition task queue).
 	LosesPolledTasksOnStop bool
+	// KeepsSignalsForTheTopic: a signal that finds no run waiting on its
+	// topic is kept for the topic's next wait, and counted 0 (the lease
+	// engine's task_signal). On Temporal a run stays a waiter on its topics
+	// until it ends: a signal between two waits counts 1 and is buffered in
+	// the run. Either way the next wait receives it.
+	KeepsSignalsForTheTopic bool
+}
+
+// newScenarioDB is a fresh migrated database with the effect kinds' side
+// tables.
+func newScenarioDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	_, err := pool.Exec(context.Background(), kinds.Schema)
+	require.NoError(t, err)
+	return pool
+}
+
+// registry builds a registry with the effect kinds' activities and defs.
+func registry(t *testing.T, pool *pgxpool.Pool, defs ...port.Definition) *port.Registry {
+	t.Helper()
+	reg := port.NewRegistry()
+	require.NoError(t, kinds.Register(reg, pool, defs...))
+	return reg
 }
 
 // Factory makes an engine over reg; the suite starts and stops it.

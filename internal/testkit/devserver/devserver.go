@@ -20,9 +20,9 @@ var harness = testkit.Harness[Options, *Server]{Name: "devserver", Launch: devse
 // Start launches a server for tb and stops it when tb ends.
 func Start(tb testing.TB, opts Options) *Server { tb.Helper(); return harness.Start(tb, opts) }
 
-// Launcher launches a server for testkit.Main, which hands it to use before
-// the first test.
-func Launcher(opts Options, use func(*Server)) testkit.Launcher { return harness.Launcher(opts, use) }
+// Shared is a server for a whole test binary, launched on its first Get
+// and stopped by testkit.Main.
+func Shared(opts Options) *testkit.Shared[*Server] { return harness.Shared(opts) }
 
 // Main runs a test binary's tests against one dev server shared by them all
 // (tests isolate themselves with a task queue each): use receives it before

@@ -28,7 +28,7 @@ var builds struct {
 }
 
 // Build compiles the main package pkg (an import path of this module, e.g.
-// "github.com/taskport/taskport/leaseadapter/internal/testworker") once per
+// "github.com/taskport/taskport/test/contract/worker") once per
 // test binary and returns the path of the executable.
 func Build(tb testing.TB, pkg string) string {
 	tb.Helper()

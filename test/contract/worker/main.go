@@ -1,4 +1,4 @@
-// Command worker serves the fault-test kinds (faultkinds) on either engine,
+// Command worker serves the ledger kinds (test/contract/kinds) on either engine,
 // as a child process that the fault scenarios of test/contract kill, stop
 // and continue. It prints "ready pid=<pid>" once it serves; SIGTERM or SIGINT
 // stops it gracefully.
@@ -26,7 +26,7 @@ import (
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
-	"github.com/taskport/taskport/test/internal/worker/faultkinds"
+	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 func main() {
@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.StringVar(&o.engine, "engine", "", "lease or temporal (required)")
 	fs.StringVar(&o.db, "db", "", "Postgres URL of the scenario database (required)")
-	fs.StringVar(&o.versions, "versions", "", "versions of "+string(faultkinds.Versioned)+" registered and served, e.g. 1,2; empty: all")
+	fs.StringVar(&o.versions, "versions", "", "versions of "+string(kinds.LedgerVersioned)+" registered and served, e.g. 1,2; empty: all")
 	fs.IntVar(&o.concurrency, "concurrency", 8, "steps run at once")
 	fs.DurationVar(&o.lease, "lease", 2*time.Second, "lease engine: lease duration")
 	fs.DurationVar(&o.poll, "poll", 100*time.Millisecond, "lease engine: poll interval")
@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	reg := port.NewRegistry()
-	if err := faultkinds.Register(reg, pool, versions...); err != nil {
+	if err := kinds.RegisterLedger(reg, pool, versions...); err != nil {
 		return err
 	}
 	eng, closeEngine, err := open(ctx, o, pool, reg, logger)

@@ -1,13 +1,15 @@
-// Package faultkinds holds the task kinds of the process-fault scenarios,
-// shared by the test process (which enqueues and checks) and the worker
-// subprocess (which runs them), so both register exactly the same code.
+package kinds
+
+// The ledger kinds ("ft.*") of the process-fault scenarios, shared by the
+// test process (which enqueues and checks) and the worker subprocess
+// (test/contract/worker, which runs them), so both register exactly the same
+// code.
 //
 // Every step is a side effect through the real operation ledger (ADR 2.3):
 // ledger.Run begins an attempt with the step's fencing token, the body logs
 // one fault_attempt row per physical execution (with the pid of the process
 // that ran it), and the commit transaction bumps fault_commit. A commit
 // refused by the fence is logged in fault_fenced by the attempt that saw it.
-package faultkinds
 
 import (
 	"context"
@@ -27,13 +29,13 @@ import (
 	"github.com/taskport/taskport/port"
 )
 
-// The kinds.
+// The ledger kinds.
 const (
 	// Steps runs the fenced steps s1, s2, s3; one of them may be held at a
 	// gate so that a test can fault the worker running it.
 	Steps port.Kind = "ft.steps"
-	// Versioned is v1: step v1-a, a wait, step v1-b; v2: steps v2-a, v2-b.
-	Versioned port.Kind = "ft.versioned"
+	// LedgerVersioned is v1: step v1-a, a wait, step v1-b; v2: steps v2-a, v2-b.
+	LedgerVersioned port.Kind = "ft.versioned"
 	// Poison runs the fenced step "poison", held at a gate nobody opens, so
 	// that a test can kill the worker on every attempt. When the step fails
 	// for good the handler opens a decision (fault_decision) and fails, as
@@ -51,9 +53,9 @@ var StepNames = []string{"s1", "s2", "s3"}
 // worker within seconds (the SDK sends heartbeats at most every 80% of it).
 const HeartbeatTimeout = 2 * time.Second
 
-// Schema is the scenario's side tables; the test creates them in its own
-// database before any worker starts.
-const Schema = `
+// LedgerSchema is the ledger kinds' side tables; the test creates them in
+// its own database before any worker starts.
+const LedgerSchema = `
 CREATE TABLE fault_gate (key text PRIMARY KEY);
 CREATE TABLE fault_attempt (
     id       bigserial   PRIMARY KEY,
@@ -102,7 +104,7 @@ type StepsIn struct {
 	Stubborn bool `json:"stubborn,omitempty"`
 }
 
-// VersionedIn is the input of both versions of Versioned.
+// VersionedIn is the input of both versions of LedgerVersioned.
 type VersionedIn struct {
 	Plan  uuid.UUID  `json:"plan"`
 	Topic port.Topic `json:"topic"`
@@ -143,9 +145,10 @@ var (
 // outstanding polls can still be handed a retry, which then times out too.
 var retry = port.RetryPolicy{MaxAttempts: 10, InitialInterval: 100 * time.Millisecond, MaxInterval: 500 * time.Millisecond, BackoffCoefficient: 2}
 
-// Register adds the activity and the given versions of the kinds (every
-// version when none is given) to reg. Steps is always registered.
-func Register(reg *port.Registry, pool *pgxpool.Pool, versions ...int) error {
+// RegisterLedger adds the activities and the given versions of the ledger
+// kinds (every version when none is given) to reg. Steps is always
+// registered.
+func RegisterLedger(reg *port.Registry, pool *pgxpool.Pool, versions ...int) error {
 	b := body{pool: pool, pid: os.Getpid()}
 	if err := reg.RegisterActivity(port.Bind(actOp, b.op), port.Bind(actDecide, b.decide)); err != nil {
 		return fmt.Errorf("register fault activities: %w", err)
@@ -162,11 +165,11 @@ func Register(reg *port.Registry, pool *pgxpool.Pool, versions ...int) error {
 	for _, v := range versions {
 		switch v {
 		case 1:
-			defs = append(defs, port.Definition{Kind: Versioned, Version: 1, Retry: retry, HeartbeatTimeout: HeartbeatTimeout, Handler: port.Handle(versionOne)})
+			defs = append(defs, port.Definition{Kind: LedgerVersioned, Version: 1, Retry: retry, HeartbeatTimeout: HeartbeatTimeout, Handler: port.Handle(versionOne)})
 		case 2:
-			defs = append(defs, port.Definition{Kind: Versioned, Version: 2, Retry: retry, HeartbeatTimeout: HeartbeatTimeout, Handler: port.Handle(versionTwo)})
+			defs = append(defs, port.Definition{Kind: LedgerVersioned, Version: 2, Retry: retry, HeartbeatTimeout: HeartbeatTimeout, Handler: port.Handle(versionTwo)})
 		default:
-			return fmt.Errorf("register %s: no version %d", Versioned, v)
+			return fmt.Errorf("register %s: no version %d", LedgerVersioned, v)
 		}
 	}
 	if err := reg.Register(defs...); err != nil {
@@ -232,7 +235,7 @@ func NewPlan(ctx context.Context, db ledger.DBTX, id uuid.UUID) error {
 	return err
 }
 
-// OpenGate lets the steps held at key finish.
+// OpenGate lets the ledger steps held at key finish.
 func OpenGate(ctx context.Context, db ledger.DBTX, key string) error {
 	_, err := db.Exec(ctx, `INSERT INTO fault_gate (key) VALUES ($1) ON CONFLICT DO NOTHING`, key)
 	if err != nil {
