@@ -195,13 +195,16 @@ type RunFilter struct {
 	// paging, so runs created meanwhile shift no page). A cursor that is not
 	// one is refused with ErrInvalidInput.
 	After string
-	// Limit is the page size: zero means 100; negative or above
-	// MaxRunsPerPage is refused with ErrInvalidInput.
+	// Limit is the page size: zero means DefaultRunsPerPage; negative or
+	// above MaxRunsPerPage is refused with ErrInvalidInput.
 	Limit int
 }
 
-// Callers: MaxRunsPerPage bounds RunFilter.Limit.
-const MaxRunsPerPage = 1000
+// Callers: the page sizes of RunFilter.Limit.
+const (
+	DefaultRunsPerPage = 100
+	MaxRunsPerPage     = 1000
+)
 
 // Callers: Admin is implemented by both engines for the operator surface:
 // dead letters (Statuses: failed) and runs still open on an old version

@@ -15,9 +15,6 @@ import (
 	"github.com/taskport/taskport/port"
 )
 
-// defaultPageSize is the page size of a RunFilter without a Limit.
-const defaultPageSize = 100
-
 // List returns the runs matching f, newest first (created_at, then id, both
 // descending), after f.After. Each view carries its Cursor.
 func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error) {
@@ -42,7 +39,7 @@ func listQuery(f port.RunFilter) (string, []any, error) {
 	limit := f.Limit
 	switch {
 	case limit == 0:
-		limit = defaultPageSize
+		limit = port.DefaultRunsPerPage
 	case limit < 0 || limit > port.MaxRunsPerPage:
 		return "", nil, &port.FieldError{Field: "limit", Reason: fmt.Sprintf("must lie in [1, %d], got %d", port.MaxRunsPerPage, limit)}
 	}

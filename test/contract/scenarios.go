@@ -38,6 +38,7 @@ var scenarios = []scenario{
 	{"bad_input_rejected_nothing_written", badInput},
 	{"superseded_run_cannot_take_operation_back", supersededRunCannotTakeOver},
 	{"lifecycle_restart", lifecycle},
+	{"admin_retry_dead_letter", adminRetry}, {"admin_list_paging", adminPaging}, // admin.go
 }
 
 var bg = context.Background()
