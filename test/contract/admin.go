@@ -18,9 +18,10 @@ type gatedIn struct {
 
 // gatedKind fails at once while its gate is closed (the handler's own
 // error, no step retry), and records "after" once it is open: a dead letter
-// that a retry can fix, as an operator fixes the cause and retries.
-func gatedKind() port.Definition {
-	return port.Definition{Kind: "ct.gated", Version: 1, Retry: fastRetry, Handler: port.Handle(func(f port.Flow, in gatedIn) error {
+// that a retry can fix, as an operator fixes the cause and retries. Its
+// versions run the same code.
+func gatedKind(version int) port.Definition {
+	return port.Definition{Kind: "ct.gated", Version: version, Retry: fastRetry, Handler: port.Handle(func(f port.Flow, in gatedIn) error {
 		open, err := actGate.Run(f, "check", in.Gate)
 		if err != nil {
 			return err
@@ -36,9 +37,10 @@ func gatedKind() port.Definition {
 // Retry starts a new run of a failed one with its kind, input and business
 // key, once however often it is asked; the failed run stays failed and
 // listed. A run that is not failed, or unknown, is refused and nothing is
-// written.
+// written, and so is a retry by a process whose code is older than the
+// failed run's version (a rolling deploy).
 func adminRetry(w *world) {
-	e := w.start(registry(w.t, w.pool, append(kinds(false), gatedKind())...), port.StartOptions{})
+	e := w.start(registry(w.t, w.pool, append(kinds(false), gatedKind(1), gatedKind(2))...), port.StartOptions{})
 	admin, ok := e.(port.Admin)
 	require.True(w.t, ok, "engines implement port.Admin")
 	failed, err := e.Enqueue(bg, "ct.gated", gatedIn{Gate: "retry"}, port.EnqueueOptions{IdempotencyKey: "gated", BusinessKey: "plan-r"})
@@ -60,6 +62,9 @@ func adminRetry(w *world) {
 		_, err := admin.Retry(bg, id)
 		require.ErrorIs(w.t, err, port.ErrNotFound, "Retry(%q)", id)
 	}
+	older := w.factory(w.t, registry(w.t, w.pool, append(kinds(false), gatedKind(1))...)).(port.Admin)
+	_, err = older.Retry(bg, failed)
+	require.ErrorIs(w.t, err, port.ErrUnknownVersion, "the failed run's input was written for v2")
 	require.Equal(w.t, before, w.runRows(), "a refused retry writes nothing")
 	w.openGate("holding")
 	w.waitStatus(e, holding, port.StatusSucceeded)
@@ -71,6 +76,7 @@ func adminRetry(w *world) {
 	v := w.waitStatus(e, next, port.StatusSucceeded)
 	require.Equal(w.t, map[string]int{"after": 1}, w.effects(next), "the new run read the failed run's input (its gate)")
 	require.Equal(w.t, port.Kind("ct.gated"), v.Kind)
+	require.Equal(w.t, 2, v.Version, "the kind's current version")
 	require.Equal(w.t, "plan-r", v.BusinessKey)
 	var key string
 	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT idempotency_key FROM taskport.run WHERE id = $1`, string(next)).Scan(&key))
