@@ -51,9 +51,11 @@ var runsEngines = []runsEngine{
 
 // `taskport runs` against a database and an engine that a worker in this
 // test serves: a webhook that the receiver refuses (4xx, non-retryable) is
-// a dead letter; list finds it, get shows it, retry (once the receiver
-// accepts again) starts one new run that delivers the same event, however
-// often it is repeated; cancel records who asked; signal wakes a waiter.
+// a dead letter with a pending decision; list finds it, get shows it, retry
+// is refused while the decision is open and, once it is abandoned and the
+// receiver accepts again, starts one new run that delivers the same event,
+// however often it is repeated; cancel records who asked; signal wakes a
+// waiter.
 // Bad input fails with the flag named, and writes nothing.
 func TestRunsCommands(t *testing.T) {
 	for _, eng := range runsEngines {
@@ -151,6 +153,17 @@ func TestRunsCommands(t *testing.T) {
 			require.NoError(t, err)
 			require.JSONEq(t, `{"delivered":1}`, out, "the waiting run took the hint")
 
+			// The failed step opened a pending decision: the decision
+			// centre owns the retry until the decision is resolved.
+			var decision string
+			require.NoError(t, w.Pool.QueryRow(ctx, `SELECT id::text FROM decision WHERE run_id = $1 AND status = 'open'`, string(dead)).Scan(&decision))
+			_, err = run("retry", string(dead), "--as", "ann")
+			require.ErrorContains(t, err, "decision "+decision+" of plan "+plan+", which is open")
+			require.ErrorContains(t, err, "taskport decision resolve "+decision+" retry")
+			require.Equal(t, before, rows(), "refused: nothing written")
+			_, err = execute([]string{"decision", "resolve", decision, "abandon", "--by", "ann"}, "--database-url", db, "--log-level", "error")
+			require.NoError(t, err)
+
 			w.Webhooks.FailWith(0) // the operator fixes the receiver
 			out, err = run("retry", string(dead), "--as", "ann", "--json")
 			require.NoError(t, err)
@@ -199,6 +212,21 @@ func TestRunsCommands(t *testing.T) {
 				after = page.Next
 			}
 			require.Equal(t, []port.RunID{r.NewRunID, waiter, dead}, seen, "newest first, no gap, no duplicate")
+
+			// A decision resolved to retry has started its own run: the
+			// run is not retried a second time.
+			w.Webhooks.FailWith(http.StatusBadRequest)
+			second, err := w.Engine.Enqueue(ctx, workflows.KindNotifyWebhook, workflows.NotifyInput{PlanID: plan, Event: "plan.canceled", Status: "canceled"},
+				port.EnqueueOptions{IdempotencyKey: "notify-2", BusinessKey: plan})
+			require.NoError(t, err)
+			waitStatus(second, port.StatusFailed)
+			require.NoError(t, w.Pool.QueryRow(ctx, `SELECT id::text FROM decision WHERE run_id = $1`, string(second)).Scan(&decision))
+			_, err = execute([]string{"decision", "resolve", decision, "retry", "--by", "dan"}, "--database-url", db, "--log-level", "error")
+			require.NoError(t, err)
+			before = rows()
+			_, err = run("retry", string(second))
+			require.ErrorContains(t, err, "retried already through decision "+decision+" (by dan)")
+			require.Equal(t, before, rows())
 		})
 	}
 }

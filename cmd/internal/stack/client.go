@@ -66,6 +66,10 @@ func OpenClient(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ 
 	return cl, nil
 }
 
+// Pool is the client's database: the engine's tables, and the business
+// tables beside them.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
 // Close closes the Temporal connection and the pool.
 func (c *Client) Close() {
 	if c.temporal != nil {
