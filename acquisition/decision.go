@@ -53,6 +53,16 @@ func OpenDecision(ctx context.Context, q DBTX, planID uuid.UUID, kind port.Kind,
 	return d, nil
 }
 
+// DecisionOfRun returns the decision that the run of kind opened on plan,
+// or an error wrapping port.ErrNotFound when it opened none.
+func DecisionOfRun(ctx context.Context, q DBTX, planID uuid.UUID, kind port.Kind, runID port.RunID) (Decision, error) {
+	d, err := queryOne(ctx, q, selectDecisionByRunStmt(planID, kind, runID), scanDecision)
+	if err != nil {
+		return Decision{}, fmt.Errorf("decision of %s run %s: %w", kind, runID, err)
+	}
+	return d, nil
+}
+
 // GetDecision returns a decision, or an error wrapping port.ErrNotFound.
 func GetDecision(ctx context.Context, q DBTX, id uuid.UUID) (Decision, error) {
 	d, err := queryOne(ctx, q, selectDecisionStmt(id), scanDecision)

@@ -293,6 +293,12 @@ func (e *Engine) ListRuns(ctx context.Context, filter port.RunFilter) ([]port.Ru
 	return views, nil
 }
 
+// Retry starts a new run for a failed one (port.Admin): the shared
+// runstore.Retry over this engine's Get and Enqueue.
+func (e *Engine) Retry(ctx context.Context, id port.RunID) (port.RunID, error) {
+	return runstore.Retry(ctx, e.pool, e, id)
+}
+
 // overlayRunning sets the status of the pending views whose task is
 // claimed to running, with the step it is in.
 func (e *Engine) overlayRunning(ctx context.Context, views []port.RunView) error {

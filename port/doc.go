@@ -2,8 +2,8 @@
 // audiences, and every exported name's doc starts by naming its own:
 //
 //   - Callers (business code, the outbox, cmd) talk to a TaskEngine and an
-//     Admin: Enqueue, Signal, Cancel, Get, Start, Stop, ListRuns, with their
-//     options, views, statuses and sentinel errors.
+//     Admin: Enqueue, Signal, Cancel, Get, Start, Stop, ListRuns, Retry,
+//     with their options, views, statuses and sentinel errors.
 //   - Kind authors write task kinds against the authoring API: a Definition
 //     whose Handler (built with Handle) sees only a Flow, activities declared
 //     with DeclareActivity and bound with Bind, a Registry, retry policies and

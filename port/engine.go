@@ -172,6 +172,10 @@ type RunView struct {
 	UpdatedAt   time.Time
 	// FinishedAt is zero until the run is terminal.
 	FinishedAt time.Time
+	// Cursor is the run's position in the listing order of Admin.ListRuns
+	// (newest first), opaque: pass the last run's Cursor of a page as
+	// RunFilter.After to list the next page.
+	Cursor string
 }
 
 // Callers: RunFilter selects runs for the admin listings.
@@ -186,12 +190,41 @@ type RunFilter struct {
 	// BusinessKey, when non-empty, keeps only the runs enqueued with this
 	// business key (a plan's runs).
 	BusinessKey string
-	Limit       int // zero: 100
+	// After, when non-empty, is the Cursor of the last run of the previous
+	// page: the listing goes on with the runs listed after it (keyset
+	// paging, so runs created meanwhile shift no page). A cursor that is not
+	// one is refused with ErrInvalidInput.
+	After string
+	// Limit is the page size: zero means DefaultRunsPerPage; negative or
+	// above MaxRunsPerPage is refused with ErrInvalidInput.
+	Limit int
 }
+
+// Callers: the page sizes of RunFilter.Limit.
+const (
+	DefaultRunsPerPage = 100
+	MaxRunsPerPage     = 1000
+)
 
 // Callers: Admin is implemented by both engines for the operator surface:
 // dead letters (Statuses: failed) and runs still open on an old version
 // (ADR 2.5, 2.6).
 type Admin interface {
+	// ListRuns returns up to filter.Limit runs matching filter, newest
+	// first (by creation, then id). A page shorter than the limit is the
+	// last one.
 	ListRuns(ctx context.Context, filter RunFilter) ([]RunView, error)
+	// Retry starts a new run for a failed run (a dead letter): the same
+	// kind, input and business key, at the kind's current version, whose
+	// input must still be accepted (the failed run's version is the input's
+	// MinVersion). Its idempotency key is derived from the failed run's id
+	// (RetryKey), so a repeated Retry returns the same new run. The failed
+	// run stays as it is, listed as failed. Retrying a run that is not
+	// failed is refused with an error wrapping ErrInvalidInput, and an
+	// unknown run with ErrNotFound; neither writes anything.
+	Retry(ctx context.Context, id RunID) (RunID, error)
 }
+
+// Callers: RetryKey is the idempotency key of the run Admin.Retry starts
+// for the failed run id.
+func RetryKey(id RunID) string { return "retry:" + string(id) }

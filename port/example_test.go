@@ -184,3 +184,57 @@ func (f *exampleFlow) Step(name, activity string, in, out any, _ ...port.StepOpt
 	}
 	return json.Unmarshal(enc, out)
 }
+
+// An operator's pass over the dead letters: page by page, newest first (a
+// page's last Cursor is the next page's After), each retried once its cause
+// is fixed. A pass repeated after a crash starts nothing twice: Retry
+// returns the run the first pass started. Here the Admin is exampleAdmin, a
+// stand-in holding three dead letters; an engine's is leaseadapter.New or
+// temporaladapter.New.
+func ExampleAdmin() {
+	var admin port.Admin = exampleAdmin{"run-3", "run-2", "run-1"}
+	ctx := context.Background()
+	f := port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 2}
+	for {
+		page, err := admin.ListRuns(ctx, f)
+		if err != nil {
+			fmt.Println("list dead letters:", err)
+			return
+		}
+		for _, run := range page {
+			next, err := admin.Retry(ctx, run.ID)
+			if err != nil {
+				fmt.Println("retry:", err)
+				continue
+			}
+			fmt.Println(run.ID, "retried as", next)
+		}
+		if len(page) < f.Limit {
+			return
+		}
+		f.After = page[len(page)-1].Cursor
+	}
+	// Output:
+	// run-3 retried as run-3-retry
+	// run-2 retried as run-2-retry
+	// run-1 retried as run-1-retry
+}
+
+// exampleAdmin lists its failed runs, newest first; a run's cursor is its id.
+type exampleAdmin []port.RunID
+
+func (a exampleAdmin) ListRuns(_ context.Context, f port.RunFilter) ([]port.RunView, error) {
+	var page []port.RunView
+	listing := f.After == ""
+	for _, id := range a {
+		if listing && len(page) < f.Limit {
+			page = append(page, port.RunView{ID: id, Status: port.StatusFailed, Cursor: string(id)})
+		}
+		listing = listing || string(id) == f.After
+	}
+	return page, nil
+}
+
+func (a exampleAdmin) Retry(_ context.Context, id port.RunID) (port.RunID, error) {
+	return id + "-retry", nil
+}

@@ -330,6 +330,13 @@ func (e *Engine) ListRuns(ctx context.Context, f port.RunFilter) ([]port.RunView
 	return runstore.List(ctx, e.pool, f)
 }
 
+// Retry starts a new run, with a workflow of its own, for a failed one
+// (port.Admin): the shared runstore.Retry over this engine's Get and
+// Enqueue.
+func (e *Engine) Retry(ctx context.Context, id port.RunID) (port.RunID, error) {
+	return runstore.Retry(ctx, e.pool, e, id)
+}
+
 // OpenRunsOnVersion asks Temporal's visibility for the runs of kind@version
 // still open, e.g. to know when the previous version can be dropped. It is
 // eventually consistent (visibility lags by a moment); ListRuns with

@@ -131,6 +131,12 @@ func (e *RecordingEngine) ListRuns(ctx context.Context, f port.RunFilter) ([]por
 	return runstore.List(ctx, e.pool, f)
 }
 
+// Retry implements port.Admin as both engines do; the new run is recorded
+// like any Enqueue.
+func (e *RecordingEngine) Retry(ctx context.Context, id port.RunID) (port.RunID, error) {
+	return runstore.Retry(ctx, e.pool, e, id)
+}
+
 // Start implements port.TaskEngine; the engine runs nothing.
 func (e *RecordingEngine) Start(ctx context.Context, _ port.StartOptions) error {
 	return startstop.Start(ctx, &e.Base, func(context.Context) error { return nil })

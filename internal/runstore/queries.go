@@ -30,15 +30,18 @@ SET status = $2, attempts = $3, last_error = $4, current_step = $5, updated_at =
     finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'canceled') THEN coalesce(finished_at, now()) END
 WHERE id = $1 AND status NOT IN ('succeeded', 'failed', 'canceled')`
 
-const listRunsSQL = `
-SELECT ` + runColumns + ` FROM taskport.run
-WHERE ($1 = '' OR kind = $1)
-  AND ($2 = 0 OR version = $2)
-  AND ($3 = 0 OR version < $3)
-  AND (cardinality($4::text[]) = 0 OR status = ANY($4))
-  AND ($6 = '' OR business_key = $6)
-ORDER BY created_at DESC, id DESC
-LIMIT $5`
+// The run listing (List) is built from these fixed parts and one condition
+// per filter that is set, so that each combination of filters is a statement
+// of its own with a plan of its own: a filter that the statement switches
+// off by a parameter's value (kind = $1 OR $1 is empty) leaves a generic
+// plan no index to page with. The keyset condition is
+// always there (the first page starts after an infinite cursor), so that
+// every page begins with an index seek on one of run_created,
+// run_status_created and run_kind_created (migration 00011).
+const (
+	listRunsSelect = `SELECT ` + runColumns + ` FROM taskport.run WHERE (created_at, id) < ($1, $2)`
+	listRunsOrder  = ` ORDER BY created_at DESC, id DESC LIMIT `
+)
 
 const addWaiterSQL = `
 INSERT INTO taskport.waiter (topic, run_id, step) VALUES ($1, $2, $3)

@@ -153,27 +153,6 @@ func Project(ctx context.Context, q DBTX, id port.RunID, p Projection) error {
 	return nil
 }
 
-// List returns runs matching f, newest first.
-func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	statuses := make([]string, 0, len(f.Statuses))
-	for _, s := range f.Statuses {
-		statuses = append(statuses, string(s))
-	}
-	runs, err := collectRuns(q.Query(ctx, listRunsSQL, string(f.Kind), f.Version, f.BelowVersion, statuses, limit, f.BusinessKey))
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	out := make([]port.RunView, len(runs))
-	for i, r := range runs {
-		out[i] = r.RunView
-	}
-	return out, nil
-}
-
 // Cursor is a position in StaleTemporal's order; the zero Cursor is the start.
 type Cursor struct {
 	UpdatedAt time.Time
@@ -273,6 +252,7 @@ func scanRun(row pgx.CollectableRow) (Run, error) {
 		return Run{}, err
 	}
 	r.ID = port.RunID(id.String())
+	r.Cursor = encodeCursor(r.CreatedAt, id)
 	if finished != nil {
 		r.FinishedAt = *finished
 	}

@@ -46,6 +46,8 @@ var scenarios = []scenario{
 	{"version_marker_replays", versionMarker},
 	{"continue_as_new_keeps_run_id", continueAsNew},
 	{"heartbeat_timeout_fails_silent_attempts", heartbeatTimeout},
+	{"admin_retry_dead_letter", adminRetry}, // admin.go
+	{"admin_list_paging", adminPaging},
 }
 
 var bg = context.Background()

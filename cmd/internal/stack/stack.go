@@ -67,17 +67,7 @@ type Config struct {
 
 // Bind adds the flags to fs.
 func (c *Config) Bind(fs *pflag.FlagSet) {
-	fs.StringVar(&c.Engine, "engine", EnvOr("ENGINE", "temporal"), "temporal or lease (env ENGINE)")
-	fs.IntVar(&c.EnginePoolSize, "engine-db-pool-size", defaultPoolSize,
-		"connections of the engine's own pool (env ENGINE_DB_POOL_SIZE; pool_max_conns in the URL wins)")
-	fs.StringVar(&c.TemporalAddress, "temporal-address", EnvOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
-	fs.StringVar(&c.TemporalNamespace, "temporal-namespace", EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
-	fs.StringVar(&c.TaskQueue, "task-queue", EnvOr("TEMPORAL_TASK_QUEUE", temporaladapter.DefaultTaskQueue), "Temporal task queue (env TEMPORAL_TASK_QUEUE)")
-	fs.StringVar(&c.TemporalAPIKey, "temporal-api-key", "", "Temporal Cloud API key (env TEMPORAL_API_KEY; never logged)")
-	fs.StringVar(&c.TemporalCA, "temporal-tls-ca", EnvOr("TEMPORAL_TLS_CA", ""), "CA file to verify the frontend (env TEMPORAL_TLS_CA)")
-	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", EnvOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
-	fs.StringVar(&c.TemporalKey, "temporal-tls-key", EnvOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
-	fs.BoolVar(&c.TemporalTLS, "temporal-tls", EnvOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
+	c.BindEngine(fs)
 	fs.StringVar(&c.DeploymentName, "temporal-deployment-name", EnvOr("TEMPORAL_DEPLOYMENT_NAME", ""),
 		"Worker Deployment Versioning: the deployment this worker belongs to (env TEMPORAL_DEPLOYMENT_NAME); needs a build id")
 	fs.StringVar(&c.BuildID, "temporal-worker-build-id", EnvOr("TEMPORAL_WORKER_BUILD_ID", ""),
@@ -92,6 +82,22 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
 	fs.StringVar(&c.QBittorrentPass, "qbittorrent-password", "", "qBittorrent WebUI password (env QBITTORRENT_PASSWORD; never logged)")
 	fs.StringVar(&c.WebhookURL, "webhook-url", "", "receiver of notify.webhook (env WEBHOOK_URL; never logged)")
+}
+
+// BindEngine adds to fs only the flags that choose and reach the engine:
+// what a client of the engine (taskport runs) needs, without a worker's.
+func (c *Config) BindEngine(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Engine, "engine", EnvOr("ENGINE", "temporal"), "temporal or lease (env ENGINE)")
+	fs.IntVar(&c.EnginePoolSize, "engine-db-pool-size", defaultPoolSize,
+		"connections of the engine's own pool (env ENGINE_DB_POOL_SIZE; pool_max_conns in the URL wins)")
+	fs.StringVar(&c.TemporalAddress, "temporal-address", EnvOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.TemporalNamespace, "temporal-namespace", EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	fs.StringVar(&c.TaskQueue, "task-queue", EnvOr("TEMPORAL_TASK_QUEUE", temporaladapter.DefaultTaskQueue), "Temporal task queue (env TEMPORAL_TASK_QUEUE)")
+	fs.StringVar(&c.TemporalAPIKey, "temporal-api-key", "", "Temporal Cloud API key (env TEMPORAL_API_KEY; never logged)")
+	fs.StringVar(&c.TemporalCA, "temporal-tls-ca", EnvOr("TEMPORAL_TLS_CA", ""), "CA file to verify the frontend (env TEMPORAL_TLS_CA)")
+	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", EnvOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
+	fs.StringVar(&c.TemporalKey, "temporal-tls-key", EnvOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
+	fs.BoolVar(&c.TemporalTLS, "temporal-tls", EnvOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
 }
 
 // SecretsFromEnv fills the secret fields that were not given as flags; they
@@ -110,8 +116,8 @@ func orEnv(v, key string) string {
 }
 
 func (c *Config) validate() error {
-	if c.Engine != "temporal" && c.Engine != "lease" {
-		return fmt.Errorf("--engine must be temporal or lease, got %q", c.Engine)
+	if err := c.validateEngine(); err != nil {
+		return err
 	}
 	if c.Concurrency < 0 {
 		return fmt.Errorf("--concurrency must not be negative, got %d", c.Concurrency)
@@ -126,6 +132,14 @@ func (c *Config) validate() error {
 		if !filepath.IsAbs(dir) {
 			return fmt.Errorf("%s must be an absolute path, got %q", name, dir)
 		}
+	}
+	return nil
+}
+
+// validateEngine checks the flags BindEngine adds.
+func (c *Config) validateEngine() error {
+	if c.Engine != "temporal" && c.Engine != "lease" {
+		return fmt.Errorf("--engine must be temporal or lease, got %q", c.Engine)
 	}
 	return nil
 }
@@ -199,14 +213,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 		s.engine, err = leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
 			StopTimeout: c.StopTimeout, Logger: log, Metrics: newLeaseMetrics(s.metrics)})
 	case "temporal":
-		s.temporal, err = temporaladapter.Dial(ctx, temporaladapter.ClientConfig{
-			HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace, APIKey: c.TemporalAPIKey,
-			CAFile: c.TemporalCA, CertFile: c.TemporalCert, KeyFile: c.TemporalKey, TLS: systemTLS(c),
-			Logger: log, MetricsHandler: temporaladapter.PrometheusMetricsHandler(s.metrics, func(err error) {
-				log.Warn("temporal metric", slog.Any("err", err))
-			}),
-		})
-		if err != nil {
+		if s.temporal, err = dialTemporal(ctx, c, log, s.metrics); err != nil {
 			return nil, err
 		}
 		s.engine, err = temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
@@ -233,6 +240,18 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 		return nil, err
 	}
 	return s, nil
+}
+
+// dialTemporal connects to the Temporal frontend c names; its SDK metrics
+// go to metrics.
+func dialTemporal(ctx context.Context, c Config, log *slog.Logger, metrics *prometheus.Registry) (client.Client, error) {
+	return temporaladapter.Dial(ctx, temporaladapter.ClientConfig{
+		HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace, APIKey: c.TemporalAPIKey,
+		CAFile: c.TemporalCA, CertFile: c.TemporalCert, KeyFile: c.TemporalKey, TLS: systemTLS(c),
+		Logger: log, MetricsHandler: temporaladapter.PrometheusMetricsHandler(metrics, func(err error) {
+			log.Warn("temporal metric", slog.Any("err", err))
+		}),
+	})
 }
 
 // systemTLS turns TLS on with the system roots when --temporal-tls is set

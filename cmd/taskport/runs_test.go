@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/internal/testkit/devserver"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/temporaladapter"
+	"github.com/taskport/taskport/workflows"
+)
+
+// runsEngine is an engine the runs commands are tested on: how the test's
+// worker is built, and the flags that point the CLI at the same engine.
+type runsEngine struct {
+	name  string
+	setup func(t *testing.T) (newEngine func(*port.Registry, *pgxpool.Pool) port.TaskEngine, flags []string)
+}
+
+var runsEngines = []runsEngine{
+	{"lease", func(t *testing.T) (func(*port.Registry, *pgxpool.Pool) port.TaskEngine, []string) {
+		return func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
+			e, err := leaseadapter.New(pool, reg, leaseadapter.Config{
+				PollInterval: 100 * time.Millisecond, StopTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			return e
+		}, []string{"--engine", "lease"}
+	}},
+	{"temporal", func(t *testing.T) (func(*port.Registry, *pgxpool.Pool) port.TaskEngine, []string) {
+		srv := devserver.Start(t, devserver.Options{Namespace: "runs-cli", SearchAttributes: temporaladapter.SearchAttributes()})
+		const queue = "runs-cli"
+		return func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
+				e, err := temporaladapter.New(srv.Client, pool, reg, temporaladapter.Config{
+					TaskQueue: queue, WorkerStopTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+				require.NoError(t, err)
+				return e
+			}, []string{"--engine", "temporal", "--temporal-address", srv.HostPort, "--temporal-namespace", srv.Namespace,
+				"--task-queue", queue}
+	}},
+}
+
+// `taskport runs` against a database and an engine that a worker in this
+// test serves: a webhook that the receiver refuses (4xx, non-retryable) is
+// a dead letter with a pending decision; list finds it, get shows it, retry
+// is refused while the decision is open and, once it is abandoned and the
+// receiver accepts again, starts one new run that delivers the same event,
+// however often it is repeated; cancel records who asked; signal wakes a
+// waiter.
+// Bad input fails with the flag named, and writes nothing.
+func TestRunsCommands(t *testing.T) {
+	for _, eng := range runsEngines {
+		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := pgtest.NewDatabase(t)
+			newEngine, engineFlags := eng.setup(t)
+			cfg, err := pgxpool.ParseConfig(db)
+			require.NoError(t, err)
+			cfg.MaxConns = 8 // the lease worker wants 5
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			w := apptest.NewWorld(t, apptest.Options{Pool: pool, NewEngine: newEngine})
+			require.NoError(t, w.Engine.Start(ctx, port.StartOptions{}))
+			t.Cleanup(func() {
+				stop, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = w.Engine.Stop(stop) // the test asserts nothing on the stop
+			})
+			run := func(args ...string) (string, error) {
+				common := append([]string{"--database-url", db, "--log-level", "error", "--engine-db-pool-size", "2"}, engineFlags...)
+				return execute(append([]string{"runs"}, args...), common...)
+			}
+			get := func(id port.RunID) runJSON {
+				out, err := run("get", string(id), "--json")
+				require.NoError(t, err)
+				var v runJSON
+				require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+				return v
+			}
+			waitStatus := func(id port.RunID, want port.Status) runJSON {
+				var last runJSON
+				require.Eventually(t, func() bool { last = get(id); return last.Status == want },
+					time.Minute, 50*time.Millisecond, "run %s never reached %s", id, want)
+				return last
+			}
+			rows := func() int {
+				var n int
+				require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run`).Scan(&n))
+				return n
+			}
+
+			plan := w.CreatePlan(t, apptest.NewAsset("runs.mkv", 10)).ID.String()
+			w.Webhooks.FailWith(http.StatusBadRequest)
+			event := workflows.NotifyInput{PlanID: plan, Event: "plan.completed", Status: "completed"}
+			dead, err := w.Engine.Enqueue(ctx, workflows.KindNotifyWebhook, event, port.EnqueueOptions{IdempotencyKey: "notify-1", BusinessKey: plan})
+			require.NoError(t, err)
+			failed := waitStatus(dead, port.StatusFailed)
+			require.Contains(t, failed.LastError, "status 400")
+			require.Equal(t, plan, failed.BusinessKey)
+
+			out, err := run("list", "--status", "failed", "--json")
+			require.NoError(t, err)
+			var page runPage
+			require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+			require.Len(t, page.Runs, 1)
+			require.Equal(t, dead, page.Runs[0].ID)
+			require.Empty(t, page.Next, "a short page is the last")
+			out, err = run("list", "--kind", string(workflows.KindNotifyWebhook), "--business-key", plan)
+			require.NoError(t, err)
+			require.Contains(t, out, "LAST ERROR", "a table with a header")
+			require.Contains(t, out, string(dead))
+
+			waiter, err := w.Engine.Enqueue(ctx, workflows.KindApprovalAwait, workflows.WaitInput{PlanID: plan},
+				port.EnqueueOptions{IdempotencyKey: "await-1", BusinessKey: plan})
+			require.NoError(t, err)
+			waitStatus(waiter, port.StatusWaiting)
+
+			// Bad input: the flag or field is named, nothing is written.
+			before := rows()
+			for _, tt := range []struct {
+				args []string
+				says string
+			}{
+				{[]string{"list", "--status", "dead"}, `unknown status "dead"`},
+				{[]string{"list", "--limit", "-1"}, "invalid limit"},
+				{[]string{"list", "--after", "not-a-cursor"}, "not a run cursor"},
+				{[]string{"signal", "approval:" + plan, "--payload", "{not json"}, "not valid JSON"},
+				{[]string{"signal", "bad topic"}, "invalid topic"},
+				{[]string{"retry", string(waiter)}, "only a failed run can be retried"},
+				{[]string{"retry", "0190a5c6-0000-7000-8000-000000000000"}, "not found"},
+				{[]string{"retry", string(dead), "--as", ""}, "--as"},
+				{[]string{"get", "nope"}, "not found"},
+			} {
+				_, err := run(tt.args...)
+				require.ErrorContains(t, err, tt.says, "%v", tt.args)
+			}
+			_, err = execute([]string{"runs", "list", "--database-url", db, "--engine", "nope"})
+			require.ErrorContains(t, err, "--engine must be temporal or lease")
+			require.Equal(t, before, rows(), "refused commands write nothing")
+
+			out, err = run("signal", "approval:"+plan, "--payload", `{"why":"test"}`, "--json")
+			require.NoError(t, err)
+			require.JSONEq(t, `{"delivered":1}`, out, "the waiting run took the hint")
+
+			// The failed step opened a pending decision: the decision
+			// centre owns the retry until the decision is resolved.
+			var decision string
+			require.NoError(t, w.Pool.QueryRow(ctx, `SELECT id::text FROM decision WHERE run_id = $1 AND status = 'open'`, string(dead)).Scan(&decision))
+			_, err = run("retry", string(dead), "--as", "ann")
+			require.ErrorContains(t, err, "decision "+decision+" of plan "+plan+", which is open")
+			require.ErrorContains(t, err, "taskport decision resolve "+decision+" retry")
+			require.Equal(t, before, rows(), "refused: nothing written")
+			_, err = execute([]string{"decision", "resolve", decision, "abandon", "--by", "ann"}, "--database-url", db, "--log-level", "error")
+			require.NoError(t, err)
+
+			w.Webhooks.FailWith(0) // the operator fixes the receiver
+			out, err = run("retry", string(dead), "--as", "ann", "--json")
+			require.NoError(t, err)
+			var r retried
+			require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+			require.Equal(t, retried{RunID: dead, NewRunID: r.NewRunID, By: "ann"}, r)
+			require.NotEqual(t, dead, r.NewRunID)
+			fresh := waitStatus(r.NewRunID, port.StatusSucceeded)
+			require.Equal(t, workflows.KindNotifyWebhook, fresh.Kind)
+			require.Equal(t, plan, fresh.BusinessKey)
+			keys := w.Webhooks.Keys()
+			require.Len(t, keys, 2, "one refused delivery, one accepted")
+			require.Equal(t, keys[0], keys[1], "the retry delivered the same event (same input, same idempotency key)")
+			out, err = run("retry", string(dead), "--as", "bob")
+			require.NoError(t, err)
+			require.Equal(t, "run "+string(dead)+" retried by bob as run "+string(r.NewRunID)+"\n", out, "a repeated retry returns the same run")
+			require.Equal(t, before+1, rows())
+			require.Equal(t, port.StatusFailed, get(dead).Status, "the dead letter stays failed")
+
+			out, err = run("cancel", string(waiter), "--as", "carol", "--reason", "not needed")
+			require.NoError(t, err)
+			require.Contains(t, out, "cancel requested by carol")
+			waitStatus(waiter, port.StatusCanceled)
+			var reason string
+			require.NoError(t, w.Pool.QueryRow(ctx, `SELECT cancel_reason FROM taskport.run WHERE id = $1`, string(waiter)).Scan(&reason))
+			require.Equal(t, "not needed (by carol)", reason)
+
+			// Paging: three runs of the plan, one per page, each once.
+			var seen []port.RunID
+			after := ""
+			for {
+				args := []string{"list", "--business-key", plan, "--limit", "1", "--json"}
+				if after != "" {
+					args = append(args, "--after", after)
+				}
+				out, err := run(args...)
+				require.NoError(t, err)
+				var page runPage
+				require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+				for _, v := range page.Runs {
+					seen = append(seen, v.ID)
+				}
+				if page.Next == "" {
+					break
+				}
+				after = page.Next
+			}
+			require.Equal(t, []port.RunID{r.NewRunID, waiter, dead}, seen, "newest first, no gap, no duplicate")
+
+			// A decision resolved to retry has started its own run: the
+			// run is not retried a second time.
+			w.Webhooks.FailWith(http.StatusBadRequest)
+			second, err := w.Engine.Enqueue(ctx, workflows.KindNotifyWebhook, workflows.NotifyInput{PlanID: plan, Event: "plan.canceled", Status: "canceled"},
+				port.EnqueueOptions{IdempotencyKey: "notify-2", BusinessKey: plan})
+			require.NoError(t, err)
+			waitStatus(second, port.StatusFailed)
+			require.NoError(t, w.Pool.QueryRow(ctx, `SELECT id::text FROM decision WHERE run_id = $1`, string(second)).Scan(&decision))
+			_, err = execute([]string{"decision", "resolve", decision, "retry", "--by", "dan"}, "--database-url", db, "--log-level", "error")
+			require.NoError(t, err)
+			before = rows()
+			_, err = run("retry", string(second))
+			require.ErrorContains(t, err, "retried already through decision "+decision+" (by dan)")
+			require.Equal(t, before, rows())
+		})
+	}
+}
+
+// The runs commands are clients of the engine: their help lists the
+// engine's flags, and no worker's.
+func TestRunsHelpListsEngineFlagsOnly(t *testing.T) {
+	for _, sub := range []string{"list", "get", "cancel", "retry", "signal"} {
+		help, err := execute([]string{"runs", sub, "--help"})
+		require.NoError(t, err)
+		require.Contains(t, help, "--engine", sub)
+		require.Contains(t, help, "--temporal-address", sub)
+		for _, worker := range []string{"--concurrency", "--stop-timeout", "qbittorrent", "webhook", "--download-dir", "--library-root"} {
+			require.NotContains(t, help, worker, "runs %s lists a worker flag", sub)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package runstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/taskport/taskport/port"
+)
+
+// Retry is port.Admin.Retry for an engine: both engines call it with
+// themselves. The status comes from the engine's Get, which knows more than
+// the stored projection (a lease engine's claimed run, a Temporal workflow
+// that ended without writing its projection); the kind, input, priority and
+// business key come from the stored run, the new run from the engine's
+// Enqueue under port.RetryKey, which is what makes a repeated retry return
+// the same run. A failed run never moves back to an open status, so once
+// checked it stays retryable.
+func Retry(ctx context.Context, q DBTX, eng port.TaskEngine, id port.RunID) (port.RunID, error) {
+	view, err := eng.Get(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("retry run %s: %w", id, err)
+	}
+	if view.Status != port.StatusFailed {
+		return "", fmt.Errorf("retry run %s: %w", id, &port.FieldError{
+			Field: "run", Reason: fmt.Sprintf("is %s, and only a failed run can be retried", view.Status)})
+	}
+	run, err := Get(ctx, q, id)
+	if err != nil {
+		return "", fmt.Errorf("retry run %s: %w", id, err)
+	}
+	next, err := eng.Enqueue(ctx, run.Kind, run.Input, port.EnqueueOptions{
+		IdempotencyKey: port.RetryKey(id),
+		BusinessKey:    run.BusinessKey,
+		Priority:       run.Priority,
+		// The input was written for the failed run's version: a process
+		// with only older code must not start it.
+		MinVersion: run.Version,
+	})
+	if err != nil {
+		return "", fmt.Errorf("retry run %s: %w", id, err)
+	}
+	return next, nil
+}
