@@ -11,9 +11,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -30,6 +34,9 @@ type execution struct {
 	canceled     bool
 	createdAt    time.Time
 	history      []historyEntry
+	// trace is the trace the run's steps continue: its enqueuer's, or the
+	// signaller's that last woke it (signalSQL).
+	trace tracing.Stored
 
 	cancel     context.CancelCauseFunc // the run context: ErrLeaseLost, ErrCanceled, errStopping
 	released   atomic.Bool             // the lease was given up on purpose
@@ -424,14 +431,26 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step string, 
 		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Attempt: attempt,
 		Token: enginekit.LeaseToken(f.ex.runID(), step, f.ex.claims, f.ex.token.String(), f.ex.generation),
 	}
+	ctx, span := f.w.e.tracer.Start(f.ex.trace.Into(ctx), SpanStepPrefix+b.Name(), trace.WithAttributes(
+		attribute.String("taskport.run_id", string(info.RunID)), attribute.String("taskport.kind", f.ex.kind),
+		attribute.String("taskport.step", step), attribute.Int("taskport.attempt", attempt)))
+	defer span.End()
 	out, err := enginekit.RunActivity(ctx, b, info, hb, raw)
 	if err == nil && ctx.Err() != nil {
 		// The attempt ran past its timeout or heartbeat timeout; its result
 		// is not trusted, like Temporal's.
 		err = context.Cause(ctx)
 	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
 	return out, err
 }
+
+// SpanStepPrefix starts the name of a step attempt's span, followed by the
+// activity's name ("step:asset.import").
+const SpanStepPrefix = "step:"
 
 // heartbeat is the lease engine's half of the activity runtime
 // (enginekit.Beater) for one attempt.

@@ -15,12 +15,13 @@ package leaseadapter
 const notifyChannel = "taskport_lease"
 
 // insertTaskSQL adds the task row of a run inserted by runstore.Insert
-// (EnqueueTx); $13 is the run's seq.
+// (EnqueueTx); $13 is the run's seq, $14 and $15 the enqueuer's trace
+// context.
 const insertTaskSQL = `
 WITH ins AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
-    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10, $13)
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq, traceparent, tracestate)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10, $13, $14, $15)
   RETURNING next_run_at
 )
 SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
@@ -30,7 +31,8 @@ SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
 // authority) and the task row, which keeps the run's seq (the generation of
 // its fencing tokens) so that a claim needs no join. On a conflict it returns
 // the existing id when visible, else NULL and Enqueue falls back to
-// runstore.Insert, which sees rows committed concurrently.
+// runstore.Insert, which sees rows committed concurrently. $16 and $17 are
+// the enqueuer's trace context, which the run's steps continue.
 const enqueueSQL = `
 WITH r AS (
   INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
@@ -39,8 +41,9 @@ WITH r AS (
   RETURNING id, available_at, seq
 ), t AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
-    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12, seq
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq, traceparent, tracestate)
+  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12, seq,
+    $16, $17
   FROM r
   RETURNING next_run_at
 ), n AS (
@@ -78,10 +81,10 @@ WITH c AS (
       lease_until = now() + $4 * interval '1 millisecond', claims = t.claims + 1, updated_at = now()
   FROM c WHERE t.id = c.id
   RETURNING t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts,
-    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at, t.run_seq
+    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at, t.run_seq, t.traceparent, t.tracestate
 )
 SELECT t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts, t.canceled, t.created_at,
-  t.run_seq,
+  t.run_seq, t.traceparent, t.tracestate,
   coalesce((SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'result', s.result,
       'failed', s.failed, 'at', s.completed_at) ORDER BY s.seq)
     FROM taskport_lease.step_result s WHERE s.task_id = t.id), '[]')
@@ -295,7 +298,10 @@ SELECT count(*) FROM taskport_lease.task WHERE status IN ('pending', 'waiting') 
 const topicLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 7454))`
 
 // signalSQL stores the signal once per run waiting on the topic, or once
-// untargeted when none waits, and wakes the waiters.
+// untargeted when none waits, and wakes the waiters. A waiter woken by a
+// traced signal ($3, $4) continues the signaller's trace from then on: what
+// it does next is what the signal's transaction decided (an approval, a
+// completed download).
 const signalSQL = `
 WITH w AS (
   SELECT w.run_id FROM taskport.waiter w JOIN taskport_lease.task t ON t.id = w.run_id WHERE w.topic = $1
@@ -305,7 +311,9 @@ WITH w AS (
   UNION ALL
   SELECT $1::text, $2::jsonb, NULL::uuid WHERE NOT EXISTS (SELECT 1 FROM w)
 ), wake AS (
-  UPDATE taskport_lease.task t SET next_run_at = now(), updated_at = now()
+  UPDATE taskport_lease.task t SET next_run_at = now(), updated_at = now(),
+    traceparent = CASE WHEN $3 = '' THEN t.traceparent ELSE $3 END,
+    tracestate = CASE WHEN $3 = '' THEN t.tracestate ELSE $4 END
   FROM w WHERE t.id = w.run_id AND t.status = 'waiting'
 )
 SELECT count(*) FROM w`
