@@ -10,6 +10,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -42,6 +43,7 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 			pending:    in.Pending,
 			topics:     in.Topics,
 			generation: in.Generation,
+			parents:    e.parents,
 			logger:     slog.New(replayAwareHandler{ctx: ctx, next: e.logger.Handler()}),
 			laOpts: workflow.LocalActivityOptions{
 				ScheduleToCloseTimeout: e.cfg.LocalActivityTimeout,
@@ -106,6 +108,9 @@ type flow struct {
 	topics  []port.Topic                     // topics registered in the waiter table, in first-wait order
 	// generation is the run's, for the fencing tokens of its steps.
 	generation int64
+	// parents builds the parent span a received signal's trace gives the
+	// next activities (continueTrace).
+	parents interceptor.Tracer
 
 	projected    bool   // the projection says running since the last wait
 	lastStep     string // for the terminal projection
@@ -240,6 +245,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	if timeout == 0 {
 		var raw json.RawMessage
 		if workflow.GetSignalChannel(f.ctx, string(topic)).ReceiveAsync(&raw) {
+			f.continueTrace(topic)
 			return true, decodeSignal(name, raw, payload)
 		}
 		return false, nil
@@ -272,6 +278,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	sel.Select(f.ctx)
 	switch {
 	case received:
+		f.continueTrace(topic)
 		return true, decodeSignal(name, raw, payload)
 	case canceled:
 		return false, port.ErrCanceled
