@@ -148,6 +148,7 @@ type Stack struct {
 	plans         *plans.Service
 	metrics       *prometheus.Registry
 	admin         *admin.Server
+	tracing       Tracing
 }
 
 // With builds the wiring from the flags (secrets from the environment),
@@ -177,6 +178,10 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 			s.Close()
 		}
 	}()
+	if s.tracing, err = g.StartTracing(ctx, log); err != nil {
+		return nil, err
+	}
+	tp := s.tracing.Provider
 	if s.bizPool, err = g.Pool(ctx, log, g.PoolSize); err != nil {
 		return nil, err
 	}
@@ -197,7 +202,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	switch c.Engine {
 	case "lease":
 		s.engine, err = leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
-			StopTimeout: c.StopTimeout, Logger: log, Metrics: newLeaseMetrics(s.metrics)})
+			StopTimeout: c.StopTimeout, Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
 	case "temporal":
 		s.temporal, err = temporaladapter.Dial(ctx, temporaladapter.ClientConfig{
 			HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace, APIKey: c.TemporalAPIKey,
@@ -205,6 +210,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 			Logger: log, MetricsHandler: temporaladapter.PrometheusMetricsHandler(s.metrics, func(err error) {
 				log.Warn("temporal metric", slog.Any("err", err))
 			}),
+			TracerProvider: tp,
 		})
 		if err != nil {
 			return nil, err
@@ -222,7 +228,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	}
 	s.dispatchWatch = &dispatchWatch{TaskEngine: s.engine}
 	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.dispatchWatch, lister, outbox.Config{
-		Logger: log, Metrics: newOutboxMetrics(s.metrics)}); err != nil {
+		Logger: log, Metrics: newOutboxMetrics(s.metrics), TracerProvider: tp}); err != nil {
 		return nil, err
 	}
 	if s.plans, err = plans.New(s.bizPool, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
@@ -244,7 +250,8 @@ func systemTLS(c Config) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12}
 }
 
-// Close closes the Temporal client and both pools.
+// Close closes the Temporal client and both pools, and exports the spans
+// still buffered.
 func (s *Stack) Close() {
 	if s.temporal != nil {
 		s.temporal.Close()
@@ -254,6 +261,11 @@ func (s *Stack) Close() {
 	}
 	if s.bizPool != nil {
 		s.bizPool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.tracing.Shutdown(ctx); err != nil {
+		s.log.Warn("tracing shutdown", slog.String("error", err.Error()))
 	}
 }
 

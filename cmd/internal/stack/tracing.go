@@ -1,0 +1,69 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Tracing is a process's OpenTelemetry tracing: spans are exported over
+// OTLP/gRPC when --otlp-endpoint (env OTEL_EXPORTER_OTLP_ENDPOINT) names a
+// collector, and go nowhere otherwise.
+type Tracing struct {
+	// Provider is handed to the engine, the Temporal client and the
+	// dispatcher; nil when tracing is off (they then use the global
+	// provider, a no-op).
+	Provider trace.TracerProvider
+	sdk      *sdktrace.TracerProvider // nil when off
+}
+
+// StartTracing sets up the exporter when an endpoint is configured. The
+// caller shuts it down (Shutdown), which exports the spans still buffered.
+func (g *Globals) StartTracing(ctx context.Context, log *slog.Logger) (Tracing, error) {
+	if g.OTLPEndpoint == "" {
+		return Tracing{}, nil
+	}
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(g.OTLPEndpoint))
+	if err != nil {
+		return Tracing{}, fmt.Errorf("--otlp-endpoint %s: %w", g.OTLPEndpoint, err)
+	}
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, when set, win over
+	// the service name.
+	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", "taskport")),
+		resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithHost())
+	if err != nil {
+		return Tracing{}, fmt.Errorf("tracing resource: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	log.Info("tracing to an OTLP collector", slog.String("endpoint", redact(g.OTLPEndpoint)))
+	return Tracing{Provider: tp, sdk: tp}, nil
+}
+
+// Shutdown exports what is buffered and stops the exporter; a no-op when
+// tracing is off.
+func (t Tracing) Shutdown(ctx context.Context) error {
+	if t.sdk == nil {
+		return nil
+	}
+	if err := t.sdk.Shutdown(ctx); err != nil {
+		return fmt.Errorf("flush traces: %w", err)
+	}
+	return nil
+}
+
+// Command starts the root span of a command line call (e.g. "plan
+// approve"), so that the outbox rows it writes carry its trace.
+func (t Tracing) Command(ctx context.Context, name string) (context.Context, trace.Span) {
+	tp := t.Provider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer("github.com/taskport/taskport/cmd").Start(ctx, name)
+}
