@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/internal/syncbuf"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
@@ -30,23 +33,23 @@ import (
 // span in which an engine runs one attempt of an activity.
 var tracedEngines = []struct {
 	name     string
-	new      func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider) port.TaskEngine
+	new      func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine
 	stepSpan func(activity string) string
 }{
-	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider) port.TaskEngine {
+	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine {
 		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{PollInterval: 200 * time.Millisecond,
-			Logger: slog.New(slog.DiscardHandler), TracerProvider: tp})
+			Logger: log, TracerProvider: tp})
 		require.NoError(t, err)
 		return e
 	}, func(activity string) string { return leaseadapter.SpanStepPrefix + activity }},
-	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider) port.TaskEngine {
+	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine {
 		c, err := temporaladapter.Dial(context.Background(), temporaladapter.ClientConfig{
 			HostPort: temporalServer.HostPort, Namespace: temporalServer.Namespace,
 			Logger: slog.New(slog.DiscardHandler), TracerProvider: tp})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
 		e, err := temporaladapter.New(c, pool, reg, temporaladapter.Config{
-			TaskQueue: "trace-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+			TaskQueue: "trace-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: log})
 		require.NoError(t, err)
 		return e
 	}, func(activity string) string { return "RunActivity:" + activity }},
@@ -70,7 +73,7 @@ func TestOneTraceFromApproveToImport(t *testing.T) {
 			t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
 			var eng port.TaskEngine
 			w := apptest.NewWorld(t, apptest.Options{TracerProvider: tp, NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
-				eng = e.new(t, reg, pool, tp)
+				eng = e.new(t, reg, pool, tp, slog.New(slog.DiscardHandler))
 				return eng
 			}})
 			require.NoError(t, eng.Start(context.Background(), port.StartOptions{}))
@@ -205,4 +208,84 @@ func spanNames(spans tracetest.SpanStubs) string {
 		names = append(names, fmt.Sprintf("%s(%s<-%s)", s.Name, s.SpanContext.SpanID(), s.Parent.SpanID()))
 	}
 	return strings.Join(names, " ")
+}
+
+var logTouch = port.DeclareActivity[int, int]("trace.touch")
+
+// The log lines of a run carry its trace: the handler's (f.Logger()) and
+// the step's (logged with its context) the trace of the Enqueue; after a
+// signal wakes the run, the handler's lines carry the signal's trace.
+func TestRunLogLinesCarryTheTrace(t *testing.T) {
+	for _, e := range tracedEngines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			tp := sdktrace.NewTracerProvider()
+			tracer := tp.Tracer("test")
+			var buf syncbuf.Buffer
+			log := slog.New(tracing.LogHandler(slog.NewJSONHandler(&buf, nil)))
+			const kind, topic = "trace.log", port.Topic("trace-wake")
+			var eng port.TaskEngine
+			w := apptest.NewWorld(t, apptest.Options{NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
+				require.NoError(t, reg.RegisterActivity(port.Bind(logTouch, func(ctx context.Context, n int) (int, error) {
+					log.InfoContext(ctx, "step line")
+					return n, nil
+				})))
+				require.NoError(t, reg.Register(port.Definition{Kind: kind, Version: 1, Retry: port.NetworkRetry(),
+					Handler: port.Handle(func(f port.Flow, n int) error {
+						f.Logger().Info("before wake")
+						if _, err := logTouch.Run(f, "touch", n); err != nil {
+							return err
+						}
+						if _, err := f.WaitSignal("wait", topic, time.Minute, nil); err != nil {
+							return err
+						}
+						f.Logger().Info("after wake")
+						return nil
+					})}))
+				eng = e.new(t, reg, pool, tp, log)
+				return eng
+			}})
+			require.NoError(t, eng.Start(ctx, port.StartOptions{}))
+			t.Cleanup(func() { require.NoError(t, eng.Stop(context.Background())) })
+
+			ectx, enqueue := tracer.Start(ctx, "enqueue")
+			id, err := eng.Enqueue(ectx, kind, 1, port.EnqueueOptions{IdempotencyKey: "log-1"})
+			require.NoError(t, err)
+			enqueue.End()
+			require.Eventually(t, func() bool {
+				var n int
+				require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM taskport.waiter WHERE topic = $1`, string(topic)).Scan(&n))
+				return n == 1
+			}, 30*time.Second, 20*time.Millisecond)
+			sctx, signal := tracer.Start(ctx, "signal")
+			delivered, err := eng.Signal(sctx, topic, nil)
+			require.NoError(t, err)
+			require.Equal(t, 1, delivered)
+			signal.End()
+			require.Eventually(t, func() bool {
+				v, err := eng.Get(ctx, id)
+				require.NoError(t, err)
+				return v.Status == port.StatusSucceeded
+			}, 30*time.Second, 20*time.Millisecond)
+
+			traces := map[string][]string{} // message -> trace ids
+			dec := json.NewDecoder(strings.NewReader(buf.String()))
+			for dec.More() {
+				var line struct {
+					Msg     string `json:"msg"`
+					TraceID string `json:"trace_id"`
+				}
+				require.NoError(t, dec.Decode(&line))
+				traces[line.Msg] = append(traces[line.Msg], line.TraceID)
+			}
+			enqueued, signalled := enqueue.SpanContext().TraceID().String(), signal.SpanContext().TraceID().String()
+			for msg, want := range map[string]string{"before wake": enqueued, "step line": enqueued, "after wake": signalled} {
+				require.NotEmpty(t, traces[msg], msg)
+				for _, got := range traces[msg] {
+					require.Equal(t, want, got, msg)
+				}
+			}
+		})
+	}
 }

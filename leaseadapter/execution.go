@@ -101,7 +101,9 @@ type unwind struct {
 
 // execute replays the handler from the start and finishes the claim.
 func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
-	log := w.log.With(slog.String("run_id", ex.id.String()), slog.String("kind", ex.kind))
+	runTrace := ex.trace.SpanContext()
+	log := slog.New(tracing.WithSpan(w.log.Handler(), func() trace.SpanContext { return runTrace })).
+		With(slog.String("run_id", ex.id.String()), slog.String("kind", ex.kind))
 	def, err := w.e.reg.Lookup(port.Kind(ex.kind), ex.version)
 	if err != nil {
 		// The claim only takes served pairs, so this is a registry changed

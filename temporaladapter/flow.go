@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -44,13 +45,13 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 			topics:     in.Topics,
 			generation: in.Generation,
 			parents:    e.parents,
-			logger:     slog.New(replayAwareHandler{ctx: ctx, next: e.logger.Handler()}),
 			laOpts: workflow.LocalActivityOptions{
 				ScheduleToCloseTimeout: e.cfg.LocalActivityTimeout,
 				StartToCloseTimeout:    min(e.cfg.LocalActivityTimeout, 10*time.Second),
 			},
 		}
-		f.logger = f.logger.With(slog.String("run_id", string(f.runID)), slog.String("workflow_type", info.WorkflowType.Name))
+		f.logger = slog.New(replayAwareHandler{ctx: ctx, next: tracing.WithSpan(e.logger.Handler(), f.spanContext)}).
+			With(slog.String("run_id", string(f.runID)), slog.String("workflow_type", info.WorkflowType.Name))
 		next, err := enginekit.ContinueAsNew(def.Handler.Run(f, in.Input))
 		if next != nil {
 			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}

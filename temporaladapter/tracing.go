@@ -128,3 +128,13 @@ func (f *flow) continueTrace(topic port.Topic) {
 	}
 	f.ctx = workflow.WithValue(f.ctx, spanKey{}, span)
 }
+
+// spanContext is the span the run's next activities are parented on: the
+// workflow's, or the last received signal's (continueTrace). The flow's
+// logger stamps its lines with it.
+func (f *flow) spanContext() trace.SpanContext {
+	if s, ok := f.ctx.Value(spanKey{}).(interface{ SpanContext() trace.SpanContext }); ok {
+		return s.SpanContext()
+	}
+	return trace.SpanContext{}
+}

@@ -88,3 +88,41 @@ func (h logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 func (h logHandler) WithGroup(name string) slog.Handler {
 	return logHandler{next: h.next.WithGroup(name)}
 }
+
+// WithSpan wraps next so that a record logged without a span in its own
+// context (a handler's f.Logger().Info, an engine's line about a run) is
+// handled in the context of span's result, the span of the run it is about,
+// and so is stamped by LogHandler further down. span is called per record,
+// because a run's trace can change while it runs (a signal moves it).
+func WithSpan(next slog.Handler, span func() trace.SpanContext) slog.Handler {
+	return spanHandler{next: next, span: span}
+}
+
+type spanHandler struct {
+	next slog.Handler
+	span func() trace.SpanContext
+}
+
+func (h spanHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h spanHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		if sc := h.span(); sc.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, sc)
+		}
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h spanHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return spanHandler{next: h.next.WithAttrs(attrs), span: h.span}
+}
+
+func (h spanHandler) WithGroup(name string) slog.Handler {
+	return spanHandler{next: h.next.WithGroup(name), span: h.span}
+}
+
+// SpanContext is s as a span context, invalid for the zero Stored.
+func (s Stored) SpanContext() trace.SpanContext {
+	return trace.SpanContextFromContext(s.Into(context.Background()))
+}

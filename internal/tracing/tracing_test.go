@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskport/taskport/internal/tracing"
 )
@@ -49,4 +50,28 @@ func TestStoredRoundTrip(t *testing.T) {
 	malformed := tracing.Stored{Parent: "not a traceparent"}
 	_, root := tp.Tracer("test").Start(malformed.Into(context.Background()), "x")
 	require.NotEqual(t, span.SpanContext().TraceID(), root.SpanContext().TraceID())
+}
+
+// A record without a span of its own takes the fallback's; one with its
+// own span keeps it; an invalid fallback adds nothing.
+func TestWithSpanFallsBack(t *testing.T) {
+	var buf bytes.Buffer
+	tp := sdktrace.NewTracerProvider()
+	_, run := tp.Tracer("test").Start(context.Background(), "run")
+	ownCtx, own := tp.Tracer("test").Start(context.Background(), "own")
+	fallback := run.SpanContext()
+	log := slog.New(tracing.WithSpan(tracing.LogHandler(slog.NewJSONHandler(&buf, nil)), func() trace.SpanContext { return fallback }))
+	log.Info("no span")
+	log.InfoContext(ownCtx, "own span")
+	fallback = trace.SpanContext{}
+	log.Info("no fallback")
+
+	dec := json.NewDecoder(&buf)
+	var lines [3]map[string]any
+	for i := range lines {
+		require.NoError(t, dec.Decode(&lines[i]))
+	}
+	require.Equal(t, run.SpanContext().TraceID().String(), lines[0]["trace_id"])
+	require.Equal(t, own.SpanContext().SpanID().String(), lines[1]["span_id"])
+	require.NotContains(t, lines[2], "trace_id")
 }
