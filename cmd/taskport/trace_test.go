@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -14,7 +17,9 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/plans"
 )
 
 // otlpReceiver is the receiving end of OTLP/gRPC, as a collector serves it:
@@ -104,4 +109,59 @@ func TestPlanApproveIsTraced(t *testing.T) {
 	untraced := create("1123456789abcdef0123456789abcdef01234567", "untraced.mkv")
 	run("plan", "approve", untraced, "--by", "ann")
 	require.Empty(t, traceparent(untraced))
+}
+
+// An approval through /admin runs in the admin server's span, a child of
+// the caller's span when the request carries a traceparent, and the outbox
+// row it writes carries that span on.
+func TestAdminApproveIsTraced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	receiver, endpoint := startOTLPReceiver(t)
+	g := &stack.Globals{DatabaseURL: pgtest.NewDatabase(t), LogLevel: "error", OTLPEndpoint: endpoint}
+	lib := t.TempDir()
+	c := stack.Config{Engine: "lease", StopTimeout: 5 * time.Second, LibraryRoot: lib, DownloadDir: t.TempDir(),
+		QBittorrentURL: "http://127.0.0.1:1"}
+	s, err := stack.Build(ctx, g, c, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			s.Close()
+		}
+	})
+	const hash = "2123456789abcdef0123456789abcdef01234567"
+	p, err := s.Plans().CreatePlan(ctx, plans.NewPlan{Title: "admin.mkv", Magnet: "magnet:?xt=urn:btih:" + hash, InfoHash: hash,
+		TargetPath: lib + "/admin.mkv", ExpectedSize: 10, ExpectedSHA256: strings.Repeat("a", 64)})
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	addr, _, err := s.Serve(sctx, "127.0.0.1:0")
+	require.NoError(t, err)
+
+	const callerTrace, callerSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/admin/plans/"+p.ID.String()+"/approve", nil)
+	require.NoError(t, err)
+	req.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Less(t, resp.StatusCode, 400, resp.Status)
+	stop()
+	s.Close() // exports the spans
+	closed = true
+
+	span, service := receiver.span("admin POST")
+	require.NotNil(t, span, "the request's span reached the collector")
+	require.Equal(t, "taskport", service)
+	require.Equal(t, callerTrace, hex.EncodeToString(span.GetTraceId()))
+	require.Equal(t, callerSpan, hex.EncodeToString(span.GetParentSpanId()))
+	pool, err := pgxpool.New(ctx, g.DatabaseURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	var tp string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT traceparent FROM outbox_event WHERE business_key = $1 AND action = 'signal'`,
+		p.ID.String()).Scan(&tp))
+	require.Equal(t, "00-"+callerTrace+"-"+hex.EncodeToString(span.GetSpanId())+"-01", tp)
 }

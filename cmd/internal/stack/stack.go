@@ -275,7 +275,7 @@ func (s *Stack) Plans() *plans.Service { return s.plans }
 // Serve runs the admin handler on addr until ctx ends and returns the bound
 // address and a channel that reports why serving stopped.
 func (s *Stack) Serve(ctx context.Context, addr string) (string, <-chan error, error) {
-	return listenAndServe(ctx, addr, s.admin)
+	return listenAndServe(ctx, addr, s.tracing.HTTP(s.admin, "admin"))
 }
 
 // RunAdmin serves the admin handler on addr until ctx ends.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -56,6 +59,20 @@ func (t Tracing) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("flush traces: %w", err)
 	}
 	return nil
+}
+
+// HTTP wraps h so that each request runs in a server span, a child of the
+// caller's span when the request carries a W3C traceparent: an approval
+// through /admin starts (or continues) the trace its outbox row carries on.
+// The span is named by method only; the path holds plan ids.
+func (t Tracing) HTTP(h http.Handler, server string) http.Handler {
+	tp := t.Provider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return otelhttp.NewHandler(h, server, otelhttp.WithTracerProvider(tp),
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return server + " " + r.Method }))
 }
 
 // Command starts the root span of a command line call (e.g. "plan
