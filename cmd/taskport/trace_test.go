@@ -109,6 +109,17 @@ func TestPlanApproveIsTraced(t *testing.T) {
 	untraced := create("1123456789abcdef0123456789abcdef01234567", "untraced.mkv")
 	run("plan", "approve", untraced, "--by", "ann")
 	require.Empty(t, traceparent(untraced))
+
+	// An endpoint the exporter cannot use is refused before anything is
+	// written.
+	refused := create("2123456789abcdef0123456789abcdef01234567", "refused.mkv")
+	_, err = execute([]string{"plan", "approve", refused, "--by", "ann", "--otlp-endpoint", "collector:4317"},
+		"--database-url", db, "--log-level", "error", "--library-root", lib)
+	require.ErrorContains(t, err, "--otlp-endpoint")
+	var signals int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event WHERE business_key = $1 AND action = 'signal'`,
+		refused).Scan(&signals))
+	require.Zero(t, signals, "a refused command writes nothing")
 }
 
 // An approval through /admin runs in the admin server's span, a child of
