@@ -210,11 +210,15 @@ func spanNames(spans tracetest.SpanStubs) string {
 	return strings.Join(names, " ")
 }
 
-var logTouch = port.DeclareActivity[int, int]("trace.touch")
+var (
+	logTouch = port.DeclareActivity[int, int]("trace.touch")
+	logBlock = port.DeclareActivity[int, int]("trace.block")
+)
 
 // The log lines of a run carry its trace: the handler's (f.Logger()) and
 // the step's (logged with its context) the trace of the Enqueue; after a
-// signal wakes the run, the handler's lines carry the signal's trace.
+// wait receives a signal, the signal's trace, whether the signal woke the
+// waiting run or arrived during a step and was taken by the next wait.
 func TestRunLogLinesCarryTheTrace(t *testing.T) {
 	for _, e := range tracedEngines {
 		t.Run(e.name, func(t *testing.T) {
@@ -225,12 +229,20 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 			var buf syncbuf.Buffer
 			log := slog.New(tracing.LogHandler(slog.NewJSONHandler(&buf, nil)))
 			const kind, topic = "trace.log", port.Topic("trace-wake")
+			blocked, release := make(chan struct{}, 1), make(chan struct{})
 			var eng port.TaskEngine
-			w := apptest.NewWorld(t, apptest.Options{NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
-				require.NoError(t, reg.RegisterActivity(port.Bind(logTouch, func(ctx context.Context, n int) (int, error) {
-					log.InfoContext(ctx, "step line")
-					return n, nil
-				})))
+			apptest.NewWorld(t, apptest.Options{NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
+				require.NoError(t, reg.RegisterActivity(
+					port.Bind(logTouch, func(ctx context.Context, n int) (int, error) {
+						log.InfoContext(ctx, "step line")
+						return n, nil
+					}),
+					port.Bind(logBlock, func(ctx context.Context, n int) (int, error) {
+						log.InfoContext(ctx, "blocked step line")
+						blocked <- struct{}{}
+						<-release
+						return n, nil
+					})))
 				require.NoError(t, reg.Register(port.Definition{Kind: kind, Version: 1, Retry: port.NetworkRetry(),
 					Handler: port.Handle(func(f port.Flow, n int) error {
 						f.Logger().Info("before wake")
@@ -241,6 +253,13 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 							return err
 						}
 						f.Logger().Info("after wake")
+						if _, err := logBlock.Run(f, "block", n); err != nil {
+							return err
+						}
+						if _, err := f.WaitSignal("wait-again", topic, time.Minute, nil); err != nil {
+							return err
+						}
+						f.Logger().Info("after the signal sent during a step")
 						return nil
 					})}))
 				eng = e.new(t, reg, pool, tp, log)
@@ -254,15 +273,27 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 			require.NoError(t, err)
 			enqueue.End()
 			require.Eventually(t, func() bool {
-				var n int
-				require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM taskport.waiter WHERE topic = $1`, string(topic)).Scan(&n))
-				return n == 1
+				v, err := eng.Get(ctx, id)
+				require.NoError(t, err)
+				return v.Status == port.StatusWaiting
 			}, 30*time.Second, 20*time.Millisecond)
-			sctx, signal := tracer.Start(ctx, "signal")
-			delivered, err := eng.Signal(sctx, topic, nil)
+			wctx, wake := tracer.Start(ctx, "wake")
+			delivered, err := eng.Signal(wctx, topic, nil)
 			require.NoError(t, err)
 			require.Equal(t, 1, delivered)
-			signal.End()
+			wake.End()
+			select {
+			case <-blocked:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the step after the wake never started")
+			}
+			// Sent while the run is in a step: kept for its next wait
+			// (buffered on Temporal, stored on the lease engine).
+			lctx, late := tracer.Start(ctx, "late signal")
+			_, err = eng.Signal(lctx, topic, nil)
+			require.NoError(t, err)
+			late.End()
+			close(release)
 			require.Eventually(t, func() bool {
 				v, err := eng.Get(ctx, id)
 				require.NoError(t, err)
@@ -279,8 +310,13 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 				require.NoError(t, dec.Decode(&line))
 				traces[line.Msg] = append(traces[line.Msg], line.TraceID)
 			}
-			enqueued, signalled := enqueue.SpanContext().TraceID().String(), signal.SpanContext().TraceID().String()
-			for msg, want := range map[string]string{"before wake": enqueued, "step line": enqueued, "after wake": signalled} {
+			enqueued := enqueue.SpanContext().TraceID().String()
+			woken := wake.SpanContext().TraceID().String()
+			for msg, want := range map[string]string{
+				"before wake": enqueued, "step line": enqueued,
+				"after wake": woken, "blocked step line": woken,
+				"after the signal sent during a step": late.SpanContext().TraceID().String(),
+			} {
 				require.NotEmpty(t, traces[msg], msg)
 				for _, got := range traces[msg] {
 					require.Equal(t, want, got, msg)

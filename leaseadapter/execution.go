@@ -34,8 +34,9 @@ type execution struct {
 	canceled     bool
 	createdAt    time.Time
 	history      []historyEntry
-	// trace is the trace the run's steps continue: its enqueuer's, or the
-	// signaller's that last woke it (signalSQL).
+	// trace is the trace the run's steps continue: its enqueuer's, or that
+	// of the last signal a wait received (consumeSignalSQL). Only the
+	// executor's goroutine touches it.
 	trace tracing.Stored
 
 	cancel     context.CancelCauseFunc // the run context: ErrLeaseLost, ErrCanceled, errStopping
@@ -101,8 +102,9 @@ type unwind struct {
 
 // execute replays the handler from the start and finishes the claim.
 func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
-	runTrace := ex.trace.SpanContext()
-	log := slog.New(tracing.WithSpan(w.log.Handler(), func() trace.SpanContext { return runTrace })).
+	// A closure, not the method value ex.trace.SpanContext, which would
+	// copy the trace now: a received signal changes it.
+	log := slog.New(tracing.WithSpan(w.log.Handler(), func() trace.SpanContext { return ex.trace.SpanContext() })).
 		With(slog.String("run_id", ex.id.String()), slog.String("kind", ex.kind))
 	def, err := w.e.reg.Lookup(port.Kind(ex.kind), ex.version)
 	if err != nil {
@@ -586,10 +588,14 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	var outcome any
 	if topic != "" {
 		var payload json.RawMessage
-		err := runstore.InterpretError(tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload))
+		var signalled tracing.Stored
+		err := runstore.InterpretError(tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload, &signalled.Parent, &signalled.State))
 		switch {
 		case err == nil:
 			outcome = waitOutcome{Received: true, Payload: payload}
+			if signalled.Parent != "" {
+				ex.trace = signalled // as consumeSignalSQL did to the task row
+			}
 		case !errors.Is(err, port.ErrNotFound): // not found: no signal waiting
 			return nil, time.Time{}, time.Time{}, fmt.Errorf("consume signal on %s: %w", topic, err)
 		case !deadline.After(dbNow):

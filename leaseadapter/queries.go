@@ -298,22 +298,18 @@ SELECT count(*) FROM taskport_lease.task WHERE status IN ('pending', 'waiting') 
 const topicLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 7454))`
 
 // signalSQL stores the signal once per run waiting on the topic, or once
-// untargeted when none waits, and wakes the waiters. A waiter woken by a
-// traced signal ($3, $4) continues the signaller's trace from then on: what
-// it does next is what the signal's transaction decided (an approval, a
-// completed download).
+// untargeted when none waits, with the signaller's trace context ($3, $4),
+// and wakes the waiters.
 const signalSQL = `
 WITH w AS (
   SELECT w.run_id FROM taskport.waiter w JOIN taskport_lease.task t ON t.id = w.run_id WHERE w.topic = $1
 ), ins AS (
-  INSERT INTO taskport_lease.task_signal (topic, payload, target)
-  SELECT $1::text, $2::jsonb, run_id FROM w
+  INSERT INTO taskport_lease.task_signal (topic, payload, target, traceparent, tracestate)
+  SELECT $1::text, $2::jsonb, run_id, $3::text, $4::text FROM w
   UNION ALL
-  SELECT $1::text, $2::jsonb, NULL::uuid WHERE NOT EXISTS (SELECT 1 FROM w)
+  SELECT $1::text, $2::jsonb, NULL::uuid, $3::text, $4::text WHERE NOT EXISTS (SELECT 1 FROM w)
 ), wake AS (
-  UPDATE taskport_lease.task t SET next_run_at = now(), updated_at = now(),
-    traceparent = CASE WHEN $3 = '' THEN t.traceparent ELSE $3 END,
-    tracestate = CASE WHEN $3 = '' THEN t.tracestate ELSE $4 END
+  UPDATE taskport_lease.task t SET next_run_at = now(), updated_at = now()
   FROM w WHERE t.id = w.run_id AND t.status = 'waiting'
 )
 SELECT count(*) FROM w`
@@ -328,15 +324,24 @@ FROM taskport_lease.task WHERE id = $1 AND lease_token = $2 AND status = 'runnin
 FOR UPDATE`
 
 // consumeSignalSQL takes the oldest signal on the topic addressed to this
-// run or to nobody.
+// run or to nobody. A traced signal moves the run onto the signaller's
+// trace: what the run does next is what the signal's transaction decided
+// (an approval, a completed download). The task row is locked by
+// lockClaimSQL in the same transaction.
 const consumeSignalSQL = `
-UPDATE taskport_lease.task_signal SET consumed_by = $2, consumed_at = now()
-WHERE id = (
-  SELECT id FROM taskport_lease.task_signal
-  WHERE topic = $1 AND consumed_by IS NULL AND (target IS NULL OR target = $2)
-  ORDER BY id LIMIT 1
+WITH s AS (
+  UPDATE taskport_lease.task_signal SET consumed_by = $2, consumed_at = now()
+  WHERE id = (
+    SELECT id FROM taskport_lease.task_signal
+    WHERE topic = $1 AND consumed_by IS NULL AND (target IS NULL OR target = $2)
+    ORDER BY id LIMIT 1
+  )
+  RETURNING payload, traceparent, tracestate
+), t AS (
+  UPDATE taskport_lease.task SET traceparent = s.traceparent, tracestate = s.tracestate
+  FROM s WHERE taskport_lease.task.id = $2 AND s.traceparent <> ''
 )
-RETURNING payload`
+SELECT payload, traceparent, tracestate FROM s`
 
 // parkSQL releases the claim and parks the run until $4 (a signal sets
 // next_run_at to now).
