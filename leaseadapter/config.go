@@ -62,8 +62,9 @@ type Config struct {
 	Metrics Metrics
 	// TracerProvider makes a span per step attempt, in the trace of the
 	// Enqueue that created the run (its context's span, stored with the task
-	// row), or of the Signal that last woke it. Default: the global provider
-	// (otel.GetTracerProvider, a no-op until the process installs one).
+	// row), or of the last signal a wait received. Default: the global
+	// provider (otel.GetTracerProvider, a no-op until the process installs
+	// one).
 	TracerProvider trace.TracerProvider
 }
 
