@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/taskport/taskport/port"
 )
 
@@ -58,6 +60,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives counters; nil means none.
 	Metrics Metrics
+	// TracerProvider makes a span per step attempt, in the trace of the
+	// Enqueue that created the run (its context's span, stored with the task
+	// row), or of the last signal a wait received. Default: the global
+	// provider (otel.GetTracerProvider, a no-op until the process installs
+	// one).
+	TracerProvider trace.TracerProvider
 }
 
 // Metrics is the hook the engine reports through; wire it to Prometheus (or

@@ -103,4 +103,15 @@
 // lease released, status pending, step context canceled. Start and Stop
 // follow the port's lifecycle rules (internal/startstop): a stopped engine
 // starts again with a fresh worker (loops, committers, queue).
+//
+// # Tracing
+//
+// The task row keeps the W3C trace context of the Enqueue that created it
+// (the dispatcher's span, itself a child of the business transaction that
+// wrote the outbox row); each step attempt runs in a span (step:<activity>)
+// parented on it, and the activity's context carries that span, so the
+// outbox rows a step writes continue the trace. A task_signal row keeps its
+// signaller's trace context, and the wait that consumes it moves the run
+// onto that trace (task row and claim alike), as the Temporal adapter does
+// for the signals a wait receives. Log lines about a run carry its trace.
 package leaseadapter

@@ -11,10 +11,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/startstop"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -26,9 +28,10 @@ import (
 type Engine struct {
 	startstop.Base
 
-	pool *pgxpool.Pool
-	reg  *port.Registry
-	cfg  Config
+	pool   *pgxpool.Pool
+	reg    *port.Registry
+	cfg    Config
+	tracer trace.Tracer
 
 	mu     sync.Mutex
 	worker *worker // between Start and the beginning of Stop
@@ -54,7 +57,7 @@ func New(pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("lease engine config: %w", err)
 	}
-	return &Engine{pool: pool, reg: reg, cfg: cfg}, nil
+	return &Engine{pool: pool, reg: reg, cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider, "github.com/taskport/taskport/leaseadapter")}, nil
 }
 
 // Enqueue starts a run, or returns the run already recorded for
@@ -76,9 +79,10 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	var got *uuid.UUID
 	var ready, notified int
 	notify := e.notifyNow()
+	tc := tracing.FromContext(ctx)
 	args := []any{id, kind, p.Definition.Version, opts.IdempotencyKey, opts.BusinessKey,
 		opts.Priority, p.Input, avail, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
-		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, e.enqueueHint(), notify}
+		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, e.enqueueHint(), notify, tc.Parent, tc.State}
 	scan := func(row pgx.Row) error { return row.Scan(&got, &ready, &notified) }
 	w := e.serving()
 	if w != nil {
@@ -179,9 +183,10 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 		return run.ID, nil
 	}
 	retry := p.Definition.Retry.WithDefaults()
+	tc := tracing.FromContext(ctx)
 	if _, err := tx.Exec(ctx, insertTaskSQL, uuid.MustParse(string(run.ID)), kind, p.Definition.Version, p.Input,
 		opts.Priority, run.AvailableAt, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
-		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, "", run.Seq); err != nil {
+		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, "", run.Seq, tc.Parent, tc.State); err != nil {
 		return "", fmt.Errorf("insert task %s: %w", run.ID, err)
 	}
 	return run.ID, nil
@@ -204,7 +209,8 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 		if _, err := tx.Exec(ctx, topicLockSQL, string(topic)); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, signalSQL, string(topic), raw).Scan(&delivered); err != nil {
+		tc := tracing.FromContext(ctx)
+		if err := tx.QueryRow(ctx, signalSQL, string(topic), raw, tc.Parent, tc.State).Scan(&delivered); err != nil {
 			return err
 		}
 		if delivered == 0 {

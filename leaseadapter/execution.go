@@ -11,9 +11,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -30,6 +34,10 @@ type execution struct {
 	canceled     bool
 	createdAt    time.Time
 	history      []historyEntry
+	// trace is the trace the run's steps continue: its enqueuer's, or that
+	// of the last signal a wait received (consumeSignalSQL). Only the
+	// executor's goroutine touches it.
+	trace tracing.Stored
 
 	cancel     context.CancelCauseFunc // the run context: ErrLeaseLost, ErrCanceled, errStopping
 	released   atomic.Bool             // the lease was given up on purpose
@@ -94,7 +102,10 @@ type unwind struct {
 
 // execute replays the handler from the start and finishes the claim.
 func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
-	log := w.log.With(slog.String("run_id", ex.id.String()), slog.String("kind", ex.kind))
+	// A closure, not the method value ex.trace.SpanContext, which would
+	// copy the trace now: a received signal changes it.
+	log := slog.New(tracing.WithSpan(w.log.Handler(), func() trace.SpanContext { return ex.trace.SpanContext() })).
+		With(slog.String("run_id", ex.id.String()), slog.String("kind", ex.kind))
 	def, err := w.e.reg.Lookup(port.Kind(ex.kind), ex.version)
 	if err != nil {
 		// The claim only takes served pairs, so this is a registry changed
@@ -424,14 +435,26 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step string, 
 		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Attempt: attempt,
 		Token: enginekit.LeaseToken(f.ex.runID(), step, f.ex.claims, f.ex.token.String(), f.ex.generation),
 	}
+	ctx, span := f.w.e.tracer.Start(f.ex.trace.Into(ctx), SpanStepPrefix+b.Name(), trace.WithAttributes(
+		attribute.String("taskport.run_id", string(info.RunID)), attribute.String("taskport.kind", f.ex.kind),
+		attribute.String("taskport.step", step), attribute.Int("taskport.attempt", attempt)))
+	defer span.End()
 	out, err := enginekit.RunActivity(ctx, b, info, hb, raw)
 	if err == nil && ctx.Err() != nil {
 		// The attempt ran past its timeout or heartbeat timeout; its result
 		// is not trusted, like Temporal's.
 		err = context.Cause(ctx)
 	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
 	return out, err
 }
+
+// SpanStepPrefix starts the name of a step attempt's span, followed by the
+// activity's name ("step:asset.import").
+const SpanStepPrefix = "step:"
 
 // heartbeat is the lease engine's half of the activity runtime
 // (enginekit.Beater) for one attempt.
@@ -565,10 +588,14 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	var outcome any
 	if topic != "" {
 		var payload json.RawMessage
-		err := runstore.InterpretError(tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload))
+		var signalled tracing.Stored
+		err := runstore.InterpretError(tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload, &signalled.Parent, &signalled.State))
 		switch {
 		case err == nil:
 			outcome = waitOutcome{Received: true, Payload: payload}
+			if signalled.Parent != "" {
+				ex.trace = signalled // as consumeSignalSQL did to the task row
+			}
 		case !errors.Is(err, port.ErrNotFound): // not found: no signal waiting
 			return nil, time.Time{}, time.Time{}, fmt.Errorf("consume signal on %s: %w", topic, err)
 		case !deadline.After(dbNow):

@@ -15,12 +15,13 @@ package leaseadapter
 const notifyChannel = "taskport_lease"
 
 // insertTaskSQL adds the task row of a run inserted by runstore.Insert
-// (EnqueueTx); $13 is the run's seq.
+// (EnqueueTx); $13 is the run's seq, $14 and $15 the enqueuer's trace
+// context.
 const insertTaskSQL = `
 WITH ins AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
-    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10, $13)
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq, traceparent, tracestate)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 millisecond', $9 * interval '1 millisecond', $10, $13, $14, $15)
   RETURNING next_run_at
 )
 SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
@@ -30,7 +31,8 @@ SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
 // authority) and the task row, which keeps the run's seq (the generation of
 // its fencing tokens) so that a claim needs no join. On a conflict it returns
 // the existing id when visible, else NULL and Enqueue falls back to
-// runstore.Insert, which sees rows committed concurrently.
+// runstore.Insert, which sees rows committed concurrently. $16 and $17 are
+// the enqueuer's trace context, which the run's steps continue.
 const enqueueSQL = `
 WITH r AS (
   INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
@@ -39,8 +41,9 @@ WITH r AS (
   RETURNING id, available_at, seq
 ), t AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
-    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12, seq
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq, traceparent, tracestate)
+  SELECT id, $2, $3, $7, $6, available_at, $9, $10 * interval '1 millisecond', $11 * interval '1 millisecond', $12, seq,
+    $16, $17
   FROM r
   RETURNING next_run_at
 ), n AS (
@@ -78,10 +81,10 @@ WITH c AS (
       lease_until = now() + $4 * interval '1 millisecond', claims = t.claims + 1, updated_at = now()
   FROM c WHERE t.id = c.id
   RETURNING t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts,
-    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at, t.run_seq
+    t.cancel_requested_at IS NOT NULL AS canceled, t.created_at, t.run_seq, t.traceparent, t.tracestate
 )
 SELECT t.id, t.kind, t.handler_version, t.input, t.claims, t.lease_token, t.step_attempts, t.canceled, t.created_at,
-  t.run_seq,
+  t.run_seq, t.traceparent, t.tracestate,
   coalesce((SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'result', s.result,
       'failed', s.failed, 'at', s.completed_at) ORDER BY s.seq)
     FROM taskport_lease.step_result s WHERE s.task_id = t.id), '[]')
@@ -298,15 +301,16 @@ SELECT count(*) FROM taskport_lease.task WHERE status IN ('pending', 'waiting') 
 const topicLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 7454))`
 
 // signalSQL stores the signal once per run waiting on the topic, or once
-// untargeted when none waits, and wakes the waiters.
+// untargeted when none waits, with the signaller's trace context ($3, $4),
+// and wakes the waiters.
 const signalSQL = `
 WITH w AS (
   SELECT w.run_id FROM taskport.waiter w JOIN taskport_lease.task t ON t.id = w.run_id WHERE w.topic = $1
 ), ins AS (
-  INSERT INTO taskport_lease.task_signal (topic, payload, target)
-  SELECT $1::text, $2::jsonb, run_id FROM w
+  INSERT INTO taskport_lease.task_signal (topic, payload, target, traceparent, tracestate)
+  SELECT $1::text, $2::jsonb, run_id, $3::text, $4::text FROM w
   UNION ALL
-  SELECT $1::text, $2::jsonb, NULL::uuid WHERE NOT EXISTS (SELECT 1 FROM w)
+  SELECT $1::text, $2::jsonb, NULL::uuid, $3::text, $4::text WHERE NOT EXISTS (SELECT 1 FROM w)
 ), wake AS (
   UPDATE taskport_lease.task t SET next_run_at = now(), updated_at = now()
   FROM w WHERE t.id = w.run_id AND t.status = 'waiting'
@@ -323,15 +327,24 @@ FROM taskport_lease.task WHERE id = $1 AND lease_token = $2 AND status = 'runnin
 FOR UPDATE`
 
 // consumeSignalSQL takes the oldest signal on the topic addressed to this
-// run or to nobody.
+// run or to nobody. A traced signal moves the run onto the signaller's
+// trace: what the run does next is what the signal's transaction decided
+// (an approval, a completed download). The task row is locked by
+// lockClaimSQL in the same transaction.
 const consumeSignalSQL = `
-UPDATE taskport_lease.task_signal SET consumed_by = $2, consumed_at = now()
-WHERE id = (
-  SELECT id FROM taskport_lease.task_signal
-  WHERE topic = $1 AND consumed_by IS NULL AND (target IS NULL OR target = $2)
-  ORDER BY id LIMIT 1
+WITH s AS (
+  UPDATE taskport_lease.task_signal SET consumed_by = $2, consumed_at = now()
+  WHERE id = (
+    SELECT id FROM taskport_lease.task_signal
+    WHERE topic = $1 AND consumed_by IS NULL AND (target IS NULL OR target = $2)
+    ORDER BY id LIMIT 1
+  )
+  RETURNING payload, traceparent, tracestate
+), t AS (
+  UPDATE taskport_lease.task SET traceparent = s.traceparent, tracestate = s.tracestate
+  FROM s WHERE taskport_lease.task.id = $2 AND s.traceparent <> ''
 )
-RETURNING payload`
+SELECT payload, traceparent, tracestate FROM s`
 
 // parkSQL releases the claim and parks the run until $4 (a signal sets
 // next_run_at to now).

@@ -12,8 +12,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskport/taskport/internal/startstop"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -38,6 +42,11 @@ type Config struct {
 	Backoff port.RetryPolicy
 	// Metrics receives the dispatcher's counts; nil reports nothing.
 	Metrics Metrics
+	// TracerProvider makes the span of each dispatch, a child of the trace
+	// context the row was written with (see Write), in whose context the
+	// engine is called. Default: the global provider (otel.GetTracerProvider,
+	// a no-op until the process installs one).
+	TracerProvider trace.TracerProvider
 }
 
 // Metrics is the hook through which the dispatcher reports, so that it does
@@ -91,6 +100,7 @@ type Dispatcher struct {
 	engine port.TaskEngine
 	runs   port.Admin
 	cfg    Config
+	tracer trace.Tracer
 
 	// Set by Start and used by Stop, which startstop serializes.
 	cancel context.CancelCauseFunc // the loops' context
@@ -108,7 +118,8 @@ func NewDispatcher(pool *pgxpool.Pool, engine port.TaskEngine, runs port.Admin, 
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("outbox dispatcher config: %w", err)
 	}
-	return &Dispatcher{pool: pool, engine: engine, runs: runs, cfg: cfg}, nil
+	return &Dispatcher{pool: pool, engine: engine, runs: runs, cfg: cfg,
+		tracer: tracing.Tracer(cfg.TracerProvider, "github.com/taskport/taskport/outbox")}, nil
 }
 
 // Start runs the dispatcher in the background until Stop (not until ctx
@@ -241,6 +252,7 @@ type claimed struct {
 	availableAt *time.Time
 	minVersion  int
 	attempts    int
+	trace       tracing.Stored
 }
 
 // DispatchOnce claims one batch of due rows and carries them out. It returns
@@ -253,7 +265,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
 		var c claimed
 		err := row.Scan(&c.id, &c.action, &c.kind, &c.topic, &c.key, &c.businessKey, &c.payload, &c.availableAt,
-			&c.minVersion, &c.attempts)
+			&c.minVersion, &c.attempts, &c.trace.Parent, &c.trace.State)
 		return c, err
 	})
 	if err != nil {
@@ -279,12 +291,28 @@ func (c claimed) name() string {
 	return string(c.action) + " " + c.businessKey + "/" + c.key
 }
 
-func (d *Dispatcher) dispatch(ctx context.Context, c claimed) error {
+// dispatch carries out one row in a span continuing the row's trace, so
+// that the engine call (and through it the run) joins the trace of the
+// business transaction that wrote the row.
+func (d *Dispatcher) dispatch(ctx context.Context, c claimed) (err error) {
+	ctx, span := d.tracer.Start(c.trace.Into(ctx), SpanDispatch, trace.WithAttributes(
+		attribute.String("taskport.outbox.action", string(c.action)),
+		attribute.String("taskport.outbox.row", c.name()),
+		attribute.String("taskport.business_key", c.businessKey),
+		attribute.Int("taskport.outbox.attempt", c.attempts)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	runID, err := d.carryOut(ctx, c)
 	if err == nil {
 		var run *string
 		if runID != "" {
 			run = (*string)(&runID)
+			span.SetAttributes(attribute.String("taskport.run_id", string(runID)))
 		}
 		if _, err := d.pool.Exec(ctx, markDispatchedSQL, c.id, run); err != nil {
 			return fmt.Errorf("mark outbox %s dispatched: %w", c.name(), err)
@@ -297,7 +325,9 @@ func (d *Dispatcher) dispatch(ctx context.Context, c claimed) error {
 	// A kind or version unknown here may be known to another process: try
 	// later. Other invalid input is invalid under every version: give up.
 	if errors.Is(err, port.ErrInvalidInput) && !errors.Is(err, port.ErrUnknownKind) {
-		d.cfg.Logger.Error("outbox row refused by the engine", slog.String("row", c.name()), slog.String("error", err.Error()))
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "refused by the engine")
+		d.cfg.Logger.ErrorContext(ctx, "outbox row refused by the engine", slog.String("row", c.name()), slog.String("error", err.Error()))
 		if _, merr := d.pool.Exec(ctx, markFailedSQL, c.id, err.Error()); merr != nil {
 			return fmt.Errorf("mark outbox %s failed: %w", c.name(), merr)
 		}
@@ -331,6 +361,9 @@ func (d *Dispatcher) carryOut(ctx context.Context, c claimed) (runID port.RunID,
 	}
 	return "", &port.FieldError{Field: "action", Reason: fmt.Sprintf("unknown action %q", c.action)}
 }
+
+// SpanDispatch names the span of one row's dispatch.
+const SpanDispatch = "outbox.dispatch"
 
 // cancelLimit bounds the open runs one cancel row lists; a plan has a
 // handful.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -111,7 +112,9 @@ func (ev Event) validate() error {
 
 // Write records ev in the caller's transaction. Writing the same (kind, key)
 // twice keeps the first row; inserted reports which happened. The insert
-// trigger notifies dispatchers when the transaction commits.
+// trigger notifies dispatchers when the transaction commits. The row keeps
+// the trace context of ctx (the business transaction's span, if any), which
+// the dispatcher continues.
 func Write(ctx context.Context, q DBTX, ev Event) (inserted bool, err error) {
 	if ev.Action == "" {
 		ev.Action = ActionEnqueue
@@ -134,8 +137,9 @@ func Write(ctx context.Context, q DBTX, ev Event) (inserted bool, err error) {
 	if !ev.AvailableAt.IsZero() {
 		avail = &ev.AvailableAt
 	}
+	tc := tracing.FromContext(ctx)
 	tag, err := q.Exec(ctx, insertEventSQL, id, ev.Action, ev.Kind, ev.Topic, ev.IdempotencyKey, ev.BusinessKey, payload, avail,
-		max(ev.MinVersion, 1))
+		max(ev.MinVersion, 1), tc.Parent, tc.State)
 	if err != nil {
 		return false, fmt.Errorf("outbox write %s %s/%s: %w", ev.Action, ev.Kind, ev.IdempotencyKey, err)
 	}

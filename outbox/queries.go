@@ -3,8 +3,9 @@ package outbox
 // Every statement of the package, parameterized.
 
 const insertEventSQL = `
-INSERT INTO outbox_event (id, action, kind, topic, idempotency_key, business_key, payload, available_at, min_version)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+INSERT INTO outbox_event (id, action, kind, topic, idempotency_key, business_key, payload, available_at, min_version,
+    traceparent, tracestate)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (kind, idempotency_key) DO NOTHING`
 
 // claimSQL takes due rows that no other dispatcher holds and pushes their
@@ -19,7 +20,8 @@ WHERE id IN (
     ORDER BY next_attempt_at, id
     FOR UPDATE SKIP LOCKED
     LIMIT $1)
-RETURNING id, action, kind, topic, idempotency_key, business_key, payload, available_at, min_version, attempts`
+RETURNING id, action, kind, topic, idempotency_key, business_key, payload, available_at, min_version, attempts,
+    traceparent, tracestate`
 
 const markDispatchedSQL = `
 UPDATE outbox_event SET status = 'dispatched', run_id = $2, dispatched_at = now(), last_error = ''

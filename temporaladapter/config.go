@@ -12,8 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 )
@@ -164,6 +166,13 @@ type ClientConfig struct {
 	// shows encoded payloads unless it is pointed at a codec server. Search
 	// attributes (kind, version, business key) stay readable. Default none.
 	PayloadCodecs []converter.PayloadCodec
+	// TracerProvider traces the client and its workers through the SDK's
+	// OpenTelemetry interceptor: Enqueue and Signal carry the caller's span
+	// to the workflow, whose activities continue that trace (see tracing.go
+	// for the signal's part). Default: the global provider
+	// (otel.GetTracerProvider, a no-op until the process installs one; a
+	// caller's span is still propagated).
+	TracerProvider trace.TracerProvider
 }
 
 // Dial connects to Temporal.
@@ -180,7 +189,12 @@ func Dial(ctx context.Context, cfg ClientConfig) (client.Client, error) {
 	if tlsCfg != nil && cfg.TLS == nil {
 		tlsCfg = notes.watch(tlsCfg)
 	}
+	tracer, err := newTracingInterceptor(cfg.TracerProvider)
+	if err != nil {
+		return nil, fmt.Errorf("dial temporal: tracing: %w", err)
+	}
 	opts := client.Options{
+		Interceptors:      []interceptor.ClientInterceptor{tracer},
 		HostPort:          cfg.HostPort,
 		Namespace:         cfg.Namespace,
 		Logger:            tlog.NewStructuredLogger(logger),

@@ -22,6 +22,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
@@ -97,6 +98,8 @@ type Engine struct {
 	cfg    Config
 	logger *slog.Logger
 	books  *bookkeeping
+	// parents: see flow.continueTrace.
+	parents interceptor.Tracer
 
 	// Set by Start and cleared by Stop, which startstop serializes.
 	worker worker.Worker
@@ -113,13 +116,18 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 	if c == nil || pool == nil || reg == nil {
 		return nil, errors.New("temporaladapter: client, pool and registry are required")
 	}
+	parents, err := newParentTracer()
+	if err != nil {
+		return nil, fmt.Errorf("temporaladapter: tracer: %w", err)
+	}
 	return &Engine{
-		client: c,
-		pool:   pool,
-		reg:    reg,
-		cfg:    cfg,
-		logger: cfg.Logger,
-		books:  &bookkeeping{pool: pool, logger: cfg.Logger},
+		parents: parents,
+		client:  c,
+		pool:    pool,
+		reg:     reg,
+		cfg:     cfg,
+		logger:  cfg.Logger,
+		books:   &bookkeeping{pool: pool, logger: cfg.Logger},
 	}, nil
 }
 

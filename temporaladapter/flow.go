@@ -10,10 +10,12 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -42,13 +44,14 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 			pending:    in.Pending,
 			topics:     in.Topics,
 			generation: in.Generation,
-			logger:     slog.New(replayAwareHandler{ctx: ctx, next: e.logger.Handler()}),
+			parents:    e.parents,
 			laOpts: workflow.LocalActivityOptions{
 				ScheduleToCloseTimeout: e.cfg.LocalActivityTimeout,
 				StartToCloseTimeout:    min(e.cfg.LocalActivityTimeout, 10*time.Second),
 			},
 		}
-		f.logger = f.logger.With(slog.String("run_id", string(f.runID)), slog.String("workflow_type", info.WorkflowType.Name))
+		f.logger = slog.New(replayAwareHandler{ctx: ctx, next: tracing.WithSpan(e.logger.Handler(), f.spanContext)}).
+			With(slog.String("run_id", string(f.runID)), slog.String("workflow_type", info.WorkflowType.Name))
 		next, err := enginekit.ContinueAsNew(def.Handler.Run(f, in.Input))
 		if next != nil {
 			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}
@@ -106,6 +109,9 @@ type flow struct {
 	topics  []port.Topic                     // topics registered in the waiter table, in first-wait order
 	// generation is the run's, for the fencing tokens of its steps.
 	generation int64
+	// parents builds the parent span a received signal's trace gives the
+	// next activities (continueTrace).
+	parents interceptor.Tracer
 
 	projected    bool   // the projection says running since the last wait
 	lastStep     string // for the terminal projection
@@ -240,6 +246,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	if timeout == 0 {
 		var raw json.RawMessage
 		if workflow.GetSignalChannel(f.ctx, string(topic)).ReceiveAsync(&raw) {
+			f.continueTrace(topic)
 			return true, decodeSignal(name, raw, payload)
 		}
 		return false, nil
@@ -272,6 +279,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	sel.Select(f.ctx)
 	switch {
 	case received:
+		f.continueTrace(topic)
 		return true, decodeSignal(name, raw, payload)
 	case canceled:
 		return false, port.ErrCanceled

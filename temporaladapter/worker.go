@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -39,6 +40,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 			WorkflowPanicPolicy:                     worker.FailWorkflow,
 			OnFatalError:                            e.onFatal,
 			DeploymentOptions:                       e.deploymentOptions(),
+			Interceptors:                            []interceptor.WorkerInterceptor{&wakeInterceptor{}},
 		})
 		served := e.registerWorkflows(w, opts)
 		for _, b := range e.reg.Activities() {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/activities"
@@ -58,6 +59,8 @@ type Options struct {
 	// ChunkSize of imports; default 64 KiB so small test files take
 	// several chunks.
 	ChunkSize int
+	// TracerProvider of the dispatcher; default the global one.
+	TracerProvider trace.TracerProvider
 }
 
 // World is everything a business test touches.
@@ -115,7 +118,7 @@ func NewWorld(t testing.TB, opts Options) *World {
 	require.NoError(t, err)
 	runs, ok := w.Engine.(port.Admin)
 	require.True(t, ok, "the engine %T does not list runs (port.Admin)", w.Engine)
-	w.Dispatcher, err = outbox.NewDispatcher(w.Pool, w.Engine, runs, outbox.Config{})
+	w.Dispatcher, err = outbox.NewDispatcher(w.Pool, w.Engine, runs, outbox.Config{TracerProvider: opts.TracerProvider})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

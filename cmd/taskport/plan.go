@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/cmd/internal/stack"
@@ -18,9 +22,25 @@ import (
 // these commands write business rows and their outbox rows, and what must
 // follow (a run, a wake-up, a cancel) goes through the outbox, so they need
 // no engine and dial no Temporal server. libraryRoot may be empty where no
-// plan is created.
+// plan is created. fn runs inside the command's span ("plan approve"),
+// through cmd.Context(), so that the outbox rows it writes start the trace
+// the dispatcher and the engine continue.
 func withPlans(cmd *cobra.Command, g *stack.Globals, libraryRoot string, fn func(*plans.Service) error) error {
-	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) error {
+	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) (err error) {
+		tr, err := g.StartTracing(cmd.Context(), log)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, tr.Shutdown(context.WithoutCancel(cmd.Context()))) }()
+		ctx, span := tr.Command(cmd.Context(), strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "))
+		defer func() {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}()
+		cmd.SetContext(ctx)
 		svc, err := plans.New(pool, plans.Config{LibraryRoot: libraryRoot, Logger: log})
 		if err != nil {
 			return err

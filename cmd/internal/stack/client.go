@@ -55,7 +55,7 @@ func OpenClient(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ 
 	case "lease":
 		cl.Engine, err = leaseadapter.New(cl.pool, reg, leaseadapter.Config{Logger: log})
 	case "temporal":
-		if cl.temporal, err = dialTemporal(ctx, c, log, newMetricsRegistry()); err != nil {
+		if cl.temporal, err = dialTemporal(ctx, c, log, newMetricsRegistry(), nil); err != nil {
 			return nil, err
 		}
 		cl.Engine, err = temporaladapter.New(cl.temporal, cl.pool, reg, temporaladapter.Config{TaskQueue: c.TaskQueue, Logger: log})

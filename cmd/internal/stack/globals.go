@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/taskport/taskport/internal/tracing"
 )
 
 // Globals is read from the root command's persistent flags, falling back to
@@ -25,6 +27,9 @@ type Globals struct {
 	// own pool is Config.EnginePoolSize. Both count against Postgres
 	// max_connections: see the README's connection budget.
 	PoolSize int
+	// OTLPEndpoint is the OpenTelemetry collector spans are exported to
+	// (OTLP/gRPC URL, e.g. http://collector:4317); empty: tracing off.
+	OTLPEndpoint string
 }
 
 // Bind adds the persistent flags to root, and applies DB_POOL_SIZE and
@@ -33,6 +38,8 @@ func (g *Globals) Bind(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&g.DatabaseURL, "database-url", EnvOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		"Postgres URL for business tables and engine tables (env DATABASE_URL)")
 	root.PersistentFlags().StringVar(&g.LogLevel, "log-level", EnvOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
+	root.PersistentFlags().StringVar(&g.OTLPEndpoint, "otlp-endpoint", EnvOr("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+		"OpenTelemetry collector to export traces to over OTLP/gRPC, e.g. http://collector:4317; empty: off (env OTEL_EXPORTER_OTLP_ENDPOINT)")
 	root.PersistentFlags().IntVar(&g.PoolSize, "db-pool-size", defaultPoolSize,
 		"connections of the business pool, also the migration's (env DB_POOL_SIZE; pool_max_conns in the URL wins)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return poolSizesFromEnv(cmd.Flags()) }
@@ -73,13 +80,14 @@ func EnvOr(key, def string) string {
 	return def
 }
 
-// Logger is the process's logger at --log-level.
+// Logger is the process's logger at --log-level. A line logged with a
+// context inside a span carries its trace_id and span_id.
 func (g *Globals) Logger() (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.LogLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), nil
+	return slog.New(tracing.LogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))), nil
 }
 
 // defaultPoolSize is the pool size when the URL sets no pool_max_conns.

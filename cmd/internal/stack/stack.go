@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/activities"
@@ -162,6 +163,7 @@ type Stack struct {
 	plans         *plans.Service
 	metrics       *prometheus.Registry
 	admin         *admin.Server
+	tracing       Tracing
 }
 
 // With builds the wiring from the flags (secrets from the environment),
@@ -191,6 +193,10 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 			s.Close()
 		}
 	}()
+	if s.tracing, err = g.StartTracing(ctx, log); err != nil {
+		return nil, err
+	}
+	tp := s.tracing.Provider
 	if s.bizPool, err = g.Pool(ctx, log, g.PoolSize); err != nil {
 		return nil, err
 	}
@@ -211,9 +217,9 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	switch c.Engine {
 	case "lease":
 		s.engine, err = leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
-			StopTimeout: c.StopTimeout, Logger: log, Metrics: newLeaseMetrics(s.metrics)})
+			StopTimeout: c.StopTimeout, Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
 	case "temporal":
-		if s.temporal, err = dialTemporal(ctx, c, log, s.metrics); err != nil {
+		if s.temporal, err = dialTemporal(ctx, c, log, s.metrics, tp); err != nil {
 			return nil, err
 		}
 		s.engine, err = temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
@@ -229,7 +235,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	}
 	s.dispatchWatch = &dispatchWatch{TaskEngine: s.engine}
 	if s.dispatcher, err = outbox.NewDispatcher(s.bizPool, s.dispatchWatch, lister, outbox.Config{
-		Logger: log, Metrics: newOutboxMetrics(s.metrics)}); err != nil {
+		Logger: log, Metrics: newOutboxMetrics(s.metrics), TracerProvider: tp}); err != nil {
 		return nil, err
 	}
 	if s.plans, err = plans.New(s.bizPool, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
@@ -242,15 +248,17 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	return s, nil
 }
 
-// dialTemporal connects to the Temporal frontend c names; its SDK metrics
+// dialTemporal connects to the Temporal frontend c names, tracing through tp
+// (nil: the global provider); its SDK metrics
 // go to metrics.
-func dialTemporal(ctx context.Context, c Config, log *slog.Logger, metrics *prometheus.Registry) (client.Client, error) {
+func dialTemporal(ctx context.Context, c Config, log *slog.Logger, metrics *prometheus.Registry, tp trace.TracerProvider) (client.Client, error) {
 	return temporaladapter.Dial(ctx, temporaladapter.ClientConfig{
 		HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace, APIKey: c.TemporalAPIKey,
 		CAFile: c.TemporalCA, CertFile: c.TemporalCert, KeyFile: c.TemporalKey, TLS: systemTLS(c),
 		Logger: log, MetricsHandler: temporaladapter.PrometheusMetricsHandler(metrics, func(err error) {
 			log.Warn("temporal metric", slog.Any("err", err))
 		}),
+		TracerProvider: tp,
 	})
 }
 
@@ -263,7 +271,8 @@ func systemTLS(c Config) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12}
 }
 
-// Close closes the Temporal client and both pools.
+// Close closes the Temporal client and both pools, and exports the spans
+// still buffered.
 func (s *Stack) Close() {
 	if s.temporal != nil {
 		s.temporal.Close()
@@ -274,6 +283,11 @@ func (s *Stack) Close() {
 	if s.bizPool != nil {
 		s.bizPool.Close()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.tracing.Shutdown(ctx); err != nil {
+		s.log.Warn("tracing shutdown", slog.String("error", err.Error()))
+	}
 }
 
 // Plans is the business API.
@@ -282,7 +296,7 @@ func (s *Stack) Plans() *plans.Service { return s.plans }
 // Serve runs the admin handler on addr until ctx ends and returns the bound
 // address and a channel that reports why serving stopped.
 func (s *Stack) Serve(ctx context.Context, addr string) (string, <-chan error, error) {
-	return listenAndServe(ctx, addr, s.admin)
+	return listenAndServe(ctx, addr, s.tracing.HTTP(s.admin, "admin"))
 }
 
 // RunAdmin serves the admin handler on addr until ctx ends.

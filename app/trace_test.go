@@ -1,0 +1,327 @@
+package app_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/internal/syncbuf"
+	"github.com/taskport/taskport/internal/tracing"
+	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/outbox"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/temporaladapter"
+	"github.com/taskport/taskport/workflows"
+)
+
+// tracedEngines build each engine with a tracer provider, and name the
+// span in which an engine runs one attempt of an activity.
+var tracedEngines = []struct {
+	name     string
+	new      func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine
+	stepSpan func(activity string) string
+}{
+	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine {
+		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{PollInterval: 200 * time.Millisecond,
+			Logger: log, TracerProvider: tp})
+		require.NoError(t, err)
+		return e
+	}, func(activity string) string { return leaseadapter.SpanStepPrefix + activity }},
+	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine {
+		c, err := temporaladapter.Dial(context.Background(), temporaladapter.ClientConfig{
+			HostPort: temporalServer.HostPort, Namespace: temporalServer.Namespace,
+			Logger: slog.New(slog.DiscardHandler), TracerProvider: tp})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		e, err := temporaladapter.New(c, pool, reg, temporaladapter.Config{
+			TaskQueue: "trace-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: log})
+		require.NoError(t, err)
+		return e
+	}, func(activity string) string { return "RunActivity:" + activity }},
+}
+
+// One trace from the plans API call that approves a plan down to the
+// import of its file, on each engine: the approval's transaction writes the
+// wake-up row in its span; the dispatcher signals in a span of that trace;
+// the woken approval.await run hands off in it; and every hand-over after
+// (outbox row, dispatch, run, step) continues it, down to the asset.import
+// step. The test dispatches the outbox itself, so that the download is
+// complete before download.await first checks it: a download.await woken by
+// ReportDownloadComplete would continue that call's trace instead, as it
+// should.
+func TestOneTraceFromApproveToImport(t *testing.T) {
+	for _, e := range tracedEngines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			spans := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+			t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+			var eng port.TaskEngine
+			w := apptest.NewWorld(t, apptest.Options{TracerProvider: tp, NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
+				eng = e.new(t, reg, pool, tp, slog.New(slog.DiscardHandler))
+				return eng
+			}})
+			require.NoError(t, eng.Start(context.Background(), port.StartOptions{}))
+			t.Cleanup(func() { require.NoError(t, eng.Stop(context.Background())) })
+			plan, root := approveToImport(t, w, tp.Tracer("test"))
+
+			want := []string{
+				outbox.SpanDispatch + " signal " + string(workflows.ApprovalTopic(plan)),
+				e.stepSpan(workflows.HandOffApproved.Name()),
+				outbox.SpanDispatch + " " + string(workflows.KindDownloadSubmit),
+				e.stepSpan(workflows.SubmitDownload.Name()),
+				outbox.SpanDispatch + " " + string(workflows.KindDownloadAwait),
+				e.stepSpan(workflows.CheckDownload.Name()),
+				outbox.SpanDispatch + " " + string(workflows.KindAssetImport),
+				e.stepSpan(workflows.ImportAsset.Name()),
+			}
+			var chain []tracetest.SpanStub
+			// The import's span ends after its ledger commit, which the
+			// test waited for.
+			require.Eventually(t, func() bool {
+				chain = parentChain(spans.GetSpans(), e.stepSpan(workflows.ImportAsset.Name()), root)
+				return chain != nil
+			}, 30*time.Second, 20*time.Millisecond, "no span chain from the import step up to the approval: %s",
+				spanNames(spans.GetSpans()))
+			var got []string
+			for _, s := range chain {
+				require.Equal(t, root.TraceID(), s.SpanContext.TraceID(), s.Name)
+				switch {
+				case s.Name == outbox.SpanDispatch:
+					got = append(got, s.Name+" "+dispatchTarget(s))
+				case slices.Contains(want, s.Name):
+					got = append(got, s.Name)
+				}
+			}
+			require.Equal(t, want, got, "dispatch and step spans from the approval down to the import, in order")
+			t.Logf("trace %s: %d spans from the approval down to the import; dispatches and steps: %s",
+				root.TraceID(), len(chain), strings.Join(got, " -> "))
+		})
+	}
+}
+
+// approveToImport runs a plan from its approval, in a span standing for the
+// caller of the plans API, to its import committed in the ledger,
+// dispatching the outbox by hand.
+func approveToImport(t *testing.T, w *apptest.World, tracer trace.Tracer) (plan string, approve trace.SpanContext) {
+	ctx := context.Background()
+	a := apptest.NewAsset("traced.mkv", 200_000)
+	p := w.CreatePlan(t, a)
+	id := p.ID.String()
+	dispatch := func() {
+		t.Helper()
+		_, err := w.Dispatcher.DispatchOnce(ctx)
+		require.NoError(t, err)
+	}
+	outboxHas := func(kind port.Kind) func() bool {
+		return func() bool {
+			return slices.ContainsFunc(w.Outbox(t, id), func(r string) bool { return strings.HasPrefix(r, string(kind)+" ") })
+		}
+	}
+	dispatch() // approval.await
+	// The approval's signal must find the run waiting, so that it is what
+	// wakes the run.
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM taskport.waiter WHERE topic = $1`,
+			string(workflows.ApprovalTopic(id))).Scan(&n))
+		return n == 1
+	}, 30*time.Second, 20*time.Millisecond)
+
+	actx, span := tracer.Start(ctx, "plan approve")
+	apptest.Acked(t)(w.Plans.Approve(actx, id, "ann", ""))
+	span.End()
+
+	dispatch() // the approval's wake-up
+	require.Eventually(t, outboxHas(workflows.KindDownloadSubmit), 30*time.Second, 20*time.Millisecond)
+	dispatch()
+	require.Eventually(t, outboxHas(workflows.KindDownloadAwait), 30*time.Second, 20*time.Millisecond)
+	w.FinishDownload(t, p, a)
+	dispatch()
+	require.Eventually(t, outboxHas(workflows.KindAssetImport), 30*time.Second, 20*time.Millisecond)
+	dispatch()
+	require.Eventually(t, func() bool { return w.Operations(t, id)[ledger.OpImport] }, 60*time.Second, 20*time.Millisecond)
+	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))
+	require.NotEqual(t, acquisition.Canceled, w.Plan(t, id).Status)
+	return id, span.SpanContext()
+}
+
+// parentChain returns the spans from root down to the span named leaf,
+// following parent ids, or nil when the leaf is missing or a parent on the
+// way was not exported.
+func parentChain(spans tracetest.SpanStubs, leaf string, root trace.SpanContext) []tracetest.SpanStub {
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	var cur tracetest.SpanStub
+	found := false
+	for _, s := range spans {
+		byID[s.SpanContext.SpanID()] = s
+		if s.Name == leaf && s.SpanContext.TraceID() == root.TraceID() {
+			cur, found = s, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	chain := []tracetest.SpanStub{cur}
+	for cur.SpanContext.SpanID() != root.SpanID() {
+		parent, ok := byID[cur.Parent.SpanID()]
+		if !ok {
+			return nil
+		}
+		chain = append(chain, parent)
+		cur = parent
+	}
+	slices.Reverse(chain)
+	return chain[1:]
+}
+
+// dispatchTarget is what a dispatch span carried out: "<kind>" or
+// "signal <topic>".
+func dispatchTarget(s tracetest.SpanStub) string {
+	for _, a := range s.Attributes {
+		if a.Key == "taskport.outbox.row" {
+			row, _, _ := strings.Cut(a.Value.AsString(), "/")
+			return row
+		}
+	}
+	return ""
+}
+
+func spanNames(spans tracetest.SpanStubs) string {
+	var names []string
+	for _, s := range spans {
+		names = append(names, fmt.Sprintf("%s(%s<-%s)", s.Name, s.SpanContext.SpanID(), s.Parent.SpanID()))
+	}
+	return strings.Join(names, " ")
+}
+
+var (
+	logTouch = port.DeclareActivity[int, int]("trace.touch")
+	logBlock = port.DeclareActivity[int, int]("trace.block")
+)
+
+// The log lines of a run carry its trace: the handler's (f.Logger()) and
+// the step's (logged with its context) the trace of the Enqueue; after a
+// wait receives a signal, the signal's trace, whether the signal woke the
+// waiting run or arrived during a step and was taken by the next wait.
+func TestRunLogLinesCarryTheTrace(t *testing.T) {
+	for _, e := range tracedEngines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			tp := sdktrace.NewTracerProvider()
+			tracer := tp.Tracer("test")
+			var buf syncbuf.Buffer
+			log := slog.New(tracing.LogHandler(slog.NewJSONHandler(&buf, nil)))
+			const kind, topic = "trace.log", port.Topic("trace-wake")
+			blocked, release := make(chan struct{}, 1), make(chan struct{})
+			var eng port.TaskEngine
+			apptest.NewWorld(t, apptest.Options{NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
+				require.NoError(t, reg.RegisterActivity(
+					port.Bind(logTouch, func(ctx context.Context, n int) (int, error) {
+						log.InfoContext(ctx, "step line")
+						return n, nil
+					}),
+					port.Bind(logBlock, func(ctx context.Context, n int) (int, error) {
+						log.InfoContext(ctx, "blocked step line")
+						blocked <- struct{}{}
+						<-release
+						return n, nil
+					})))
+				require.NoError(t, reg.Register(port.Definition{Kind: kind, Version: 1, Retry: port.NetworkRetry(),
+					Handler: port.Handle(func(f port.Flow, n int) error {
+						f.Logger().Info("before wake")
+						if _, err := logTouch.Run(f, "touch", n); err != nil {
+							return err
+						}
+						if _, err := f.WaitSignal("wait", topic, time.Minute, nil); err != nil {
+							return err
+						}
+						f.Logger().Info("after wake")
+						if _, err := logBlock.Run(f, "block", n); err != nil {
+							return err
+						}
+						if _, err := f.WaitSignal("wait-again", topic, time.Minute, nil); err != nil {
+							return err
+						}
+						f.Logger().Info("after the signal sent during a step")
+						return nil
+					})}))
+				eng = e.new(t, reg, pool, tp, log)
+				return eng
+			}})
+			require.NoError(t, eng.Start(ctx, port.StartOptions{}))
+			t.Cleanup(func() { require.NoError(t, eng.Stop(context.Background())) })
+
+			ectx, enqueue := tracer.Start(ctx, "enqueue")
+			id, err := eng.Enqueue(ectx, kind, 1, port.EnqueueOptions{IdempotencyKey: "log-1"})
+			require.NoError(t, err)
+			enqueue.End()
+			require.Eventually(t, func() bool {
+				v, err := eng.Get(ctx, id)
+				require.NoError(t, err)
+				return v.Status == port.StatusWaiting
+			}, 30*time.Second, 20*time.Millisecond)
+			wctx, wake := tracer.Start(ctx, "wake")
+			delivered, err := eng.Signal(wctx, topic, nil)
+			require.NoError(t, err)
+			require.Equal(t, 1, delivered)
+			wake.End()
+			select {
+			case <-blocked:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the step after the wake never started")
+			}
+			// Sent while the run is in a step: kept for its next wait
+			// (buffered on Temporal, stored on the lease engine).
+			lctx, late := tracer.Start(ctx, "late signal")
+			_, err = eng.Signal(lctx, topic, nil)
+			require.NoError(t, err)
+			late.End()
+			close(release)
+			require.Eventually(t, func() bool {
+				v, err := eng.Get(ctx, id)
+				require.NoError(t, err)
+				return v.Status == port.StatusSucceeded
+			}, 30*time.Second, 20*time.Millisecond)
+
+			traces := map[string][]string{} // message -> trace ids
+			dec := json.NewDecoder(strings.NewReader(buf.String()))
+			for dec.More() {
+				var line struct {
+					Msg     string `json:"msg"`
+					TraceID string `json:"trace_id"`
+				}
+				require.NoError(t, dec.Decode(&line))
+				traces[line.Msg] = append(traces[line.Msg], line.TraceID)
+			}
+			enqueued := enqueue.SpanContext().TraceID().String()
+			woken := wake.SpanContext().TraceID().String()
+			for msg, want := range map[string]string{
+				"before wake": enqueued, "step line": enqueued,
+				"after wake": woken, "blocked step line": woken,
+				"after the signal sent during a step": late.SpanContext().TraceID().String(),
+			} {
+				require.NotEmpty(t, traces[msg], msg)
+				for _, got := range traces[msg] {
+					require.Equal(t, want, got, msg)
+				}
+			}
+		})
+	}
+}
