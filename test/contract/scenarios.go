@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/startstop"
@@ -252,10 +253,13 @@ func signalWakes(w *world) {
 	b := w.enqueue(e, "ct.wait", in, "wake-b")
 	for _, id := range []port.RunID{a, b} {
 		require.Eventually(w.t, func() bool { return w.waiters(id) == 1 }, waitFor, pollEvery, "run %s registered as a waiter", id)
-		v, err := e.Get(bg, id)
-		require.NoError(w.t, err)
-		require.Equal(w.t, port.StatusWaiting, v.Status)
-		require.Equal(w.t, "wait-0", v.CurrentStep, "run %s is in its wait", id)
+		// Temporal registers the waiter before its projection says waiting.
+		require.EventuallyWithT(w.t, func(c *assert.CollectT) {
+			v, err := e.Get(bg, id)
+			require.NoError(c, err)
+			require.Equal(c, port.StatusWaiting, v.Status)
+			require.Equal(c, "wait-0", v.CurrentStep, "run %s is in its wait", id)
+		}, waitFor, pollEvery)
 	}
 	w.openGate(in.Gate)
 	n, err := e.Signal(bg, in.Topic, json.RawMessage(`{"approved":true}`))
