@@ -25,6 +25,24 @@ WITH ins AS (
 )
 SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
 
+// insertTasksSQL adds the task rows of the runs runstore.InsertMany created
+// (EnqueueMany), one array per column, and notifies once if any is ready;
+// it returns how many are.
+const insertTasksSQL = `
+WITH ins AS (
+  INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+  SELECT i.id, i.kind, i.version, i.input::jsonb, i.priority, i.next_run_at, i.max_attempts,
+    i.initial * interval '1 millisecond', i.max_interval * interval '1 millisecond', i.coefficient, i.seq
+  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::timestamptz[], $7::int[],
+    $8::bigint[], $9::bigint[], $10::float8[], $11::bigint[])
+    AS i(id, kind, version, input, priority, next_run_at, max_attempts, initial, max_interval, coefficient, seq)
+  RETURNING next_run_at
+), n AS (
+  SELECT pg_notify($12, $13) FROM (SELECT FROM ins WHERE next_run_at <= now() LIMIT 1) AS any_ready
+)
+SELECT (SELECT count(*) FROM ins WHERE next_run_at <= now()), (SELECT count(*) FROM n)`
+
 // enqueueSQL is Enqueue in one statement (one round trip, one commit): the
 // taskport.run row (the same insert as runstore.Insert, the idempotency
 // authority) and the task row, which keeps the run's seq (the generation of
