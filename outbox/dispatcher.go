@@ -250,7 +250,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+	claimedRows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
 		var c claimed
 		err := row.Scan(&c.id, &c.action, &c.kind, &c.topic, &c.key, &c.businessKey, &c.payload, &c.availableAt,
 			&c.minVersion, &c.attempts)
@@ -259,13 +259,59 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox rows: %w", err)
 	}
+	batch := claimedRows
 	var errs []error
-	for _, c := range batch {
-		if err := d.dispatch(ctx, c); err != nil {
+	for len(batch) > 0 {
+		// A run of consecutive enqueue rows goes to the engine as one
+		// EnqueueMany; other rows one by one, in claim order.
+		n := 1
+		for n < len(batch) && batch[0].action == ActionEnqueue && batch[n].action == ActionEnqueue {
+			n++
+		}
+		if batch[0].action == ActionEnqueue {
+			errs = append(errs, d.enqueueAll(ctx, batch[:n])...)
+		} else if err := d.dispatch(ctx, batch[0]); err != nil {
 			errs = append(errs, err)
 		}
+		batch = batch[n:]
 	}
-	return len(batch), errors.Join(errs...)
+	return len(claimedRows), errors.Join(errs...)
+}
+
+// enqueueAll hands enqueue rows to the engine in one EnqueueMany and
+// settles each row with its result. The engine refuses a batch as a whole
+// for one bad item (a *port.ItemError naming it): that row is settled with
+// its own error, exactly as a lone Enqueue's refusal would be (failed, or
+// try later for a kind or version unknown here), and the others go again
+// without it. Any other error is every row's: each backs off.
+func (d *Dispatcher) enqueueAll(ctx context.Context, rows []claimed) []error {
+	var errs []error
+	for len(rows) > 0 {
+		items := make([]port.EnqueueItem, len(rows))
+		for i, c := range rows {
+			items[i] = c.enqueueItem()
+		}
+		res, err := d.engine.EnqueueMany(ctx, items)
+		var ie *port.ItemError
+		if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(rows) {
+			if err := d.settle(ctx, rows[ie.Index], "", ie.Err); err != nil {
+				errs = append(errs, err)
+			}
+			rows = slices.Delete(slices.Clone(rows), ie.Index, ie.Index+1)
+			continue
+		}
+		for i, c := range rows {
+			var id port.RunID
+			if err == nil {
+				id = res[i].ID
+			}
+			if err := d.settle(ctx, c, id, err); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errs
+	}
+	return errs
 }
 
 // name identifies a row in logs and errors.
@@ -279,8 +325,15 @@ func (c claimed) name() string {
 	return string(c.action) + " " + c.businessKey + "/" + c.key
 }
 
+// dispatch carries out a row other than an enqueue (those go through
+// enqueueAll) and settles it.
 func (d *Dispatcher) dispatch(ctx context.Context, c claimed) error {
-	runID, err := d.carryOut(ctx, c)
+	return d.settle(ctx, c, "", d.carryOut(ctx, c))
+}
+
+// settle records how the row's action went: dispatched (with the run of an
+// enqueue), failed for good, or due again after a backoff.
+func (d *Dispatcher) settle(ctx context.Context, c claimed, runID port.RunID, err error) error {
 	if err == nil {
 		var run *string
 		if runID != "" {
@@ -310,26 +363,29 @@ func (d *Dispatcher) dispatch(ctx context.Context, c claimed) error {
 	return fmt.Errorf("outbox %s (attempt %d, next in %s): %w", c.name(), c.attempts, wait, err)
 }
 
-// carryOut performs the row's action; runID is set for an enqueue.
-func (d *Dispatcher) carryOut(ctx context.Context, c claimed) (runID port.RunID, err error) {
+// enqueueItem is the enqueue the row asks for.
+func (c claimed) enqueueItem() port.EnqueueItem {
+	opts := port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.businessKey, MinVersion: c.minVersion}
+	if c.availableAt != nil {
+		opts.AvailableAt = *c.availableAt
+	}
+	return port.EnqueueItem{Kind: c.kind, Input: c.payload, Options: opts}
+}
+
+// carryOut performs the action of a signal or cancel row.
+func (d *Dispatcher) carryOut(ctx context.Context, c claimed) error {
 	switch c.action {
-	case ActionEnqueue:
-		opts := port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.businessKey, MinVersion: c.minVersion}
-		if c.availableAt != nil {
-			opts.AvailableAt = *c.availableAt
-		}
-		return d.engine.Enqueue(ctx, c.kind, c.payload, opts)
 	case ActionSignal:
 		_, err := d.engine.Signal(ctx, c.topic, c.payload)
-		return "", err
+		return err
 	case ActionCancelPlanRuns:
 		var cr CancelRuns
 		if err := json.Unmarshal(c.payload, &cr); err != nil {
-			return "", &port.FieldError{Field: "payload", Reason: "not a cancel request: " + err.Error()}
+			return &port.FieldError{Field: "payload", Reason: "not a cancel request: " + err.Error()}
 		}
-		return "", d.cancelRuns(ctx, c.businessKey, cr)
+		return d.cancelRuns(ctx, c.businessKey, cr)
 	}
-	return "", &port.FieldError{Field: "action", Reason: fmt.Sprintf("unknown action %q", c.action)}
+	return &port.FieldError{Field: "action", Reason: fmt.Sprintf("unknown action %q", c.action)}
 }
 
 // cancelLimit bounds the open runs one cancel row lists; a plan has a
