@@ -14,6 +14,8 @@
 // which is what DBOS sets for itself; pgxpool's own default is 4 here).
 //
 //	go run ./cmd/compare -db postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+//
+// `compare enqueue` compares enqueue rates instead (see enqueue.go).
 package main
 
 import (
@@ -61,6 +63,9 @@ type result struct {
 }
 
 func run(ctx context.Context) error {
+	if len(os.Args) > 1 && os.Args[1] == "enqueue" {
+		return runEnqueue(ctx, os.Args[2:])
+	}
 	var (
 		dbURL  = flag.String("db", os.Getenv("TEST_DATABASE_URL"), "Postgres server URL (an admin database: fresh databases are created beside it)")
 		runs   = flag.Int("n", 2000, "workflows per measurement")
@@ -212,36 +217,47 @@ var noop = port.DeclareActivity[int, int]("compare.noop")
 
 const noopKind port.Kind = "compare.noop3"
 
-func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+// openLease migrates the database at dbURL and returns a lease engine over
+// it that knows the 3-step no-op kind; close the pool when done.
+func openLease(ctx context.Context, dbURL string, metrics leaseadapter.Metrics) (*leaseadapter.Engine, *pgxpool.Pool, error) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		return 0, fmt.Errorf("open pool: %w", err)
+		return nil, nil, fmt.Errorf("open pool: %w", err)
 	}
-	defer pool.Close()
 	if err := migrations.Up(ctx, pool); err != nil {
-		return 0, err
+		pool.Close()
+		return nil, nil, err
 	}
 	reg := port.NewRegistry()
-	if err := reg.RegisterActivity(port.Bind(noop, func(_ context.Context, i int) (int, error) { return i, nil })); err != nil {
-		return 0, err
-	}
-	err = reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
-		Handler: port.Handle(func(f port.Flow, _ struct{}) error {
-			for i := range 3 {
-				if _, err := noop.Run(f, "s"+strconv.Itoa(i), i); err != nil {
-					return err
+	err = errors.Join(reg.RegisterActivity(port.Bind(noop, func(_ context.Context, i int) (int, error) { return i, nil })),
+		reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
+			Handler: port.Handle(func(f port.Flow, _ struct{}) error {
+				for i := range 3 {
+					if _, err := noop.Run(f, "s"+strconv.Itoa(i), i); err != nil {
+						return err
+					}
 				}
-			}
-			return nil
-		})})
+				return nil
+			})}))
 	if err != nil {
-		return 0, err
+		pool.Close()
+		return nil, nil, err
 	}
+	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Logger: slog.New(slog.DiscardHandler), Metrics: metrics})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return eng, pool, nil
+}
+
+func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
 	done := &finished{want: int64(n), all: make(chan struct{})}
-	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Logger: slog.New(slog.DiscardHandler), Metrics: done})
+	eng, pool, err := openLease(ctx, dbURL, done)
 	if err != nil {
 		return 0, err
 	}
+	defer pool.Close()
 	if err := eng.Start(ctx, port.StartOptions{Concurrency: c}); err != nil {
 		return 0, err
 	}
