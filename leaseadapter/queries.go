@@ -1,5 +1,7 @@
 package leaseadapter
 
+import "github.com/taskport/taskport/internal/runstore"
+
 // Every statement of the engine, parameterized. Durations are passed as
 // milliseconds (int64) and turned into intervals in SQL.
 //
@@ -25,23 +27,28 @@ WITH ins AS (
 )
 SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
 
-// insertTasksSQL adds the task rows of the runs runstore.InsertMany created
-// (EnqueueMany), one array per column, and notifies once if any is ready;
-// it returns how many are.
-const insertTasksSQL = `
-WITH ins AS (
+// enqueueManySQL is EnqueueMany in one statement: runstore's batch insert of
+// the runs ($1-$9, r), then a task row for each run it inserted, with the
+// retry policy of its (kind, version) ($10-$15), and one notification
+// ($16, $17) if any is ready. It returns the inserted runs, as
+// runstore.InsertManyWith expects; the WHERE only makes the notification
+// run.
+const enqueueManySQL = `
+WITH r AS (` + runstore.InsertRunsSQL + `
+), p AS (
+  SELECT * FROM unnest($10::text[], $11::int[], $12::int[], $13::bigint[], $14::bigint[], $15::float8[])
+    AS p(kind, version, max_attempts, initial, max_interval, coefficient)
+), t AS (
   INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
     max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-  SELECT i.id, i.kind, i.version, i.input::jsonb, i.priority, i.next_run_at, i.max_attempts,
-    i.initial * interval '1 millisecond', i.max_interval * interval '1 millisecond', i.coefficient, i.seq
-  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::timestamptz[], $7::int[],
-    $8::bigint[], $9::bigint[], $10::float8[], $11::bigint[])
-    AS i(id, kind, version, input, priority, next_run_at, max_attempts, initial, max_interval, coefficient, seq)
+  SELECT r.id, r.kind, r.version, r.input, r.priority, r.available_at, p.max_attempts,
+    p.initial * interval '1 millisecond', p.max_interval * interval '1 millisecond', p.coefficient, r.seq
+  FROM r JOIN p ON p.kind = r.kind AND p.version = r.version
   RETURNING next_run_at
 ), n AS (
-  SELECT pg_notify($12, $13) FROM (SELECT FROM ins WHERE next_run_at <= now() LIMIT 1) AS any_ready
+  SELECT pg_notify($16, $17) FROM (SELECT FROM t WHERE next_run_at <= now() LIMIT 1) AS any_ready
 )
-SELECT (SELECT count(*) FROM ins WHERE next_run_at <= now()), (SELECT count(*) FROM n)`
+SELECT ` + runstore.RunColumns + ` FROM r WHERE (SELECT count(*) FROM n) >= 0`
 
 // enqueueSQL is Enqueue in one statement (one round trip, one commit): the
 // taskport.run row (the same insert as runstore.Insert, the idempotency

@@ -115,6 +115,15 @@ func NewRuns(engine Engine, prep []enginekit.PreparedEnqueue) []NewRun {
 // entries in the same order and never deadlock
 // (TestInsertManyRacingBatches deadlocks without it).
 func InsertMany(ctx context.Context, q DBTX, rs []NewRun) (runs []Run, created []bool, err error) {
+	return InsertManyWith(ctx, q, rs, InsertRunsSQL)
+}
+
+// InsertManyWith is InsertMany through stmt, a statement that runs
+// InsertRunsSQL on its parameters $1-$9 (as a data-modifying WITH query)
+// and returns RunColumns of the runs it inserted, so that an engine can
+// write rows of its own for them from args ($10 on) in the same statement:
+// the lease engine inserts its task rows so.
+func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args ...any) (runs []Run, created []bool, err error) {
 	type key struct {
 		kind port.Kind
 		key  string
@@ -153,7 +162,7 @@ func InsertMany(ctx context.Context, q DBTX, rs []NewRun) (runs []Run, created [
 	}
 	got := make(map[key]Run, n)
 	fresh := make(map[key]bool, n)
-	inserted, err := collectRuns(q.Query(ctx, insertRunsSQL, ids, engines, kinds, versions, keys, business, prios, inputs, avails))
+	inserted, err := collectRuns(q.Query(ctx, stmt, append([]any{ids, engines, kinds, versions, keys, business, prios, inputs, avails}, args...)...))
 	if err != nil {
 		return nil, nil, fmt.Errorf("insert %d runs: %w", n, err)
 	}
