@@ -139,9 +139,11 @@ func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args 
 	}
 	n := len(uniq)
 	var (
-		ids      = make([]uuid.UUID, n)
-		engines  = make([]Engine, n)
-		kinds    = make([]port.Kind, n)
+		ids = make([]uuid.UUID, n)
+		// Plain strings: pgx encodes a slice of a named string type through
+		// reflection, element by element.
+		engines  = make([]string, n)
+		kinds    = make([]string, n)
 		versions = make([]int, n)
 		keys     = make([]string, n)
 		business = make([]string, n)
@@ -154,7 +156,7 @@ func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args 
 		if ids[j], err = uuid.NewV7(); err != nil {
 			return nil, nil, fmt.Errorf("new run id: %w", err)
 		}
-		engines[j], kinds[j], versions[j], keys[j] = r.Engine, r.Kind, r.Version, r.Key
+		engines[j], kinds[j], versions[j], keys[j] = string(r.Engine), string(r.Kind), r.Version, r.Key
 		business[j], prios[j], inputs[j] = r.BusinessKey, r.Priority, string(r.Input)
 		if !r.AvailableAt.IsZero() {
 			avails[j] = &r.AvailableAt
