@@ -128,31 +128,21 @@ type runner func(ctx context.Context, url string, c, n int) (time.Duration, erro
 // measure gives the engine a fresh database, reached through a pool of
 // poolSize connections, and reads its commit counter around the run.
 func measure(ctx context.Context, server string, poolSize int, engine string, c, n int, fn runner) (result, error) {
-	name := fmt.Sprintf("tp_compare_%s_%d_%s", engine, c, strings.ToLower(rand.Text()[:8]))
 	admin, err := pgx.Connect(ctx, server)
 	if err != nil {
 		return result{}, fmt.Errorf("connect: %w", err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return result{}, fmt.Errorf("create database: %w", err)
-	}
-	defer admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)") //nolint:errcheck // best effort
-	u, err := url.Parse(server)
+	name, dsn, drop, err := freshDB(ctx, admin, server, fmt.Sprintf("%s_%d", engine, c), poolSize)
 	if err != nil {
-		return result{}, fmt.Errorf("parse url: %w", err)
+		return result{}, err
 	}
-	u.Path = "/" + name
-	// Both pgxpool.New and DBOS (which otherwise sets 20) take the pool size
-	// from the URL, so the engines get the same number of connections.
-	q := u.Query()
-	q.Set("pool_max_conns", strconv.Itoa(poolSize))
-	u.RawQuery = q.Encode()
+	defer drop()
 	before, err := commits(ctx, admin, name)
 	if err != nil {
 		return result{}, err
 	}
-	elapsed, err := fn(ctx, u.String(), c, n)
+	elapsed, err := fn(ctx, dsn, c, n)
 	if err != nil {
 		return result{}, fmt.Errorf("%s at concurrency %d: %w", engine, c, err)
 	}
@@ -164,6 +154,29 @@ func measure(ctx context.Context, server string, poolSize int, engine string, c,
 	}
 	return result{engine: engine, concurrency: c, runsPerSec: float64(n) / elapsed.Seconds(),
 		commitsRun: float64(after-before) / float64(n)}, nil
+}
+
+// freshDB creates a database beside server's and returns its name and a
+// URL for it whose pools have poolSize connections; drop removes it.
+func freshDB(ctx context.Context, admin *pgx.Conn, server, label string, poolSize int) (name, dsn string, drop func(), err error) {
+	name = fmt.Sprintf("tp_compare_%s_%s", label, strings.ToLower(rand.Text()[:8]))
+	u, err := url.Parse(server)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("parse url: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", "", nil, fmt.Errorf("create database: %w", err)
+	}
+	drop = func() {
+		admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)") //nolint:errcheck // best effort
+	}
+	u.Path = "/" + name
+	// Both pgxpool.New and DBOS (which otherwise sets 20) take the pool size
+	// from the URL, so the engines get the same number of connections.
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(poolSize))
+	u.RawQuery = q.Encode()
+	return name, u.String(), drop, nil
 }
 
 // commits reads xact_commit of database name once it is stable: backends
