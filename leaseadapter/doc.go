@@ -57,7 +57,10 @@
 // Enqueue is one statement (run row + task row); it notifies workers at
 // most once per 5 ms per process (a NOTIFY serializes commits database-wide)
 // with a trailing NOTIFY for the rest, and wakes its own process's worker
-// directly.
+// directly. EnqueueMany is one statement per batch too: the runs inserted
+// from arrays (runstore's batch insert, in (kind, key) order so that racing
+// batches never deadlock), the task rows of those it created, and one
+// NOTIFY if any is ready.
 //
 // # Waiting, signals, retries
 //

@@ -456,3 +456,55 @@ func TestUnsupportedVersionMarkerFailsTheRun(t *testing.T) {
 	require.Contains(t, view.LastError, `version marker "new-step" recorded 2, supported [3, 3]`)
 	require.Equal(t, map[string]int{"before": 1}, effects(t, pool, id), "no step ran past the unsupported marker")
 }
+
+// EnqueueMany writes the task row Enqueue writes: for each kind (each with
+// its retry policy), the same kind, version, input, priority, availability,
+// policy and fencing generation (the run's seq), whichever path enqueued it.
+func TestEnqueueManyWritesTheTaskRowsOfEnqueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	eng := newEngine(t, pool, fastConfig())
+	later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	opts := func(key string) port.EnqueueOptions {
+		return port.EnqueueOptions{IdempotencyKey: key, Priority: 7, AvailableAt: later, BusinessKey: "plan-x"}
+	}
+	var items []port.EnqueueItem
+	var one []port.RunID
+	for _, k := range []port.Kind{kinds.Three, kinds.FailKind} {
+		id, err := eng.Enqueue(ctx, k, kinds.TagIn{Tag: "t"}, opts("one"))
+		require.NoError(t, err)
+		one = append(one, id)
+		items = append(items, port.EnqueueItem{Kind: k, Input: kinds.TagIn{Tag: "t"}, Options: opts("many")})
+	}
+	res, err := eng.EnqueueMany(ctx, items)
+	require.NoError(t, err)
+	// Every column that Enqueue sets from the call or the kind, and whether
+	// run_seq is the run's seq.
+	row := func(id port.RunID) []any {
+		var (
+			kind, input, status   string
+			version, prio, maxAtt int
+			next                  time.Time
+			initial, maxIv        time.Duration
+			coeff                 float64
+			seqMatches            bool
+		)
+		require.NoError(t, pool.QueryRow(ctx, `
+SELECT t.kind, t.handler_version, t.input::text, t.status, t.priority, t.next_run_at, t.max_attempts,
+  t.backoff_initial, t.backoff_max, t.backoff_coefficient, t.run_seq = r.seq AND t.next_run_at = r.available_at
+FROM taskport_lease.task t JOIN taskport.run r USING (id) WHERE t.id = $1`, string(id)).Scan(
+			&kind, &version, &input, &status, &prio, &next, &maxAtt, &initial, &maxIv, &coeff, &seqMatches))
+		return []any{kind, version, input, status, prio, next.UTC(), maxAtt, initial, maxIv, coeff, seqMatches}
+	}
+	for i, id := range one {
+		require.True(t, res[i].Created)
+		want := row(id)
+		require.Equal(t, want, row(res[i].ID), "kind %s", items[i].Kind)
+		require.Equal(t, later.UTC(), want[5], "next_run_at is AvailableAt")
+		require.Equal(t, true, want[10], "run_seq is the run's seq, next_run_at its available_at")
+	}
+	var policies int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT (max_attempts, backoff_initial, backoff_max)) FROM taskport_lease.task`).Scan(&policies))
+	require.Equal(t, 2, policies, "the two kinds' retry policies differ, so the rows prove each kept its own")
+}

@@ -1,5 +1,7 @@
 package leaseadapter
 
+import "github.com/taskport/taskport/internal/runstore"
+
 // Every statement of the engine, parameterized. Durations are passed as
 // milliseconds (int64) and turned into intervals in SQL.
 //
@@ -25,6 +27,30 @@ WITH ins AS (
   RETURNING next_run_at
 )
 SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
+
+// enqueueManySQL is EnqueueMany in one statement: runstore's batch insert of
+// the runs ($1-$9, r), then a task row for each run it inserted, with the
+// retry policy of its (kind, version) ($10-$15), and one notification
+// ($16, $17) if any is ready. Every task row keeps the enqueuer's trace
+// context ($18, $19: the batch is one call, so one trace). It returns the
+// inserted runs, as runstore.InsertManyWith expects; the WHERE only makes
+// the notification run.
+const enqueueManySQL = `
+WITH r AS (` + runstore.InsertRunsSQL + `
+), p AS (
+  SELECT * FROM unnest($10::text[], $11::int[], $12::int[], $13::bigint[], $14::bigint[], $15::float8[])
+    AS p(kind, version, max_attempts, initial, max_interval, coefficient)
+), t AS (
+  INSERT INTO taskport_lease.task (id, kind, handler_version, input, priority, next_run_at,
+    max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq, traceparent, tracestate)
+  SELECT r.id, r.kind, r.version, r.input, r.priority, r.available_at, p.max_attempts,
+    p.initial * interval '1 millisecond', p.max_interval * interval '1 millisecond', p.coefficient, r.seq, $18, $19
+  FROM r JOIN p ON p.kind = r.kind AND p.version = r.version
+  RETURNING next_run_at
+), n AS (
+  SELECT pg_notify($16, $17) FROM (SELECT FROM t WHERE next_run_at <= now() LIMIT 1) AS any_ready
+)
+SELECT ` + runstore.RunColumns + ` FROM r WHERE (SELECT count(*) FROM n) >= 0`
 
 // enqueueSQL is Enqueue in one statement (one round trip, one commit): the
 // taskport.run row (the same insert as runstore.Insert, the idempotency

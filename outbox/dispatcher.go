@@ -262,7 +262,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+	claimedRows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
 		var c claimed
 		err := row.Scan(&c.id, &c.action, &c.kind, &c.topic, &c.key, &c.businessKey, &c.payload, &c.availableAt,
 			&c.minVersion, &c.attempts, &c.trace.Parent, &c.trace.State)
@@ -271,13 +271,62 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox rows: %w", err)
 	}
+	batch := claimedRows
 	var errs []error
-	for _, c := range batch {
-		if err := d.dispatch(ctx, c); err != nil {
+	for len(batch) > 0 {
+		// A run of consecutive enqueue rows written under one trace (one
+		// business transaction, a bulk import) goes to the engine as one
+		// EnqueueMany, in one span continuing that trace; other rows one by
+		// one, in claim order.
+		n := 1
+		for n < len(batch) && batch[0].action == ActionEnqueue && batch[n].action == ActionEnqueue && batch[n].trace == batch[0].trace {
+			n++
+		}
+		if batch[0].action == ActionEnqueue {
+			errs = append(errs, d.enqueueAll(ctx, batch[:n])...)
+		} else if err := d.dispatch(ctx, batch[0]); err != nil {
 			errs = append(errs, err)
 		}
+		batch = batch[n:]
 	}
-	return len(batch), errors.Join(errs...)
+	return len(claimedRows), errors.Join(errs...)
+}
+
+// enqueueAll hands enqueue rows to the engine in one EnqueueMany and
+// settles each row with its result. The engine refuses a batch as a whole
+// for one bad item (a *port.ItemError naming it): that row is settled with
+// its own error, exactly as a lone Enqueue's refusal would be (failed, or
+// try later for a kind or version unknown here), and the others go again
+// without it. Any other error is every row's: each backs off.
+func (d *Dispatcher) enqueueAll(ctx context.Context, rows []claimed) (errs []error) {
+	ctx, end := d.startSpan(ctx, rows[0], len(rows))
+	defer func() { end(errors.Join(errs...)) }()
+	for len(rows) > 0 {
+		items := make([]port.EnqueueItem, len(rows))
+		for i, c := range rows {
+			items[i] = c.enqueueItem()
+		}
+		res, err := d.engine.EnqueueMany(ctx, items)
+		var ie *port.ItemError
+		if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(rows) {
+			if err := d.settle(ctx, rows[ie.Index], "", ie.Err); err != nil {
+				errs = append(errs, err)
+			}
+			rows = slices.Delete(slices.Clone(rows), ie.Index, ie.Index+1)
+			continue
+		}
+		for i, c := range rows {
+			var id port.RunID
+			if err == nil {
+				id = res[i].ID
+			}
+			if err := d.settle(ctx, c, id, err); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errs
+	}
+	return errs
 }
 
 // name identifies a row in logs and errors.
@@ -291,28 +340,44 @@ func (c claimed) name() string {
 	return string(c.action) + " " + c.businessKey + "/" + c.key
 }
 
-// dispatch carries out one row in a span continuing the row's trace, so
-// that the engine call (and through it the run) joins the trace of the
-// business transaction that wrote the row.
+// dispatch carries out a row other than an enqueue (those go through
+// enqueueAll) and settles it, in a span continuing the row's trace.
 func (d *Dispatcher) dispatch(ctx context.Context, c claimed) (err error) {
-	ctx, span := d.tracer.Start(c.trace.Into(ctx), SpanDispatch, trace.WithAttributes(
-		attribute.String("taskport.outbox.action", string(c.action)),
-		attribute.String("taskport.outbox.row", c.name()),
-		attribute.String("taskport.business_key", c.businessKey),
-		attribute.Int("taskport.outbox.attempt", c.attempts)))
-	defer func() {
+	ctx, end := d.startSpan(ctx, c, 1)
+	defer func() { end(err) }()
+	return d.settle(ctx, c, "", d.carryOut(ctx, c))
+}
+
+// startSpan starts the span of dispatching rows, which share first's trace,
+// so that the engine call (and through it the runs) joins the trace of the
+// business transaction that wrote them. end records err on it and ends it.
+func (d *Dispatcher) startSpan(ctx context.Context, first claimed, rows int) (context.Context, func(err error)) {
+	ctx, span := d.tracer.Start(first.trace.Into(ctx), SpanDispatch, trace.WithAttributes(
+		attribute.String("taskport.outbox.action", string(first.action)),
+		attribute.String("taskport.outbox.row", first.name()),
+		attribute.Int("taskport.outbox.rows", rows),
+		attribute.String("taskport.business_key", first.businessKey),
+		attribute.Int("taskport.outbox.attempt", first.attempts)))
+	return ctx, func(err error) {
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
-	}()
-	runID, err := d.carryOut(ctx, c)
+	}
+}
+
+// settle records how the row's action went: dispatched (with the run of an
+// enqueue), failed for good, or due again after a backoff. The span in ctx
+// notes the outcome.
+func (d *Dispatcher) settle(ctx context.Context, c claimed, runID port.RunID, err error) error {
+	span := trace.SpanFromContext(ctx)
 	if err == nil {
 		var run *string
 		if runID != "" {
 			run = (*string)(&runID)
-			span.SetAttributes(attribute.String("taskport.run_id", string(runID)))
+			span.AddEvent("dispatched", trace.WithAttributes(attribute.String("taskport.outbox.row", c.name()),
+				attribute.String("taskport.run_id", string(runID))))
 		}
 		if _, err := d.pool.Exec(ctx, markDispatchedSQL, c.id, run); err != nil {
 			return fmt.Errorf("mark outbox %s dispatched: %w", c.name(), err)
@@ -325,7 +390,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, c claimed) (err error) {
 	// A kind or version unknown here may be known to another process: try
 	// later. Other invalid input is invalid under every version: give up.
 	if errors.Is(err, port.ErrInvalidInput) && !errors.Is(err, port.ErrUnknownKind) {
-		span.RecordError(err)
+		span.RecordError(err, trace.WithAttributes(attribute.String("taskport.outbox.row", c.name())))
 		span.SetStatus(codes.Error, "refused by the engine")
 		d.cfg.Logger.ErrorContext(ctx, "outbox row refused by the engine", slog.String("row", c.name()), slog.String("error", err.Error()))
 		if _, merr := d.pool.Exec(ctx, markFailedSQL, c.id, err.Error()); merr != nil {
@@ -340,26 +405,29 @@ func (d *Dispatcher) dispatch(ctx context.Context, c claimed) (err error) {
 	return fmt.Errorf("outbox %s (attempt %d, next in %s): %w", c.name(), c.attempts, wait, err)
 }
 
-// carryOut performs the row's action; runID is set for an enqueue.
-func (d *Dispatcher) carryOut(ctx context.Context, c claimed) (runID port.RunID, err error) {
+// enqueueItem is the enqueue the row asks for.
+func (c claimed) enqueueItem() port.EnqueueItem {
+	opts := port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.businessKey, MinVersion: c.minVersion}
+	if c.availableAt != nil {
+		opts.AvailableAt = *c.availableAt
+	}
+	return port.EnqueueItem{Kind: c.kind, Input: c.payload, Options: opts}
+}
+
+// carryOut performs the action of a signal or cancel row.
+func (d *Dispatcher) carryOut(ctx context.Context, c claimed) error {
 	switch c.action {
-	case ActionEnqueue:
-		opts := port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.businessKey, MinVersion: c.minVersion}
-		if c.availableAt != nil {
-			opts.AvailableAt = *c.availableAt
-		}
-		return d.engine.Enqueue(ctx, c.kind, c.payload, opts)
 	case ActionSignal:
 		_, err := d.engine.Signal(ctx, c.topic, c.payload)
-		return "", err
+		return err
 	case ActionCancelPlanRuns:
 		var cr CancelRuns
 		if err := json.Unmarshal(c.payload, &cr); err != nil {
-			return "", &port.FieldError{Field: "payload", Reason: "not a cancel request: " + err.Error()}
+			return &port.FieldError{Field: "payload", Reason: "not a cancel request: " + err.Error()}
 		}
-		return "", d.cancelRuns(ctx, c.businessKey, cr)
+		return d.cancelRuns(ctx, c.businessKey, cr)
 	}
-	return "", &port.FieldError{Field: "action", Reason: fmt.Sprintf("unknown action %q", c.action)}
+	return &port.FieldError{Field: "action", Reason: fmt.Sprintf("unknown action %q", c.action)}
 }
 
 // SpanDispatch names the span of one row's dispatch.

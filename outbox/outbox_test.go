@@ -119,18 +119,18 @@ func TestTwoDispatchers(t *testing.T) {
 	}
 }
 
-// failingEngine fails the first n Enqueue calls.
+// failingEngine fails the first n EnqueueMany calls (the dispatcher's).
 type failingEngine struct {
 	*apptest.RecordingEngine
 	left atomic.Int32
 	err  error
 }
 
-func (f *failingEngine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+func (f *failingEngine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
 	if f.left.Add(-1) >= 0 {
-		return "", f.err
+		return nil, f.err
 	}
-	return f.RecordingEngine.Enqueue(ctx, kind, input, opts)
+	return f.RecordingEngine.EnqueueMany(ctx, items)
 }
 
 func TestEnqueueFailureBacksOff(t *testing.T) {
@@ -427,4 +427,63 @@ func TestDispatcherLifecycle(t *testing.T) {
 		require.NoError(t, d.Err(), "a graceful stop is no error")
 		require.NoError(t, d.Stop(ctx), "Stop twice")
 	}
+}
+
+// countingEngine counts EnqueueMany calls.
+type countingEngine struct {
+	*apptest.RecordingEngine
+	calls atomic.Int32
+}
+
+func (c *countingEngine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
+	c.calls.Add(1)
+	return c.RecordingEngine.EnqueueMany(ctx, items)
+}
+
+// A claimed batch goes to the engine as one EnqueueMany, yet each row is
+// settled as if alone: the rows the engine accepts are dispatched with
+// their runs, a row of a kind unknown here waits for a process that knows
+// it, and a row with input its kind refuses fails; one bad row holds up
+// none of the others.
+func TestBatchSettlesEachRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	reg := kindWith[map[string]string](t, "k.ind", 1)
+	require.NoError(t, reg.Register(port.Definition{Kind: "k.strict", Version: 1, Retry: port.NetworkRetry(),
+		Handler: port.Handle(func(port.Flow, unrelatedInput) error { return nil })}))
+	for _, r := range []struct{ kind, key string }{{"k.ind", "a"}, {"k.unknown", "u"}, {"k.ind", "b"}, {"k.strict", "bad"}, {"k.ind", "c"}} {
+		write(t, pool, r.kind, r.key)
+	}
+	eng := &countingEngine{RecordingEngine: apptest.NewRecordingEngine(pool, reg)}
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{})
+	require.NoError(t, err)
+	n, err := d.DispatchOnce(ctx)
+	require.Equal(t, 5, n)
+	require.ErrorIs(t, err, port.ErrUnknownKind, "the unknown kind's row is due again")
+	// The unknown kind refuses the batch, then the refused input; the third
+	// call carries the three good rows.
+	require.Equal(t, int32(3), eng.calls.Load())
+
+	got := rows(t, pool)
+	runs := map[string]bool{}
+	for _, k := range []string{"a", "b", "c"} {
+		require.Equal(t, "dispatched", got[k].Status, k)
+		require.NotNil(t, got[k].RunID, k)
+		runs[*got[k].RunID] = true
+	}
+	require.Len(t, runs, 3, "a run per row")
+	require.Equal(t, "pending", got["u"].Status)
+	require.Contains(t, got["u"].LastErr, "unknown kind")
+	require.NotContains(t, got["u"].LastErr, "item", "the row's own error, not the batch's")
+	require.Equal(t, "failed", got["bad"].Status)
+	require.Contains(t, got["bad"].LastErr, "invalid input")
+	var recorded int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run`).Scan(&recorded))
+	require.Equal(t, 3, recorded, "the refused rows recorded no run")
+	var keys []string
+	for _, e := range eng.Enqueued() {
+		keys = append(keys, e.Key)
+	}
+	require.ElementsMatch(t, []string{"a", "b", "c"}, keys)
 }

@@ -17,18 +17,21 @@ import (
 	"github.com/taskport/taskport/port"
 )
 
-// spanEngine records the span each Enqueue was called in.
+// spanEngine records the span each enqueue was called in (the dispatcher
+// enqueues through EnqueueMany).
 type spanEngine struct {
 	*apptest.RecordingEngine
 	mu    sync.Mutex
 	spans map[string]trace.SpanContext // idempotency key -> span
 }
 
-func (e *spanEngine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+func (e *spanEngine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
 	e.mu.Lock()
-	e.spans[opts.IdempotencyKey] = trace.SpanContextFromContext(ctx)
+	for _, it := range items {
+		e.spans[it.Options.IdempotencyKey] = trace.SpanContextFromContext(ctx)
+	}
 	e.mu.Unlock()
-	return e.RecordingEngine.Enqueue(ctx, kind, input, opts)
+	return e.RecordingEngine.EnqueueMany(ctx, items)
 }
 
 // A row keeps the trace of the transaction that wrote it; its dispatch is a
@@ -74,7 +77,7 @@ func TestDispatchContinuesTheWritersTrace(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, dispatches, 2, "one dispatch span per row")
+	require.Len(t, dispatches, 2, "rows of different traces are dispatched apart, each in its trace")
 	traced, untraced := dispatches["k.ind/traced"], dispatches["k.ind/untraced"]
 	require.Equal(t, business.SpanContext().TraceID(), traced.SpanContext.TraceID())
 	require.Equal(t, business.SpanContext().SpanID(), traced.Parent.SpanID())

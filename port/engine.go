@@ -2,6 +2,7 @@ package port
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -78,6 +79,16 @@ type TaskEngine interface {
 	// already recorded for (kind, opts.IdempotencyKey). The input is not
 	// compared with the existing run's input.
 	Enqueue(ctx context.Context, kind Kind, input any, opts EnqueueOptions) (RunID, error)
+	// EnqueueMany is Enqueue for a batch, in one transaction: a result per
+	// item, in the items' order. Every item is validated as Enqueue would
+	// before anything is written, and one bad item refuses the whole batch
+	// with a *ItemError naming it; nothing is written. Idempotency holds
+	// per item: a key already recorded returns its run (Created false), and
+	// items of one batch with the same kind and key name one run, whose
+	// input is the first of them (the later ones report Created false). An
+	// empty batch is a no-op. Batches of a few thousand items are the
+	// intended size: the batch is one transaction.
+	EnqueueMany(ctx context.Context, items []EnqueueItem) ([]EnqueueResult, error)
 	// Signal wakes the runs waiting on topic and returns how many accepted it.
 	// It is a hint only: a waiter re-reads the business database after waking,
 	// and a signal nobody waits for returns 0 and breaks nothing.
@@ -124,6 +135,41 @@ type EnqueueOptions struct {
 	// process that has that code instead of being misread or given up.
 	MinVersion int
 }
+
+// Callers: EnqueueItem is one run of an EnqueueMany batch: the arguments
+// of one Enqueue call.
+type EnqueueItem struct {
+	Kind    Kind
+	Input   any
+	Options EnqueueOptions
+}
+
+// Callers: EnqueueResult is what EnqueueMany reports for one item.
+type EnqueueResult struct {
+	ID RunID
+	// Created is true when this item started the run; false when the run
+	// was already recorded for its (kind, key), before the batch or by an
+	// earlier item of the same batch.
+	Created bool
+}
+
+// Callers: ItemError is EnqueueMany's refusal of a batch because of one
+// item: Index is its position in the batch, Err why (as Enqueue would have
+// refused it, usually a *FieldError). Nothing of the batch was written. It
+// unwraps to Err, so errors.Is(err, ErrUnknownKind) tells a refusal that
+// another process may not make.
+type ItemError struct {
+	Index int
+	Err   error
+}
+
+// Callers: Error names the item and the reason.
+func (e *ItemError) Error() string {
+	return fmt.Sprintf("enqueue batch item %d: %s", e.Index, e.Err.Error())
+}
+
+// Callers: Unwrap returns Err.
+func (e *ItemError) Unwrap() error { return e.Err }
 
 // Callers: the bounds of EnqueueOptions.Priority, inclusive.
 const (

@@ -238,3 +238,63 @@ func (a exampleAdmin) ListRuns(_ context.Context, f port.RunFilter) ([]port.RunV
 func (a exampleAdmin) Retry(_ context.Context, id port.RunID) (port.RunID, error) {
 	return id + "-retry", nil
 }
+
+// A backlog import in batches. A batch with a bad item is refused whole,
+// nothing written, and the *ItemError names the item: the caller sets it
+// aside and sends the rest again. Enqueueing the same batch twice (a crash
+// before the import recorded its progress) starts nothing twice: the
+// results say Created false. Here the engine is exampleEngine, a stand-in
+// that only checks the idempotency key; an engine's is leaseadapter.New or
+// temporaladapter.New.
+func ExampleTaskEngine_EnqueueMany() {
+	var engine port.TaskEngine = &exampleEngine{runs: map[string]port.RunID{}}
+	ctx := context.Background()
+	items := []port.EnqueueItem{
+		{Kind: "asset.import", Input: ImportIn{PlanID: "p1"}, Options: port.EnqueueOptions{IdempotencyKey: "plan:p1:import"}},
+		{Kind: "asset.import", Input: ImportIn{PlanID: "p2"}}, // no key
+		{Kind: "asset.import", Input: ImportIn{PlanID: "p3"}, Options: port.EnqueueOptions{IdempotencyKey: "plan:p3:import"}},
+	}
+	_, err := engine.EnqueueMany(ctx, items)
+	var refused *port.ItemError
+	if errors.As(err, &refused) {
+		fmt.Println("set aside:", err)
+		items = append(items[:refused.Index], items[refused.Index+1:]...)
+	}
+	for range 2 {
+		res, err := engine.EnqueueMany(ctx, items)
+		if err != nil {
+			fmt.Println("enqueue:", err)
+			return
+		}
+		fmt.Println(res)
+	}
+	// Output:
+	// set aside: enqueue batch item 1: invalid idempotency_key: must not be empty
+	// [{run-1 true} {run-2 true}]
+	// [{run-1 false} {run-2 false}]
+}
+
+// exampleEngine records a run per key. It implements EnqueueMany only: the
+// embedded interface, nil, stands for the rest.
+type exampleEngine struct {
+	port.TaskEngine
+	runs map[string]port.RunID
+}
+
+func (e *exampleEngine) EnqueueMany(_ context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
+	for i, it := range items {
+		if it.Options.IdempotencyKey == "" {
+			return nil, &port.ItemError{Index: i, Err: &port.FieldError{Field: "idempotency_key", Reason: "must not be empty"}}
+		}
+	}
+	out := make([]port.EnqueueResult, len(items))
+	for i, it := range items {
+		id, found := e.runs[it.Options.IdempotencyKey]
+		if !found {
+			id = port.RunID(fmt.Sprintf("run-%d", len(e.runs)+1))
+			e.runs[it.Options.IdempotencyKey] = id
+		}
+		out[i] = port.EnqueueResult{ID: id, Created: !found}
+	}
+	return out, nil
+}

@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
@@ -179,6 +180,45 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 		return "", err
 	}
 	return run.ID, nil
+}
+
+// startParallelism bounds the workflow starts one EnqueueMany has in flight:
+// enough to hide a round trip to the frontend, few enough that a large batch
+// neither floods it nor exhausts its rate limits.
+const startParallelism = 16
+
+// EnqueueMany enqueues a batch (port.TaskEngine): the runs are recorded in
+// one statement (runstore.InsertMany), then their workflows are started, at
+// most startParallelism at once. As Enqueue does, it also starts the
+// workflow of an existing open run of this engine, in case the call that
+// recorded it failed before the start; a started workflow is left alone. An
+// error after the insert leaves the runs recorded: calling again with the
+// same items starts what is missing.
+func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
+	prep, err := enginekit.PrepareBatch(e.reg, items)
+	if err != nil || len(prep) == 0 {
+		return nil, err
+	}
+	runs, created, err := runstore.InsertMany(ctx, e.pool, runstore.NewRuns(runstore.EngineTemporal, prep))
+	if err != nil {
+		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
+	}
+	out := make([]port.EnqueueResult, len(runs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(startParallelism)
+	started := make(map[port.RunID]bool, len(runs))
+	for i, run := range runs {
+		out[i] = port.EnqueueResult{ID: run.ID, Created: created[i]}
+		if started[run.ID] || (!created[i] && (run.Status.Terminal() || run.Engine != runstore.EngineTemporal)) {
+			continue
+		}
+		started[run.ID] = true
+		g.Go(func() error { return e.start(gctx, run) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
+	}
+	return out, nil
 }
 
 func (e *Engine) start(ctx context.Context, run runstore.Run) error {

@@ -57,19 +57,9 @@ func NewRecordingEngine(pool *pgxpool.Pool, reg *port.Registry) *RecordingEngine
 
 // Enqueue implements port.TaskEngine.
 func (e *RecordingEngine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	version := 1
-	raw, err := enginekit.EncodePayload("input", input)
+	version, raw, err := e.prepare(kind, input, opts)
 	if err != nil {
 		return "", err
-	}
-	if e.reg != nil {
-		prep, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
-		if err != nil {
-			return "", err
-		}
-		version, raw = prep.Definition.Version, prep.Input
-	} else if opts.IdempotencyKey == "" {
-		return "", &port.FieldError{Field: "idempotency_key", Reason: "must not be empty"}
 	}
 	run, created, err := runstore.Insert(ctx, e.pool, runstore.NewRun{
 		Engine: runstore.EngineLease, Kind: kind, Version: version, Key: opts.IdempotencyKey,
@@ -78,14 +68,68 @@ func (e *RecordingEngine) Enqueue(ctx context.Context, kind port.Kind, input any
 	if err != nil {
 		return "", fmt.Errorf("recording engine enqueue: %w", err)
 	}
+	e.record(Enqueued{RunID: run.ID, Kind: kind, Key: opts.IdempotencyKey, Input: run.Input, Created: created, At: time.Now()})
+	return run.ID, nil
+}
+
+// EnqueueMany implements port.TaskEngine as the engines do: every item
+// validated first (a *port.ItemError refuses the batch), then one
+// runstore.InsertMany. Each item is recorded like an Enqueue call.
+func (e *RecordingEngine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	news := make([]runstore.NewRun, len(items))
+	for i, it := range items {
+		version, raw, err := e.prepare(it.Kind, it.Input, it.Options)
+		if err != nil {
+			return nil, &port.ItemError{Index: i, Err: err}
+		}
+		news[i] = runstore.NewRun{Engine: runstore.EngineLease, Kind: it.Kind, Version: version, Key: it.Options.IdempotencyKey,
+			BusinessKey: it.Options.BusinessKey, Input: raw, AvailableAt: it.Options.AvailableAt}
+	}
+	runs, created, err := runstore.InsertMany(ctx, e.pool, news)
+	if err != nil {
+		return nil, fmt.Errorf("recording engine enqueue many: %w", err)
+	}
+	out := make([]port.EnqueueResult, len(runs))
+	for i, run := range runs {
+		out[i] = port.EnqueueResult{ID: run.ID, Created: created[i]}
+		e.record(Enqueued{RunID: run.ID, Kind: run.Kind, Key: run.IdempotencyKey, Input: run.Input, Created: created[i], At: time.Now()})
+	}
+	return out, nil
+}
+
+// prepare validates an enqueue like a real engine when the engine has a
+// registry, and otherwise only requires a key; it returns the version and
+// the encoded input.
+func (e *RecordingEngine) prepare(kind port.Kind, input any, opts port.EnqueueOptions) (int, json.RawMessage, error) {
+	if e.reg != nil {
+		prep, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
+		if err != nil {
+			return 0, nil, err
+		}
+		return prep.Definition.Version, prep.Input, nil
+	}
+	raw, err := enginekit.EncodePayload("input", input)
+	if err != nil {
+		return 0, nil, err
+	}
+	if opts.IdempotencyKey == "" {
+		return 0, nil, &port.FieldError{Field: "idempotency_key", Reason: "must not be empty"}
+	}
+	return 1, raw, nil
+}
+
+// record appends an accepted enqueue and wakes whoever waits for one.
+func (e *RecordingEngine) record(en Enqueued) {
 	e.mu.Lock()
-	e.enqueued = append(e.enqueued, Enqueued{RunID: run.ID, Kind: kind, Key: opts.IdempotencyKey, Input: run.Input, Created: created, At: time.Now()})
+	e.enqueued = append(e.enqueued, en)
 	e.mu.Unlock()
 	select {
 	case e.notify <- struct{}{}:
 	default:
 	}
-	return run.ID, nil
 }
 
 // Signal implements port.TaskEngine: it records the topic; nobody waits.

@@ -59,6 +59,21 @@ func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.Enq
 	return PreparedEnqueue{Definition: def, Input: raw, Options: opts}, nil
 }
 
+// PrepareBatch validates every item of an EnqueueMany batch with
+// PrepareEnqueue, in order. The first bad item refuses the batch: its error
+// is a *port.ItemError with the item's index. An empty batch is no error.
+func PrepareBatch(reg *port.Registry, items []port.EnqueueItem) ([]PreparedEnqueue, error) {
+	out := make([]PreparedEnqueue, len(items))
+	for i, it := range items {
+		p, err := PrepareEnqueue(reg, it.Kind, it.Input, it.Options)
+		if err != nil {
+			return nil, &port.ItemError{Index: i, Err: err}
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
 // validateKey checks an idempotency key or business key: non-empty (when
 // required), at most port.MaxNameLen bytes, printable.
 func validateKey(field, s string, required bool) error {

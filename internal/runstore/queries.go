@@ -11,6 +11,27 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::timestamptz, now()))
 ON CONFLICT (kind, idempotency_key) DO NOTHING
 RETURNING ` + runColumns
 
+// RunColumns are the columns of a run as scanRun reads them, for a
+// statement handed to InsertManyWith.
+const RunColumns = runColumns
+
+// InsertRunsSQL is insertRunSQL for a batch, one array per column; a NULL
+// available_at is now. The ORDER BY fixes the order in which the rows take
+// their unique-index entries (see InsertMany).
+const InsertRunsSQL = `
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
+SELECT i.id, i.engine, i.kind, i.version, i.key, i.business_key, i.priority, i.input::jsonb, coalesce(i.available_at, now())
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::text[], $9::timestamptz[])
+  AS i(id, engine, kind, version, key, business_key, priority, input, available_at)
+ORDER BY i.kind, i.key
+ON CONFLICT (kind, idempotency_key) DO NOTHING
+RETURNING ` + runColumns
+
+// selectRunsByKeysSQL finds the runs of the (kind, key) pairs $1, $2.
+const selectRunsByKeysSQL = `
+SELECT ` + runColumns + ` FROM taskport.run
+WHERE (kind, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
+
 const selectRunByKeySQL = `SELECT ` + runColumns + ` FROM taskport.run WHERE kind = $1 AND idempotency_key = $2`
 
 const selectRunSQL = `SELECT ` + runColumns + ` FROM taskport.run WHERE id = $1`

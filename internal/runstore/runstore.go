@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -89,6 +90,111 @@ func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err e
 		return Run{}, false, fmt.Errorf("find run %s/%s: %w", r.Kind, r.Key, err)
 	}
 	return run, false, nil
+}
+
+// NewRuns are the runs of an EnqueueMany batch that passed
+// enginekit.PrepareBatch, for engine.
+func NewRuns(engine Engine, prep []enginekit.PreparedEnqueue) []NewRun {
+	out := make([]NewRun, len(prep))
+	for i, p := range prep {
+		out[i] = NewRun{Engine: engine, Kind: p.Definition.Kind, Version: p.Definition.Version,
+			Key: p.Options.IdempotencyKey, BusinessKey: p.Options.BusinessKey, Priority: p.Options.Priority,
+			Input: p.Input, AvailableAt: p.Options.AvailableAt}
+	}
+	return out
+}
+
+// InsertMany is Insert for a batch, in one statement plus one read of the
+// keys already taken: runs[i] is the run of rs[i], created[i] whether rs[i]
+// started it. Entries with the same kind and key name one run: the first
+// of them is inserted (its input wins), the later ones report created
+// false. A batch that fails writes nothing.
+//
+// The statement inserts the rows ordered by (kind, key), so that two
+// batches racing on overlapping keys wait on each other's unique-index
+// entries in the same order and never deadlock
+// (TestInsertManyRacingBatches deadlocks without it).
+func InsertMany(ctx context.Context, q DBTX, rs []NewRun) (runs []Run, created []bool, err error) {
+	return InsertManyWith(ctx, q, rs, InsertRunsSQL)
+}
+
+// InsertManyWith is InsertMany through stmt, a statement that runs
+// InsertRunsSQL on its parameters $1-$9 (as a data-modifying WITH query)
+// and returns RunColumns of the runs it inserted, so that an engine can
+// write rows of its own for them from args ($10 on) in the same statement:
+// the lease engine inserts its task rows so.
+func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args ...any) (runs []Run, created []bool, err error) {
+	type key struct {
+		kind port.Kind
+		key  string
+	}
+	first := make(map[key]int, len(rs)) // key -> index of its first entry
+	var uniq []int
+	for i, r := range rs {
+		k := key{r.Kind, r.Key}
+		if _, dup := first[k]; !dup {
+			first[k] = i
+			uniq = append(uniq, i)
+		}
+	}
+	n := len(uniq)
+	var (
+		ids = make([]uuid.UUID, n)
+		// Plain strings: pgx encodes a slice of a named string type through
+		// reflection, element by element.
+		engines  = make([]string, n)
+		kinds    = make([]string, n)
+		versions = make([]int, n)
+		keys     = make([]string, n)
+		business = make([]string, n)
+		prios    = make([]int, n)
+		inputs   = make([]string, n)
+		avails   = make([]*time.Time, n)
+	)
+	for j, i := range uniq {
+		r := rs[i]
+		if ids[j], err = uuid.NewV7(); err != nil {
+			return nil, nil, fmt.Errorf("new run id: %w", err)
+		}
+		engines[j], kinds[j], versions[j], keys[j] = string(r.Engine), string(r.Kind), r.Version, r.Key
+		business[j], prios[j], inputs[j] = r.BusinessKey, r.Priority, string(r.Input)
+		if !r.AvailableAt.IsZero() {
+			avails[j] = &r.AvailableAt
+		}
+	}
+	got := make(map[key]Run, n)
+	fresh := make(map[key]bool, n)
+	inserted, err := collectRuns(q.Query(ctx, stmt, append([]any{ids, engines, kinds, versions, keys, business, prios, inputs, avails}, args...)...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("insert %d runs: %w", n, err)
+	}
+	for _, r := range inserted {
+		got[key{r.Kind, r.IdempotencyKey}] = r
+		fresh[key{r.Kind, r.IdempotencyKey}] = true
+	}
+	if len(inserted) < n {
+		// The keys ON CONFLICT found taken: a statement of its own, whose
+		// snapshot sees the runs committed while the insert waited on them.
+		existing, err := collectRuns(q.Query(ctx, selectRunsByKeysSQL, kinds, keys))
+		if err != nil {
+			return nil, nil, fmt.Errorf("find %d existing runs: %w", n-len(inserted), err)
+		}
+		for _, r := range existing {
+			if k := (key{r.Kind, r.IdempotencyKey}); !fresh[k] {
+				got[k] = r
+			}
+		}
+	}
+	runs, created = make([]Run, len(rs)), make([]bool, len(rs))
+	for i, r := range rs {
+		k := key{r.Kind, r.Key}
+		run, ok := got[k]
+		if !ok {
+			return nil, nil, fmt.Errorf("insert runs: run %s/%s neither inserted nor found", r.Kind, r.Key)
+		}
+		runs[i], created[i] = run, fresh[k] && first[k] == i
+	}
+	return runs, created, nil
 }
 
 // ParseID validates a run id. A malformed id is reported as ErrNotFound: no

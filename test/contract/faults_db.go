@@ -433,27 +433,28 @@ func clusterFault(w *world, kill bool) {
 	wl.check(w, e)
 }
 
-// stallingEngine holds every Enqueue of the real engine it wraps until the
-// test lets it go, so a second dispatcher can claim the same outbox row
-// meanwhile (as it does once a stalled dispatcher's claim lease has run out).
+// stallingEngine holds every EnqueueMany (the dispatcher's enqueue) of the
+// real engine it wraps until the test lets it go, so a second dispatcher can
+// claim the same outbox row meanwhile (as it does once a stalled
+// dispatcher's claim lease has run out).
 type stallingEngine struct {
 	port.TaskEngine
 	entered chan<- struct{}
 	release <-chan struct{}
 }
 
-func (s stallingEngine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+func (s stallingEngine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
 	s.entered <- struct{}{}
 	select {
 	case <-s.release:
 	case <-ctx.Done():
-		return "", context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
-	return s.TaskEngine.Enqueue(ctx, kind, input, opts)
+	return s.TaskEngine.EnqueueMany(ctx, items)
 }
 
 // outboxDispatchedTwice: one outbox row is enqueued three times: by two
-// dispatchers on two workers racing on it (the first stalled inside Enqueue
+// dispatchers on two workers racing on it (the first stalled inside EnqueueMany
 // past its claim lease), then once more after the row was put back to
 // pending, as a crash between Enqueue and the "dispatched" update leaves it.
 // The engine's idempotency on the row's key must absorb all of it: one run
@@ -484,12 +485,12 @@ func outboxDispatchedTwice(w *world) {
 		d, err := outbox.NewDispatcher(w.pool, stallingEngine{TaskEngine: e, entered: entered, release: release}, e.(port.Admin), outbox.Config{})
 		require.NoError(w.t, err)
 		wg.Go(func() { claimed[i], errs[i] = d.DispatchOnce(bg) })
-		<-entered // dispatcher i claimed the row and is inside Enqueue
+		<-entered // dispatcher i claimed the row and is inside EnqueueMany
 		// Its claim lease runs out: the row is due again for the next one.
 		_, err = w.pool.Exec(bg, `UPDATE outbox_event SET next_attempt_at = now() WHERE id = $1`, rowID)
 		require.NoError(w.t, err)
 	}
-	close(release) // both Enqueue calls reach their engines at once
+	close(release) // both EnqueueMany calls reach their engines at once
 	wg.Wait()
 	for i := range workers {
 		require.NoError(w.t, errs[i], "dispatcher %d", i)

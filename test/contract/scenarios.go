@@ -49,6 +49,7 @@ var scenarios = []scenario{
 	{"heartbeat_timeout_fails_silent_attempts", heartbeatTimeout},
 	{"admin_retry_dead_letter", adminRetry}, // admin.go
 	{"admin_list_paging", adminPaging},
+	{"enqueue_many", enqueueMany}, {"enqueue_many_bad_item_writes_nothing", enqueueManyBadItem}, // bulk.go
 }
 
 var bg = context.Background()

@@ -14,6 +14,8 @@
 // which is what DBOS sets for itself; pgxpool's own default is 4 here).
 //
 //	go run ./cmd/compare -db postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+//
+// `compare enqueue` compares enqueue rates instead (see enqueue.go).
 package main
 
 import (
@@ -61,6 +63,9 @@ type result struct {
 }
 
 func run(ctx context.Context) error {
+	if len(os.Args) > 1 && os.Args[1] == "enqueue" {
+		return runEnqueue(ctx, os.Args[2:])
+	}
 	var (
 		dbURL  = flag.String("db", os.Getenv("TEST_DATABASE_URL"), "Postgres server URL (an admin database: fresh databases are created beside it)")
 		runs   = flag.Int("n", 2000, "workflows per measurement")
@@ -123,31 +128,21 @@ type runner func(ctx context.Context, url string, c, n int) (time.Duration, erro
 // measure gives the engine a fresh database, reached through a pool of
 // poolSize connections, and reads its commit counter around the run.
 func measure(ctx context.Context, server string, poolSize int, engine string, c, n int, fn runner) (result, error) {
-	name := fmt.Sprintf("tp_compare_%s_%d_%s", engine, c, strings.ToLower(rand.Text()[:8]))
 	admin, err := pgx.Connect(ctx, server)
 	if err != nil {
 		return result{}, fmt.Errorf("connect: %w", err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return result{}, fmt.Errorf("create database: %w", err)
-	}
-	defer admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)") //nolint:errcheck // best effort
-	u, err := url.Parse(server)
+	name, dsn, drop, err := freshDB(ctx, admin, server, fmt.Sprintf("%s_%d", engine, c), poolSize)
 	if err != nil {
-		return result{}, fmt.Errorf("parse url: %w", err)
+		return result{}, err
 	}
-	u.Path = "/" + name
-	// Both pgxpool.New and DBOS (which otherwise sets 20) take the pool size
-	// from the URL, so the engines get the same number of connections.
-	q := u.Query()
-	q.Set("pool_max_conns", strconv.Itoa(poolSize))
-	u.RawQuery = q.Encode()
+	defer drop()
 	before, err := commits(ctx, admin, name)
 	if err != nil {
 		return result{}, err
 	}
-	elapsed, err := fn(ctx, u.String(), c, n)
+	elapsed, err := fn(ctx, dsn, c, n)
 	if err != nil {
 		return result{}, fmt.Errorf("%s at concurrency %d: %w", engine, c, err)
 	}
@@ -159,6 +154,29 @@ func measure(ctx context.Context, server string, poolSize int, engine string, c,
 	}
 	return result{engine: engine, concurrency: c, runsPerSec: float64(n) / elapsed.Seconds(),
 		commitsRun: float64(after-before) / float64(n)}, nil
+}
+
+// freshDB creates a database beside server's and returns its name and a
+// URL for it whose pools have poolSize connections; drop removes it.
+func freshDB(ctx context.Context, admin *pgx.Conn, server, label string, poolSize int) (name, dsn string, drop func(), err error) {
+	name = fmt.Sprintf("tp_compare_%s_%s", label, strings.ToLower(rand.Text()[:8]))
+	u, err := url.Parse(server)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("parse url: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", "", nil, fmt.Errorf("create database: %w", err)
+	}
+	drop = func() {
+		admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)") //nolint:errcheck // best effort
+	}
+	u.Path = "/" + name
+	// Both pgxpool.New and DBOS (which otherwise sets 20) take the pool size
+	// from the URL, so the engines get the same number of connections.
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(poolSize))
+	u.RawQuery = q.Encode()
+	return name, u.String(), drop, nil
 }
 
 // commits reads xact_commit of database name once it is stable: backends
@@ -212,36 +230,47 @@ var noop = port.DeclareActivity[int, int]("compare.noop")
 
 const noopKind port.Kind = "compare.noop3"
 
-func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+// openLease migrates the database at dbURL and returns a lease engine over
+// it that knows the 3-step no-op kind; close the pool when done.
+func openLease(ctx context.Context, dbURL string, metrics leaseadapter.Metrics) (*leaseadapter.Engine, *pgxpool.Pool, error) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		return 0, fmt.Errorf("open pool: %w", err)
+		return nil, nil, fmt.Errorf("open pool: %w", err)
 	}
-	defer pool.Close()
 	if err := migrations.Up(ctx, pool); err != nil {
-		return 0, err
+		pool.Close()
+		return nil, nil, err
 	}
 	reg := port.NewRegistry()
-	if err := reg.RegisterActivity(port.Bind(noop, func(_ context.Context, i int) (int, error) { return i, nil })); err != nil {
-		return 0, err
-	}
-	err = reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
-		Handler: port.Handle(func(f port.Flow, _ struct{}) error {
-			for i := range 3 {
-				if _, err := noop.Run(f, "s"+strconv.Itoa(i), i); err != nil {
-					return err
+	err = errors.Join(reg.RegisterActivity(port.Bind(noop, func(_ context.Context, i int) (int, error) { return i, nil })),
+		reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
+			Handler: port.Handle(func(f port.Flow, _ struct{}) error {
+				for i := range 3 {
+					if _, err := noop.Run(f, "s"+strconv.Itoa(i), i); err != nil {
+						return err
+					}
 				}
-			}
-			return nil
-		})})
+				return nil
+			})}))
 	if err != nil {
-		return 0, err
+		pool.Close()
+		return nil, nil, err
 	}
+	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Logger: slog.New(slog.DiscardHandler), Metrics: metrics})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return eng, pool, nil
+}
+
+func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
 	done := &finished{want: int64(n), all: make(chan struct{})}
-	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Logger: slog.New(slog.DiscardHandler), Metrics: done})
+	eng, pool, err := openLease(ctx, dbURL, done)
 	if err != nil {
 		return 0, err
 	}
+	defer pool.Close()
 	if err := eng.Start(ctx, port.StartOptions{Concurrency: c}); err != nil {
 		return 0, err
 	}

@@ -115,7 +115,7 @@ func answer(w http.ResponseWriter, err error) {
 
 // dispatchWatch sits between the outbox dispatcher and the engine and
 // remembers whether the dispatcher is running and how its last hand-over
-// (Enqueue) went: a dispatcher that cannot reach the engine moves no rows,
+// (EnqueueMany) went: a dispatcher that cannot reach the engine moves no rows,
 // and that worker should not report ready. Input the engine refuses is the
 // row's fault, not the dispatcher's, and a canceled context is a stop.
 type dispatchWatch struct {
@@ -126,14 +126,14 @@ type dispatchWatch struct {
 	lastErr error
 }
 
-func (d *dispatchWatch) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	id, err := d.TaskEngine.Enqueue(ctx, kind, input, opts)
+func (d *dispatchWatch) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
+	res, err := d.TaskEngine.EnqueueMany(ctx, items)
 	if ctx.Err() == nil && !errors.Is(err, port.ErrInvalidInput) {
 		d.mu.Lock()
 		d.lastErr = err
 		d.mu.Unlock()
 	}
-	return id, err
+	return res, err
 }
 
 func (d *dispatchWatch) setRunning(running bool) {

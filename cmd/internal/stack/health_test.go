@@ -70,7 +70,8 @@ func TestWorkerHealthRules(t *testing.T) {
 
 	// A hand-over the engine refuses as invalid is the row's fault, not
 	// the dispatcher's: still ready.
-	_, err := s.dispatchWatch.Enqueue(context.Background(), "no.such.kind", struct{}{}, port.EnqueueOptions{IdempotencyKey: "k"})
+	_, err := s.dispatchWatch.EnqueueMany(context.Background(), []port.EnqueueItem{
+		{Kind: "no.such.kind", Input: struct{}{}, Options: port.EnqueueOptions{IdempotencyKey: "k"}}})
 	require.ErrorIs(t, err, port.ErrInvalidInput)
 	code, _ = probe(t, h, "/readyz")
 	require.Equal(t, http.StatusOK, code)
@@ -78,8 +79,8 @@ func TestWorkerHealthRules(t *testing.T) {
 	// The engine unreachable (its database gone): the dispatcher cannot
 	// move rows, so the worker is not ready; Postgres itself fails too.
 	s.enginePool.Close()
-	_, err = s.dispatchWatch.Enqueue(context.Background(), workflows.KindNotifyWebhook,
-		workflows.NotifyInput{PlanID: uuid.NewString(), Event: "e", Status: "s"}, port.EnqueueOptions{IdempotencyKey: "k"})
+	_, err = s.dispatchWatch.EnqueueMany(context.Background(), []port.EnqueueItem{{Kind: workflows.KindNotifyWebhook,
+		Input: workflows.NotifyInput{PlanID: uuid.NewString(), Event: "e", Status: "s"}, Options: port.EnqueueOptions{IdempotencyKey: "k"}}})
 	require.Error(t, err)
 	require.NotErrorIs(t, err, port.ErrInvalidInput)
 	code, body = probe(t, h, "/readyz")

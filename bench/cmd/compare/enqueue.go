@@ -1,0 +1,225 @@
+package main
+
+// `compare enqueue` measures how fast runs get into the queue, which is what
+// a backlog import (100k plans) waits on, and prints a table of runs/s:
+//
+//   - lease EnqueueMany: the lease engine's EnqueueMany, one producer,
+//     batches of -batch;
+//   - lease Enqueue: the lease engine's Enqueue, one run per call, from
+//     -producers goroutines (one producer would only measure the round
+//     trip);
+//   - river InsertMany: River's Client.InsertMany (riverpgxv5), one
+//     producer, batches of -batch, with River's defaults: no uniqueness;
+//   - river InsertMany unique: the same with UniqueOpts{ByArgs: true}, so
+//     that every job is checked against a unique key as every taskport run
+//     is (UNIQUE(kind, idempotency_key)).
+//
+// Nothing is executed: no worker runs. Each mode gets a fresh database on
+// the same server per round. Within a round the modes take turns slice by
+// slice (-batch runs each, the first mode rotating), so that the swings of
+// a shared machine, which last longer than a slice, hit every mode alike;
+// a mode's rate is its runs over the time its own slices took, and the
+// median round is reported. A taskport run writes two rows (taskport.run,
+// the idempotency authority and projection, and the task row); a River job
+// one.
+//
+//	go run ./cmd/compare enqueue -n 20000 -batch 1000 -rounds 5 -db $TEST_DATABASE_URL
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/taskport/taskport/port"
+)
+
+// inserter enqueues the runs [lo, hi) of a round.
+type inserter func(lo, hi int) error
+
+// enqueueMode opens a mode on the database at dsn: its inserter, and a
+// close that releases its pool.
+type enqueueMode struct {
+	name, perCall string
+	open          func(ctx context.Context, dsn string) (inserter, func(), error)
+}
+
+func runEnqueue(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("compare enqueue", flag.ContinueOnError)
+	var (
+		dbURL     = fs.String("db", os.Getenv("TEST_DATABASE_URL"), "Postgres server URL (an admin database: fresh databases are created beside it)")
+		runs      = fs.Int("n", 20000, "runs per mode and round")
+		batch     = fs.Int("batch", 1000, "items per EnqueueMany / InsertMany call, and the slice the modes take turns by")
+		producers = fs.Int("producers", 8, "goroutines calling Enqueue one run at a time")
+		rounds    = fs.Int("rounds", 5, "rounds; the median is reported")
+		pool      = fs.Int("pool", 20, "connections per mode (pool_max_conns)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dbURL == "" {
+		return errors.New("-db (or TEST_DATABASE_URL) is required")
+	}
+	if *batch < 1 || *producers < 1 || *runs < 1 {
+		return errors.New("-n, -batch and -producers must be at least 1")
+	}
+	perBatch := strconv.Itoa(*batch) + " runs"
+	modes := []enqueueMode{
+		{"lease EnqueueMany", perBatch, leaseMany},
+		{"lease Enqueue", "1 run, " + strconv.Itoa(*producers) + " prod.", leaseOne(*producers)},
+		{"river InsertMany", perBatch, riverMany(false)},
+		{"river InsertMany unique", perBatch, riverMany(true)},
+	}
+	admin, err := pgx.Connect(ctx, *dbURL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	got := make([][]result, len(modes))
+	for round := range max(*rounds, 1) {
+		rs, err := enqueueRound(ctx, admin, *dbURL, *pool, modes, *runs, *batch)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round+1, err)
+		}
+		for i, r := range rs {
+			fmt.Fprintf(os.Stderr, "round %d: %s: %.0f runs/s\n", round+1, modes[i].name, r.runsPerSec)
+			got[i] = append(got[i], r)
+		}
+	}
+	many := median(got[0]).runsPerSec
+	fmt.Printf("\n%d runs per mode and round, slices of %d taken in turn, median of %d rounds\n", *runs, *batch, max(*rounds, 1))
+	fmt.Printf("%-24s %-18s %10s %17s\n", "mode", "per call", "runs/s", "EnqueueMany/this")
+	for i, m := range modes {
+		r := median(got[i])
+		fmt.Printf("%-24s %-18s %10.0f %16.2fx\n", m.name, m.perCall, r.runsPerSec, many/r.runsPerSec)
+	}
+	return nil
+}
+
+// enqueueRound gives every mode a fresh database and n runs, the modes
+// taking turns by slices of size runs.
+func enqueueRound(ctx context.Context, admin *pgx.Conn, server string, poolSize int, modes []enqueueMode, n, size int) ([]result, error) {
+	ins := make([]inserter, len(modes))
+	for i, m := range modes {
+		_, dsn, drop, err := freshDB(ctx, admin, server, "enqueue", poolSize)
+		if err != nil {
+			return nil, err
+		}
+		defer drop()
+		in, closePool, err := m.open(ctx, dsn)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		defer closePool()
+		ins[i] = in
+	}
+	spent := make([]time.Duration, len(modes))
+	for s, lo := 0, 0; lo < n; s, lo = s+1, lo+size {
+		hi := min(lo+size, n)
+		for k := range modes {
+			i := (s + k) % len(modes) // each slice starts with the next mode
+			start := time.Now()
+			if err := ins[i](lo, hi); err != nil {
+				return nil, fmt.Errorf("%s: %w", modes[i].name, err)
+			}
+			spent[i] += time.Since(start)
+		}
+	}
+	out := make([]result, len(modes))
+	for i := range modes {
+		out[i] = result{engine: modes[i].name, runsPerSec: float64(n) / spent[i].Seconds()}
+	}
+	return out, nil
+}
+
+func leaseMany(ctx context.Context, dsn string) (inserter, func(), error) {
+	eng, pool, err := openLease(ctx, dsn, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(lo, hi int) error {
+		items := make([]port.EnqueueItem, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			items = append(items, port.EnqueueItem{Kind: noopKind, Input: struct{}{},
+				Options: port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)}})
+		}
+		_, err := eng.EnqueueMany(ctx, items)
+		return err
+	}, pool.Close, nil
+}
+
+func leaseOne(producers int) func(ctx context.Context, dsn string) (inserter, func(), error) {
+	return func(ctx context.Context, dsn string) (inserter, func(), error) {
+		eng, pool, err := openLease(ctx, dsn, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(lo, hi int) error {
+			return spread(producers, hi-lo, func(i int) error {
+				_, err := eng.Enqueue(ctx, noopKind, struct{}{}, port.EnqueueOptions{IdempotencyKey: strconv.Itoa(lo + i)})
+				return err
+			})
+		}, pool.Close, nil
+	}
+}
+
+// riverNoop is the River job: its argument tells jobs apart, as the
+// idempotency key does taskport runs.
+type riverNoop struct {
+	I int `json:"i"`
+}
+
+func (riverNoop) Kind() string { return "compare_noop" }
+
+type riverNoopWorker struct {
+	river.WorkerDefaults[riverNoop]
+}
+
+func (riverNoopWorker) Work(context.Context, *river.Job[riverNoop]) error { return nil }
+
+// riverMany inserts with River's InsertMany on a migrated database, from
+// an insert-only client (no queues: nothing runs).
+func riverMany(unique bool) func(ctx context.Context, dsn string) (inserter, func(), error) {
+	return func(ctx context.Context, dsn string) (inserter, func(), error) {
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open pool: %w", err)
+		}
+		driver := riverpgxv5.New(pool)
+		migrator, err := rivermigrate.New(driver, nil)
+		if err == nil {
+			_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		}
+		var client *river.Client[pgx.Tx]
+		if err == nil {
+			workers := river.NewWorkers()
+			river.AddWorker(workers, riverNoopWorker{})
+			client, err = river.NewClient(driver, &river.Config{Workers: workers})
+		}
+		if err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("river: %w", err)
+		}
+		var opts *river.InsertOpts
+		if unique {
+			opts = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
+		}
+		return func(lo, hi int) error {
+			params := make([]river.InsertManyParams, 0, hi-lo)
+			for i := lo; i < hi; i++ {
+				params = append(params, river.InsertManyParams{Args: riverNoop{I: i}, InsertOpts: opts})
+			}
+			_, err := client.InsertMany(ctx, params)
+			return err
+		}, pool.Close, nil
+	}
+}
