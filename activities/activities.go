@@ -34,6 +34,7 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
+	"github.com/taskport/taskport/workflows"
 )
 
 // Downloader is what the steps need of a qBittorrent client
@@ -90,6 +91,13 @@ type Config struct {
 	HTTPClient *http.Client
 	// ChunkSize of file imports; 0 lets the importer choose.
 	ChunkSize int
+	// HeartbeatEvery paces the heartbeats of the steps that wait on
+	// qBittorrent or a webhook. Default a fifth of
+	// workflows.NetworkHeartbeatTimeout, so that a beat delayed by a loaded
+	// machine (or held back by the Temporal SDK, which sends at most one per
+	// 80% of the timeout) still lands in time; it must be below that
+	// timeout.
+	HeartbeatEvery time.Duration
 	// Logger. Default: discard.
 	Logger *slog.Logger
 }
@@ -115,6 +123,12 @@ func New(pool *pgxpool.Pool, dl Downloader, files Files, cfg Config) (*Activitie
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HeartbeatEvery == 0 {
+		cfg.HeartbeatEvery = workflows.NetworkHeartbeatTimeout / 5
+	}
+	if cfg.HeartbeatEvery < 0 || cfg.HeartbeatEvery >= workflows.NetworkHeartbeatTimeout {
+		return nil, &port.FieldError{Field: "heartbeat_every", Reason: fmt.Sprintf("must lie in (0, %s), got %s", workflows.NetworkHeartbeatTimeout, cfg.HeartbeatEvery)}
 	}
 	if cfg.ChunkSize < 0 {
 		return nil, &port.FieldError{Field: "chunk_size", Reason: "must not be negative"}
