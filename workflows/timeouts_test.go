@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/port"
@@ -76,4 +77,27 @@ func TestNetworkStepsHeartbeatWhileTheyWait(t *testing.T) {
 	require.Equal(t, workflows.NetworkHeartbeatTimeout, r.Options["compensate"].HeartbeatTimeout)
 	deleted, _ := f.QBT.Deleted(f.asset.Hash)
 	require.True(t, deleted, "the slow downloader still removed the plan's torrent")
+}
+
+// download.cleanup beats while qBittorrent answers slowly too; and a beat
+// interval that would not land within the heartbeat timeout is refused.
+func TestCleanupHeartbeatsWhileItWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixtureWith(t, apptest.Options{HeartbeatEvery: 5 * time.Millisecond})
+	f.imported(t)
+	require.NoError(t, f.run(t, workflows.KindAssetVerify, f.ref()).Execute(ctx))
+	f.QBT.SetDelay(100 * time.Millisecond)
+	r := f.run(t, workflows.KindDownloadCleanup, f.ref())
+	require.NoError(t, r.Execute(ctx))
+	require.NotEmpty(t, r.Heartbeats, "cleanup: no heartbeat while qBittorrent answered slowly")
+	require.Equal(t, workflows.NetworkHeartbeatTimeout, r.Options["cleanup"].HeartbeatTimeout)
+	require.Equal(t, acquisition.Completed, f.status(t))
+
+	for _, every := range []time.Duration{-time.Second, workflows.NetworkHeartbeatTimeout} {
+		_, err := activities.New(f.Pool, f.Client, activities.LocalFiles{}, activities.Config{DownloadDir: f.DownloadDir, HeartbeatEvery: every})
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, every)
+		require.Equal(t, "heartbeat_every", fe.Field)
+	}
 }
