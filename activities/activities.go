@@ -34,6 +34,7 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
+	"github.com/taskport/taskport/workflows"
 )
 
 // Downloader is what the steps need of a qBittorrent client
@@ -72,8 +73,9 @@ type Files interface {
 	// Verify returns nil when path has exactly size bytes hashing to sha256;
 	// a missing file is an error wrapping fs.ErrNotExist, a different one
 	// (or not a regular file) one wrapping fileimport.ErrMismatch or
-	// fileimport.ErrInvalidRequest.
-	Verify(path string, size int64, sha256 string) error
+	// fileimport.ErrInvalidRequest. It heartbeats the step of ctx as it
+	// hashes, and stops when ctx ends.
+	Verify(ctx context.Context, path string, size int64, sha256 string) error
 	// RemoveTemps removes temp files an import of target left behind.
 	RemoveTemps(target string) error
 }
@@ -89,6 +91,13 @@ type Config struct {
 	HTTPClient *http.Client
 	// ChunkSize of file imports; 0 lets the importer choose.
 	ChunkSize int
+	// HeartbeatEvery paces the heartbeats of the steps that wait on
+	// qBittorrent or a webhook. Default a fifth of
+	// workflows.NetworkHeartbeatTimeout, so that a beat delayed by a loaded
+	// machine (or held back by the Temporal SDK, which sends at most one per
+	// 80% of the timeout) still lands in time; it must be below that
+	// timeout.
+	HeartbeatEvery time.Duration
 	// Logger. Default: discard.
 	Logger *slog.Logger
 }
@@ -114,6 +123,12 @@ func New(pool *pgxpool.Pool, dl Downloader, files Files, cfg Config) (*Activitie
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HeartbeatEvery == 0 {
+		cfg.HeartbeatEvery = workflows.NetworkHeartbeatTimeout / 5
+	}
+	if cfg.HeartbeatEvery < 0 || cfg.HeartbeatEvery >= workflows.NetworkHeartbeatTimeout {
+		return nil, &port.FieldError{Field: "heartbeat_every", Reason: fmt.Sprintf("must lie in (0, %s), got %s", workflows.NetworkHeartbeatTimeout, cfg.HeartbeatEvery)}
 	}
 	if cfg.ChunkSize < 0 {
 		return nil, &port.FieldError{Field: "chunk_size", Reason: "must not be negative"}

@@ -27,6 +27,7 @@ import (
 // plan left in canceling: the result says the undoing was done, and ending
 // the plan is idempotent.
 func (a *Activities) Compensate(ctx context.Context, in workflows.CancelInput) (workflows.Outcome, error) {
+	defer a.keepBeating(ctx)()
 	p, err := a.plan(ctx, in.PlanID)
 	if err != nil {
 		return workflows.Outcome{}, err

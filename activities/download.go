@@ -22,6 +22,7 @@ import (
 // a connection dropped after qBittorrent accepted the add) it reconciles by
 // hash and tag instead of adding again.
 func (a *Activities) SubmitDownload(ctx context.Context, ref workflows.PlanRef) (workflows.Outcome, error) {
+	defer a.keepBeating(ctx)()
 	p, canceled, err := a.active(ctx, ref.PlanID)
 	if err != nil || canceled {
 		return workflows.Outcome{Canceled: canceled}, err
@@ -166,6 +167,7 @@ func (a *Activities) removeTorrents(ctx context.Context, p acquisition.Plan) err
 // then the downloader. Once complete it records completion, moves the plan
 // to downloaded and hands on to asset.import in one transaction.
 func (a *Activities) CheckDownload(ctx context.Context, ref workflows.PlanRef) (workflows.DownloadState, error) {
+	defer a.keepBeating(ctx)()
 	p, canceled, err := a.active(ctx, ref.PlanID)
 	if err != nil || canceled {
 		return workflows.DownloadState{Canceled: canceled}, err
@@ -211,6 +213,7 @@ func (a *Activities) CheckDownload(ctx context.Context, ref workflows.PlanRef) (
 // notify.webhook. Deleting an absent torrent is a no-op in qBittorrent, so
 // a rerun after a crash simply deletes again.
 func (a *Activities) CleanupDownload(ctx context.Context, ref workflows.PlanRef) (workflows.Outcome, error) {
+	defer a.keepBeating(ctx)()
 	p, canceled, err := a.active(ctx, ref.PlanID)
 	if err != nil || canceled {
 		return workflows.Outcome{Canceled: canceled}, err

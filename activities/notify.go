@@ -19,6 +19,7 @@ const IdempotencyHeader = "Idempotency-Key"
 // PostWebhook POSTs the event as JSON to the configured URL. A 4xx answer
 // other than 408 and 429 will not change on retry and is non-retryable.
 func (a *Activities) PostWebhook(ctx context.Context, in workflows.NotifyInput) (workflows.Outcome, error) {
+	defer a.keepBeating(ctx)()
 	if a.cfg.WebhookURL == "" {
 		return workflows.Outcome{}, nil
 	}

@@ -41,6 +41,23 @@ type Config struct {
 	// number of activities (steps) and of workflow tasks the worker runs at
 	// once. Default 100.
 	DefaultConcurrency int
+	// StickyScheduleToStartTimeout is how long a workflow task waits on the
+	// queue of the worker that ran the run's previous task (whose cache holds
+	// the run) before any worker may take it. A worker killed after its last
+	// task leaves its runs' next tasks there for this long; the server keeps
+	// sending them there for a while, not knowing it died. Expiring it is
+	// never an error: the task goes to the shared queue and another worker
+	// replays the run's history, which only costs CPU. Default 1s (the SDK's
+	// is 5s).
+	StickyScheduleToStartTimeout time.Duration
+	// WorkflowTaskTimeout bounds one workflow task of the runs this engine
+	// starts (Temporal's own default is 10s). A frozen worker still holds
+	// long polls that the server hands tasks to; each such task is retried
+	// elsewhere only after this timeout. A task that replays a long history
+	// on a loaded machine must fit in it, or it times out over and over;
+	// local activities do not count against it (the SDK heartbeats the task
+	// past 80% of it). Default 5s.
+	WorkflowTaskTimeout time.Duration
 	// MemoInputBytes bounds the input summary stored in the memo shown by the
 	// Temporal UI; longer inputs are cut. Default 512.
 	MemoInputBytes int
@@ -80,6 +97,8 @@ const (
 	DefaultLocalActivityTimeout = time.Minute
 	DefaultConcurrency          = 100
 	DefaultMemoInputBytes       = 512
+	DefaultStickyTimeout        = time.Second
+	DefaultWorkflowTaskTimeout  = 5 * time.Second
 	DefaultReconcileInterval    = 30 * time.Second
 	DefaultReconcileBatch       = 100
 	DefaultReconcileAfter       = time.Minute
@@ -104,6 +123,12 @@ func (c Config) withDefaults() Config {
 	if c.MemoInputBytes == 0 {
 		c.MemoInputBytes = DefaultMemoInputBytes
 	}
+	if c.StickyScheduleToStartTimeout == 0 {
+		c.StickyScheduleToStartTimeout = DefaultStickyTimeout
+	}
+	if c.WorkflowTaskTimeout == 0 {
+		c.WorkflowTaskTimeout = DefaultWorkflowTaskTimeout
+	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = DefaultReconcileInterval
 	}
@@ -124,6 +149,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("temporaladapter config: local activity timeout %s is negative", c.LocalActivityTimeout)
 	case c.DefaultConcurrency < 0:
 		return fmt.Errorf("temporaladapter config: default concurrency %d is negative", c.DefaultConcurrency)
+	case c.StickyScheduleToStartTimeout < 0:
+		return fmt.Errorf("temporaladapter config: sticky schedule-to-start timeout %s is negative", c.StickyScheduleToStartTimeout)
+	case c.WorkflowTaskTimeout < 0:
+		return fmt.Errorf("temporaladapter config: workflow task timeout %s is negative", c.WorkflowTaskTimeout)
 	case c.MemoInputBytes < 0:
 		return fmt.Errorf("temporaladapter config: memo input bytes %d is negative", c.MemoInputBytes)
 	case c.ReconcileBatch < 0:

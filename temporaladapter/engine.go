@@ -229,6 +229,7 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 	opts := client.StartWorkflowOptions{
 		ID:                       WorkflowID(run.ID),
 		TaskQueue:                e.cfg.TaskQueue,
+		WorkflowTaskTimeout:      e.cfg.WorkflowTaskTimeout,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		TypedSearchAttributes: temporal.NewSearchAttributes(

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
@@ -41,4 +42,27 @@ func TestRunIsFindableInTheTemporalUI(t *testing.T) {
 	require.NoError(t, json.Unmarshal(desc.Memo.GetFields()["taskport"].GetData(), &memo))
 	require.Equal(t, "plan:1:three", memo.IdempotencyKey)
 	require.Empty(t, memo.Input, "the input is shown only for kinds that opt in (ShowInput)")
+}
+
+// Runs start with the engine's workflow task timeout (Temporal's own default
+// is 10s): a task handed to a frozen worker's long poll is retried elsewhere
+// only when it runs out.
+func TestRunsStartWithTheWorkflowTaskTimeout(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		cfg  temporaladapter.Config
+		want time.Duration
+	}{
+		{temporaladapter.Config{}, temporaladapter.DefaultWorkflowTaskTimeout},
+		{temporaladapter.Config{WorkflowTaskTimeout: 7 * time.Second}, 7 * time.Second},
+	} {
+		eng := h.engine(c.cfg)
+		id := h.enqueue(eng, kinds.Three, kinds.TagIn{Tag: "wft"}, port.EnqueueOptions{IdempotencyKey: "wft:" + c.want.String()})
+		h.waitStatus(id, port.StatusSucceeded)
+		desc, err := h.c.DescribeWorkflow(ctx, temporaladapter.WorkflowID(id), "")
+		require.NoError(t, err)
+		require.Equal(t, c.want, desc.RawResponse.GetExecutionConfig().GetDefaultWorkflowTaskTimeout().AsDuration())
+	}
 }

@@ -37,6 +37,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 			MaxConcurrentWorkflowTaskExecutionSize:  max(conc, 2), // the SDK needs 2 for sticky polling
 			MaxConcurrentLocalActivityExecutionSize: conc,
 			WorkerStopTimeout:                       e.cfg.WorkerStopTimeout,
+			StickyScheduleToStartTimeout:            e.cfg.StickyScheduleToStartTimeout,
 			WorkflowPanicPolicy:                     worker.FailWorkflow,
 			OnFatalError:                            e.onFatal,
 			DeploymentOptions:                       e.deploymentOptions(),

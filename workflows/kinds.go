@@ -8,27 +8,61 @@ import (
 	"github.com/taskport/taskport/port"
 )
 
-// ImportStepTimeout bounds one import attempt; the heartbeat notices a stuck
-// copy long before.
+// Step and heartbeat timeouts, by what a kind's steps wait on. On Temporal
+// the step of a worker that died (or froze) is retried elsewhere only when
+// its heartbeat timeout or, without one, its whole step timeout runs out; so
+// a step that can run longer than a few seconds heartbeats, and every other
+// step has a timeout as short as its work allows. (The lease engine notices
+// a lost worker by its lease, whatever the step.)
 const (
-	ImportStepTimeout      = time.Hour
+	// ImportStepTimeout bounds one attempt of a step that copies or hashes a
+	// whole file (import, verify, and the compensation that hashes the
+	// library file before removing it): a big file on a slow disk takes a
+	// while.
+	ImportStepTimeout = time.Hour
+	// ImportHeartbeatTimeout: import and verify heartbeat after each chunk
+	// (up to 256 MiB with fileimport's largest chunk size, on a slow disk,
+	// plus a Postgres read of the cancel flag), so a minute passes only
+	// when the worker is lost or its disk stuck.
 	ImportHeartbeatTimeout = time.Minute
+	// NetworkStepTimeout bounds one attempt of a step that calls
+	// qBittorrent or a webhook. Each request is bounded by its client
+	// (qbittorrent.DefaultTimeout, 30 s; the webhook client's 10 s); a step
+	// makes at most six, so this is reached only when they all time out. It
+	// is never what notices a lost worker: the heartbeat is.
+	NetworkStepTimeout = 5 * time.Minute
+	// NetworkHeartbeatTimeout: a step waiting on the network has no
+	// progress to report, so it heartbeats from a ticker (activities'
+	// Config.HeartbeatEvery, a fifth of this by default) for as long as it
+	// runs. 10 s rides out a loaded machine delaying a beat or its RPC.
+	NetworkHeartbeatTimeout = 10 * time.Second
+	// DBStepTimeout bounds a step that only reads and writes Postgres
+	// (checking the approval, handing on, opening or carrying out a
+	// decision): it takes milliseconds; 15 s leaves room for a wait on a
+	// plan's row lock or a loaded database, and a lost worker holds such a
+	// step 15 s instead of port.DefaultStepTimeout's minute.
+	DBStepTimeout = 15 * time.Second
 )
 
 // Definitions returns the nine kinds at their current versions.
 func Definitions() []port.Definition {
 	return []port.Definition{
-		{Kind: KindApprovalAwait, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(approvalAwait)},
-		{Kind: KindDownloadSubmit, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(downloadSubmit)},
-		{Kind: KindDownloadAwait, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(downloadAwait)},
+		{Kind: KindApprovalAwait, Version: 1, Retry: port.NetworkRetry(), StepTimeout: DBStepTimeout, Handler: port.Handle(approvalAwait)},
+		{Kind: KindDownloadSubmit, Version: 1, Retry: port.NetworkRetry(), StepTimeout: NetworkStepTimeout,
+			HeartbeatTimeout: NetworkHeartbeatTimeout, Handler: port.Handle(downloadSubmit)},
+		{Kind: KindDownloadAwait, Version: 1, Retry: port.NetworkRetry(), StepTimeout: NetworkStepTimeout,
+			HeartbeatTimeout: NetworkHeartbeatTimeout, Handler: port.Handle(downloadAwait)},
 		{Kind: KindAssetImport, Version: 1, Retry: port.FileRetry(), StepTimeout: ImportStepTimeout,
 			HeartbeatTimeout: ImportHeartbeatTimeout, Handler: port.Handle(assetImport)},
 		{Kind: KindAssetVerify, Version: 1, Retry: port.FileRetry(), StepTimeout: ImportStepTimeout,
-			Handler: port.Handle(assetVerify)},
-		{Kind: KindDownloadCleanup, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(downloadCleanup)},
-		{Kind: KindPlanCancel, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(planCancel)},
-		{Kind: KindDecisionResolve, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(decisionResolve)},
-		{Kind: KindNotifyWebhook, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(notifyWebhook)},
+			HeartbeatTimeout: ImportHeartbeatTimeout, Handler: port.Handle(assetVerify)},
+		{Kind: KindDownloadCleanup, Version: 1, Retry: port.NetworkRetry(), StepTimeout: NetworkStepTimeout,
+			HeartbeatTimeout: NetworkHeartbeatTimeout, Handler: port.Handle(downloadCleanup)},
+		{Kind: KindPlanCancel, Version: 1, Retry: port.NetworkRetry(), StepTimeout: ImportStepTimeout,
+			HeartbeatTimeout: NetworkHeartbeatTimeout, Handler: port.Handle(planCancel)},
+		{Kind: KindDecisionResolve, Version: 1, Retry: port.NetworkRetry(), StepTimeout: DBStepTimeout, Handler: port.Handle(decisionResolve)},
+		{Kind: KindNotifyWebhook, Version: 1, Retry: port.NetworkRetry(), StepTimeout: NetworkStepTimeout,
+			HeartbeatTimeout: NetworkHeartbeatTimeout, Handler: port.Handle(notifyWebhook)},
 	}
 }
 
@@ -58,7 +92,9 @@ func failed(f port.Flow, planID string, input any, err error) error {
 		return errors.Join(err, merr)
 	}
 	req := DecisionRequest{PlanID: planID, Kind: f.Kind(), RunID: f.RunID(), Input: raw, Reason: se.Error()}
-	if _, derr := OpenDecision.Run(f, "open-decision", req); derr != nil {
+	// Opening a decision only writes Postgres, whatever the kind's own
+	// steps wait on (and it does not heartbeat).
+	if _, derr := OpenDecision.Run(f, "open-decision", req, port.WithTimeout(DBStepTimeout), port.WithHeartbeatTimeout(0)); derr != nil {
 		return errors.Join(err, derr)
 	}
 	return err

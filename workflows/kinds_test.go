@@ -189,6 +189,10 @@ func TestDownloadSubmitExhaustedOpensDecision(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, 5, se.Attempts)
 	require.Equal(t, []string{"submit", "open-decision"}, r.Steps)
+	// Opening the decision only writes Postgres: the short timeout, and no
+	// heartbeat timeout (it does not beat), whatever submit's own options.
+	require.Equal(t, workflows.DBStepTimeout, r.Options["open-decision"].Timeout)
+	require.Zero(t, r.Options["open-decision"].HeartbeatTimeout)
 	ds, err := f.Plans.ListDecisions(ctx, acquisition.DecisionOpen, 0)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)

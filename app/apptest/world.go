@@ -61,6 +61,9 @@ type Options struct {
 	ChunkSize int
 	// TracerProvider of the dispatcher; default the global one.
 	TracerProvider trace.TracerProvider
+	// HeartbeatEvery paces the heartbeats of the steps that wait on the
+	// network; default activities' own.
+	HeartbeatEvery time.Duration
 }
 
 // World is everything a business test touches.
@@ -105,7 +108,7 @@ func NewWorld(t testing.TB, opts Options) *World {
 	require.NoError(t, err)
 	err = app.Register(w.Registry, app.Deps{
 		Pool: w.Pool, Downloader: w.Client, Files: opts.Files,
-		Config: activities.Config{DownloadDir: w.DownloadDir, WebhookURL: w.Webhooks.URL, ChunkSize: opts.ChunkSize},
+		Config: activities.Config{DownloadDir: w.DownloadDir, WebhookURL: w.Webhooks.URL, ChunkSize: opts.ChunkSize, HeartbeatEvery: opts.HeartbeatEvery},
 	})
 	require.NoError(t, err)
 	if opts.NewEngine != nil {

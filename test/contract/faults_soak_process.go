@@ -2,6 +2,8 @@ package contract
 
 import (
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -9,12 +11,15 @@ import (
 	"sync"
 	"testing"
 	"text/tabwriter"
+	"time"
 )
 
 // SoakEnv names the environment variable that sets how many times RunFaults
 // repeats every fault scenario per engine. Unset means once, with the
 // ordinary pass/fail; N > 1 also prints a table of anomalies per scenario
-// and engine (run with -v to see it):
+// and engine, and one of the durations the scenarios measured (median and
+// p95 by nearest rank, max), which no test fails on (run with -v to see
+// them):
 //
 //	TASKPORT_SOAK=20 go test ./test/ -run TestFaults -v -timeout 2h
 const SoakEnv = "TASKPORT_SOAK"
@@ -48,6 +53,7 @@ type soakCell struct {
 	anomalies        int // business-truth checks that failed (world.expect)
 	failedReps       int // repetitions that failed
 	first            string
+	durations        map[string][]time.Duration // what the repetitions measured (world.measure)
 }
 
 func newSoak(t *testing.T) *soak {
@@ -73,7 +79,7 @@ func newSoak(t *testing.T) *soak {
 // subtest of its own, run one after the other. fn gets a world holding only
 // its test and fills in the rest.
 func (s *soak) cell(t *testing.T, engine, scenario string, fn func(w *world)) {
-	c := &soakCell{scenario: scenario, engine: engine}
+	c := &soakCell{scenario: scenario, engine: engine, durations: map[string][]time.Duration{}}
 	s.mu.Lock()
 	s.cells = append(s.cells, c)
 	s.mu.Unlock()
@@ -85,6 +91,9 @@ func (s *soak) cell(t *testing.T, engine, scenario string, fn func(w *world)) {
 			defer s.mu.Unlock()
 			c.reps++
 			c.anomalies += len(w.anomalies)
+			for name, d := range w.durations {
+				c.durations[name] = append(c.durations[name], d)
+			}
 			if t.Failed() {
 				c.failedReps++
 				if c.first == "" {
@@ -119,6 +128,26 @@ func (s *soak) table() string {
 	for _, c := range cells {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", c.scenario, c.engine, c.reps, c.anomalies, c.failedReps, c.first)
 	}
+	measured := false
+	for _, c := range cells {
+		measured = measured || len(c.durations) > 0
+	}
+	if measured {
+		fmt.Fprintln(tw, "\nscenario\tengine\tmeasure (from the signal, Postgres clock)\tsamples\tmedian\tp95\tmax")
+		for _, c := range cells {
+			for _, name := range slices.Sorted(maps.Keys(c.durations)) {
+				ds := slices.Sorted(slices.Values(c.durations[name]))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.scenario, c.engine, name, len(ds),
+					rank(ds, 0.5), rank(ds, 0.95), ds[len(ds)-1].Round(time.Millisecond))
+			}
+		}
+	}
 	_ = tw.Flush() // writes to a strings.Builder, which does not fail
 	return b.String()
+}
+
+// rank is the nearest-rank q-quantile of sorted, non-empty ds.
+func rank(ds []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[max(i, 0)].Round(time.Millisecond)
 }

@@ -86,6 +86,8 @@ type world struct {
 	engine  Engine
 	// anomalies are the business-truth checks that failed (see expect).
 	anomalies []string
+	// durations are what the scenario measured (see measure), by name.
+	durations map[string]time.Duration
 }
 
 // start builds and starts an engine for reg; it is stopped at cleanup

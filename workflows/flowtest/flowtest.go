@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/taskport/taskport/internal/enginekit"
@@ -61,8 +62,10 @@ type Run struct {
 	Executed []string
 	// Waits lists each wait that parked: name, topic, timeout, received.
 	Waits []Wait
-	// Heartbeats lists what activities reported through port.Heartbeat.
+	// Heartbeats lists what activities reported through port.Heartbeat
+	// (read it after the run: a step may beat from a goroutine of its own).
 	Heartbeats []any
+	beatMu     sync.Mutex
 	// Options records the resolved options of each step by name.
 	Options map[string]port.StepOptions
 	// ContinuedAsNew counts the restarts; Input is the latest input.
@@ -308,7 +311,9 @@ func (f *flow) GetVersion(changeID string, _, maxSupported int) int {
 type heartbeat struct{ run *Run }
 
 func (h heartbeat) Beat(_ context.Context, progress any) error {
+	h.run.beatMu.Lock()
 	h.run.Heartbeats = append(h.run.Heartbeats, progress)
+	h.run.beatMu.Unlock()
 	if h.run.canceled {
 		return port.ErrCanceled
 	}

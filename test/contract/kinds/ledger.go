@@ -67,11 +67,12 @@ CREATE TABLE fault_attempt (
 );
 CREATE INDEX fault_attempt_run ON fault_attempt (run_id, step);
 CREATE TABLE fault_commit (
-    run_id  text NOT NULL,
-    step    text NOT NULL,
-    commits int  NOT NULL DEFAULT 1,
-    token   text NOT NULL,
-    pid     int  NOT NULL,
+    run_id       text        NOT NULL,
+    step         text        NOT NULL,
+    commits      int         NOT NULL DEFAULT 1,
+    token        text        NOT NULL,
+    pid          int         NOT NULL,
+    committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (run_id, step)
 );
 CREATE TABLE fault_decision (
@@ -279,7 +280,8 @@ func (b body) op(ctx context.Context, in opIn) (opOut, error) {
 		Apply: func(ctx context.Context, tx pgx.Tx, r opOut) error {
 			_, err := tx.Exec(ctx, `
 INSERT INTO fault_commit (run_id, step, token, pid) VALUES ($1, $2, $3, $4)
-ON CONFLICT (run_id, step) DO UPDATE SET commits = fault_commit.commits + 1, token = EXCLUDED.token, pid = EXCLUDED.pid`,
+ON CONFLICT (run_id, step) DO UPDATE SET commits = fault_commit.commits + 1, token = EXCLUDED.token, pid = EXCLUDED.pid,
+    committed_at = clock_timestamp()`,
 				string(info.RunID), info.Step, r.Token, b.pid)
 			if err != nil {
 				return fmt.Errorf("record commit of %s: %w", info.Step, err)
