@@ -116,7 +116,7 @@ func now() psql.Expression { return psql.Raw("now()") }
 // ---- plan
 
 const planColumns = `id, title, source_type, source, info_hash, target_path, expected_size, expected_sha256,
-	status, cancel_requested_at, cancel_reason, created_at, updated_at`
+	status, cancel_requested_at, cancel_reason, cancel_requested_by, created_at, updated_at`
 
 func insertPlanStmt(p Plan) bob.Query {
 	return psql.Insert(
@@ -165,11 +165,12 @@ const statusSQL = `SELECT status FROM plan WHERE id = $1`
 const lockSQL = `SELECT cancel_requested_at IS NOT NULL FROM plan WHERE id = $1 FOR UPDATE`
 
 // requestCancelSQL sets the cancel flag and moves to canceling in one
-// guarded update; the first request's time and reason stand.
+// guarded update; the first request's time, requester and reason stand.
 const requestCancelSQL = `
 UPDATE plan
 SET cancel_requested_at = coalesce(cancel_requested_at, now()),
     cancel_reason = CASE WHEN cancel_requested_at IS NULL THEN $3 ELSE cancel_reason END,
+    cancel_requested_by = CASE WHEN cancel_requested_at IS NULL THEN $4 ELSE cancel_requested_by END,
     status = 'canceling', updated_at = now()
 WHERE id = $1 AND status = ANY($2)`
 
@@ -320,7 +321,8 @@ const timelineSQL = `
 SELECT at, source, event, detail FROM (
     SELECT created_at AS at, 'plan' AS source, 'created' AS event, title AS detail FROM plan WHERE id = $1
     UNION ALL
-    SELECT cancel_requested_at, 'plan', 'cancel requested', cancel_reason FROM plan
+    SELECT cancel_requested_at, 'plan', 'cancel requested',
+           CASE WHEN cancel_requested_by = '' THEN cancel_reason ELSE cancel_requested_by || ': ' || cancel_reason END FROM plan
     WHERE id = $1 AND cancel_requested_at IS NOT NULL
     UNION ALL
     SELECT created_at, 'approval', decision, decided_by || CASE WHEN note = '' THEN '' ELSE ': ' || note END

@@ -26,6 +26,8 @@ type Plan struct {
 	// CancelRequestedAt is the business cancel flag (ADR 2.4); zero when unset.
 	CancelRequestedAt time.Time
 	CancelReason      string
+	// CancelRequestedBy is who requested the cancel ('' before migration 8).
+	CancelRequestedBy string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 }
@@ -122,7 +124,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 	var p Plan
 	var cancelAt *time.Time
 	err := row.Scan(&p.ID, &p.Title, &p.SourceType, &p.Source, &p.InfoHash, &p.TargetPath, &p.ExpectedSize,
-		&p.ExpectedSHA256, &p.Status, &cancelAt, &p.CancelReason, &p.CreatedAt, &p.UpdatedAt)
+		&p.ExpectedSHA256, &p.Status, &cancelAt, &p.CancelReason, &p.CancelRequestedBy, &p.CreatedAt, &p.UpdatedAt)
 	p.CancelRequestedAt = timeOrZero(cancelAt)
 	return p, err
 }

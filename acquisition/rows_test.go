@@ -38,7 +38,7 @@ func TestTimelineOfBusinessRows(t *testing.T) {
 	require.NoError(t, err)
 	_, err = acquisition.ResolveDecision(ctx, pool, d.ID, acquisition.DecisionRetry, "bob")
 	require.NoError(t, err)
-	_, err = acquisition.RequestCancel(ctx, pool, p.ID, "enough")
+	_, err = acquisition.RequestCancel(ctx, pool, p.ID, "ann", "enough")
 	require.NoError(t, err)
 	other, err := acquisition.InsertApproval(ctx, pool, acquisition.Approval{ID: uuid.New(),
 		PlanID: newPlan(t, pool).ID, Decision: acquisition.Rejected, DecidedBy: "eve"})
@@ -54,7 +54,7 @@ func TestTimelineOfBusinessRows(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{
 		"plan: created: t",
-		"plan: cancel requested: enough",
+		"plan: cancel requested: ann: enough",
 		"approval: approved: ann: fine",
 		"download: submitted: tp-x " + hash,
 		"download: completed: /dl/a.mkv",

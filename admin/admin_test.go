@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -21,7 +23,26 @@ import (
 	"github.com/taskport/taskport/port"
 )
 
-func newServer(t *testing.T) (*apptest.World, *httptest.Server) {
+// The tokens of the tests' users: an operator, a viewer.
+type users struct {
+	operator, viewer string
+}
+
+// newServer serves the admin with token auth and returns the tokens of an
+// operator (ann) and a viewer (vic).
+func newServer(t *testing.T) (*apptest.World, *httptest.Server, users) {
+	t.Helper()
+	opTok, opLine, err := admin.NewToken("ann", admin.RoleOperator)
+	require.NoError(t, err)
+	viewTok, viewLine, err := admin.NewToken("vic", admin.RoleViewer)
+	require.NoError(t, err)
+	tokens, err := admin.ParseTokens([]byte("# the test's users\n" + opLine + "\n" + viewLine + "\n"))
+	require.NoError(t, err)
+	w, srv := newServerWith(t, admin.Auth{Tokens: tokens})
+	return w, srv, users{operator: opTok, viewer: viewTok}
+}
+
+func newServerWith(t *testing.T, auth admin.Auth) (*apptest.World, *httptest.Server) {
 	t.Helper()
 	var lister port.Admin
 	w := apptest.NewWorld(t, apptest.Options{NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
@@ -30,17 +51,84 @@ func newServer(t *testing.T) (*apptest.World, *httptest.Server) {
 		lister = e
 		return e
 	}})
-	h, err := admin.New(w.Pool, w.Plans, lister, w.Registry, nil, http.NotFoundHandler())
+	h, err := admin.New(admin.Config{Pool: w.Pool, Plans: w.Plans, Runs: lister, Registry: w.Registry, Metrics: http.NotFoundHandler(), Auth: auth})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return w, srv
 }
 
+// client is a browser of one user: it sends their token, keeps the CSRF
+// cookie, and does not follow redirects, so a test sees each status.
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+	csrf  string
+	http  *http.Client
+}
+
+func newClient(t *testing.T, srv *httptest.Server, token string) *client {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &client{t: t, base: srv.URL, token: token, http: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// get fetches path; a page with forms gives the client its CSRF token.
+func (c *client) get(path string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+	require.NoError(c.t, err)
+	status, body := c.do(req)
+	if m := csrfInput.FindStringSubmatch(body); m != nil {
+		c.csrf = m[1]
+	}
+	return status, body
+}
+
+// post submits a form as the admin's own page does: same origin, with the
+// CSRF token.
+func (c *client) post(path string, form url.Values) (int, string) {
+	return c.postWith(path, form, func(r *http.Request) {
+		r.Header.Set("Origin", c.base)
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+	})
+}
+
+func (c *client) postWith(path string, form url.Values, edit func(*http.Request)) (int, string) {
+	if form == nil {
+		form = url.Values{}
+	}
+	if c.csrf != "" && !form.Has("csrf") {
+		form.Set("csrf", c.csrf)
+	}
+	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+	require.NoError(c.t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	edit(req)
+	return c.do(req)
+}
+
+func (c *client) do(req *http.Request) (int, string) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	require.NoError(c.t, err)
+	body := readAll(c.t, resp)
+	if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusSeeOther && loc != "" {
+		_, page := c.get(loc)
+		return resp.StatusCode, page
+	}
+	return resp.StatusCode, body
+}
+
 func TestOverviewTimelineAndActions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w, srv := newServer(t)
+	w, srv, u := newServer(t)
 	a := apptest.NewAsset("admin.mkv", 1000)
 	p := w.CreatePlan(t, a)
 
@@ -50,46 +138,35 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, runstore.Project(ctx, w.Pool, dead.ID, runstore.Projection{Status: port.StatusFailed, LastError: "disk full"}))
 
-	resp, err := http.Get(srv.URL + "/admin")
-	require.NoError(t, err)
-	body := readAll(t, resp)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	ann := newClient(t, srv, u.operator)
+	status, body := ann.get("/admin")
+	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, p.Title)
 	require.Contains(t, body, "disk full")
+	require.Contains(t, body, "signed in as ann (operator)")
 
-	resp, err = http.Get(srv.URL + "/admin/api/overview")
-	require.NoError(t, err)
+	status, body = ann.get("/admin/api/overview")
+	require.Equal(t, http.StatusOK, status)
 	var o admin.Overview
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&o))
-	resp.Body.Close()
+	require.NoError(t, json.Unmarshal([]byte(body), &o))
 	require.Len(t, o.Plans, 1)
 	require.Equal(t, p.ID.String(), o.Plans[0].ID)
 	require.Len(t, o.Dead, 1)
 	require.Equal(t, dead.ID, o.Dead[0].ID)
 
-	// A cross-site form post is refused and changes nothing.
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/admin/plans/"+p.ID.String()+"/approve", strings.NewReader(url.Values{"note": {"x"}}.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	resp, err = http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	var approvals int
-	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM approval`).Scan(&approvals))
-	require.Zero(t, approvals)
+	status, body = ann.post("/admin/plans/"+p.ID.String()+"/approve", url.Values{"note": {"looks right"}})
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, body, "approved by ann", "the plan page says who approved")
+	require.Contains(t, body, "ann: looks right", "and its timeline shows it")
+	var by string
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT decided_by FROM approval WHERE plan_id = $1`, p.ID).Scan(&by))
+	require.Equal(t, "ann", by)
 
-	// The same post from the admin page itself approves.
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	req.Body = http.NoBody
-	resp, err = http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	body = readAll(t, resp)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "redirected to the plan page")
-	require.Contains(t, body, "approved")
-	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM approval WHERE plan_id = $1`, p.ID).Scan(&approvals))
-	require.Equal(t, 1, approvals)
+	status, body = ann.post("/admin/plans/"+p.ID.String()+"/cancel", url.Values{"reason": {"not needed"}})
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, body, "cancel requested by ann: not needed")
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT cancel_requested_by FROM plan WHERE id = $1`, p.ID).Scan(&by))
+	require.Equal(t, "ann", by)
 
 	for path, want := range map[string]int{
 		"/admin/plans/not-a-uuid":                           http.StatusBadRequest,
@@ -97,10 +174,8 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 		"/healthz": http.StatusOK,
 		"/readyz":  http.StatusOK,
 	} {
-		resp, err := http.Get(srv.URL + path)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, want, resp.StatusCode, path)
+		status, _ := ann.get(path)
+		require.Equal(t, want, status, path)
 	}
 }
 
@@ -118,52 +193,47 @@ func readAll(t *testing.T, resp *http.Response) string {
 func TestFailedOutboxRowsAndRetry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w, srv := newServer(t)
-	// A hand-off whose input the kind refuses under every version: the
-	// dispatcher gives it up as failed.
-	_, err := outbox.Write(ctx, w.Pool, outbox.Event{Kind: "asset.import", IdempotencyKey: "broken", BusinessKey: "plan-x",
+	w, srv, u := newServer(t)
+	row := failedOutboxRow(t, w, "broken")
+	require.Contains(t, row.LastError, "invalid input")
+
+	ann := newClient(t, srv, u.operator)
+	_, body := ann.get("/admin")
+	require.Contains(t, body, "/admin/outbox/"+row.ID.String()+"/retry")
+
+	status, body := ann.post("/admin/outbox/"+row.ID.String()+"/retry", nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, body, "handed back to the dispatchers")
+	var state, by string
+	var attempts int
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT status, attempts, retried_by FROM outbox_event WHERE id = $1`, row.ID).Scan(&state, &attempts, &by))
+	require.Equal(t, "pending", state)
+	require.Zero(t, attempts)
+	require.Equal(t, "ann", by)
+
+	status, _ = ann.post("/admin/outbox/"+row.ID.String()+"/retry", nil)
+	require.Equal(t, http.StatusNotFound, status, "a row that is not failed is not retried")
+	status, _ = ann.post("/admin/outbox/not-a-uuid/retry", nil)
+	require.Equal(t, http.StatusBadRequest, status)
+}
+
+// failedOutboxRow writes a hand-off whose input the kind refuses under
+// every version: the dispatcher gives it up as failed.
+func failedOutboxRow(t *testing.T, w *apptest.World, key string) outbox.FailedRow {
+	t.Helper()
+	ctx := context.Background()
+	_, err := outbox.Write(ctx, w.Pool, outbox.Event{Kind: "asset.import", IdempotencyKey: key, BusinessKey: "plan-x",
 		Payload: map[string]string{"not_a_field": "x"}})
 	require.NoError(t, err)
 	_, err = w.Dispatcher.DispatchOnce(ctx)
 	require.NoError(t, err)
-
-	resp, err := http.Get(srv.URL + "/admin/api/overview")
+	rows, err := outbox.Failed(ctx, w.Pool, 100)
 	require.NoError(t, err)
-	var o admin.Overview
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&o))
-	resp.Body.Close()
-	require.Len(t, o.FailedOutbox, 1)
-	row := o.FailedOutbox[0]
-	require.Equal(t, "broken", row.IdempotencyKey)
-	require.Contains(t, row.LastError, "invalid input")
-	resp, err = http.Get(srv.URL + "/admin")
-	require.NoError(t, err)
-	body := readAll(t, resp)
-	require.Contains(t, body, "/admin/outbox/"+row.ID.String()+"/retry")
-
-	post := func(path string) *http.Response {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+path, http.NoBody)
-		require.NoError(t, err)
-		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		return resp
+	for _, r := range rows {
+		if r.IdempotencyKey == key {
+			return r
+		}
 	}
-	resp = post("/admin/outbox/" + row.ID.String() + "/retry")
-	body = readAll(t, resp)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "redirected to the overview")
-	require.Contains(t, body, "handed back to the dispatchers")
-	var status, by string
-	var attempts int
-	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT status, attempts, retried_by FROM outbox_event WHERE id = $1`, row.ID).Scan(&status, &attempts, &by))
-	require.Equal(t, "pending", status)
-	require.Zero(t, attempts)
-	require.Equal(t, "admin", by)
-
-	resp = post("/admin/outbox/" + row.ID.String() + "/retry")
-	resp.Body.Close()
-	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a row that is not failed is not retried")
-	resp = post("/admin/outbox/not-a-uuid/retry")
-	resp.Body.Close()
-	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	t.Fatalf("outbox row %s did not fail", key)
+	return outbox.FailedRow{}
 }

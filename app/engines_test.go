@@ -131,7 +131,7 @@ func cancelMidImport(t *testing.T, w *apptest.World, files *cancelingFiles) {
 	p := w.CreatePlan(t, a)
 	id := p.ID.String()
 	canceled := make(chan error, 1)
-	files.cancel = func() { canceled <- apptest.ErrOf(w.Plans.Cancel(ctx, id, "changed my mind")) }
+	files.cancel = func() { canceled <- apptest.ErrOf(w.Plans.Cancel(ctx, id, "tester", "changed my mind")) }
 
 	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
 	require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Downloading }, 30*time.Second, 20*time.Millisecond)

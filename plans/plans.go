@@ -15,6 +15,7 @@
 package plans
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -24,6 +25,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -108,11 +110,38 @@ func invalid(field, format string, args ...any) error {
 	return &port.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// Bounds of the free-text fields, in characters: a note or a title is read
+// on a page, not stored as a document.
+const (
+	MaxTitle = 300
+	MaxNote  = 1000 // a note or a reason
+	MaxActor = 200  // who acted
+)
+
+// bounded refuses s when it is longer than max characters.
+func bounded(field, s string, maxLen int) error {
+	if n := utf8.RuneCountInString(s); n > maxLen {
+		return invalid(field, "must be at most %d characters, got %d", maxLen, n)
+	}
+	return nil
+}
+
+// actor checks who acts: required, and bounded.
+func actor(field, by string) error {
+	if strings.TrimSpace(by) == "" {
+		return invalid(field, "must not be empty")
+	}
+	return bounded(field, by, MaxActor)
+}
+
 // validate checks np and returns the plan row to insert.
 func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
 	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize}
 	if p.Title == "" {
 		return p, invalid("title", "must not be empty")
+	}
+	if err := bounded("title", p.Title, MaxTitle); err != nil {
+		return p, err
 	}
 	var err error
 	if p.InfoHash, err = hexDigits("info_hash", np.InfoHash, 40); err != nil {
@@ -253,8 +282,8 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 	if err != nil {
 		return Ack{}, fmt.Errorf("%s plan: %w", decision, err)
 	}
-	if strings.TrimSpace(by) == "" {
-		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, invalid("decided_by", "must not be empty"))
+	if err := cmp.Or(actor("decided_by", by), bounded("note", note, MaxNote)); err != nil {
+		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, err)
 	}
 	var ack Ack
 	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -298,11 +327,15 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 // cancels the plan's open runs in the engine. A final plan refuses it with an
 // *acquisition.TransitionError. A plan already canceling answers
 // Already and cancels its open runs again, unless its compensation failed:
-// then the error names the decision to resolve.
-func (s *Service) Cancel(ctx context.Context, planID, reason string) (Ack, error) {
+// then the error names the decision to resolve. by is who asks; the plan
+// records the first requester with the first reason.
+func (s *Service) Cancel(ctx context.Context, planID, by, reason string) (Ack, error) {
 	id, err := parseID("plan_id", planID)
 	if err != nil {
 		return Ack{}, fmt.Errorf("cancel plan: %w", err)
+	}
+	if err := cmp.Or(actor("canceled_by", by), bounded("reason", reason, MaxNote)); err != nil {
+		return Ack{}, fmt.Errorf("cancel plan %s: %w", id, err)
 	}
 	var ack Ack
 	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -317,14 +350,14 @@ func (s *Service) Cancel(ctx context.Context, planID, reason string) (Ack, error
 			ack = Ack{Already: true, Message: fmt.Sprintf("plan %s is already canceling since %s (%s); its open runs are canceled again",
 				id, p.CancelRequestedAt.UTC().Format("2006-01-02 15:04:05"), p.CancelReason)}
 		} else {
-			if _, err := acquisition.RequestCancel(ctx, tx, id, reason); err != nil {
+			if _, err := acquisition.RequestCancel(ctx, tx, id, by, reason); err != nil {
 				return err
 			}
 			compensate := acquisition.Compensation(id.String(), workflows.PlanKey(id.String(), workflows.KindPlanCancel), workflows.OutcomeCanceled)
 			if _, err := outbox.Write(ctx, tx, compensate); err != nil {
 				return err
 			}
-			ack = Ack{Message: fmt.Sprintf("plan %s canceling: its runs are canceled and plan.cancel compensates", id)}
+			ack = Ack{Message: fmt.Sprintf("plan %s canceling (by %s): its runs are canceled and plan.cancel compensates", id, by)}
 		}
 		cancelRuns, err := acquisition.CancelRuns(id.String(), reason)
 		if err != nil {
@@ -499,8 +532,8 @@ func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action
 	if action != acquisition.DecisionRetry && action != acquisition.DecisionAbandon {
 		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("action", "must be retry or abandon, got %q", action))
 	}
-	if strings.TrimSpace(by) == "" {
-		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("resolved_by", "must not be empty"))
+	if err := actor("resolved_by", by); err != nil {
+		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, err)
 	}
 	var ack Ack
 	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {

@@ -92,7 +92,7 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 	unknown := uuid.NewString()
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.Approve(ctx, unknown, "ann", "")), port.ErrNotFound)
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.Reject(ctx, unknown, "ann", "")), port.ErrNotFound)
-	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, unknown, "x")), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, unknown, "tester", "x")), port.ErrNotFound)
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, unknown, "")), port.ErrNotFound)
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "0123456789abcdef0123456789abcdef01234567", "")), port.ErrNotFound)
 	_, err := w.Plans.Timeline(ctx, unknown)
@@ -101,7 +101,7 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 
 	for _, err := range []error{
 		apptest.ErrOf(w.Plans.Approve(ctx, "not-a-uuid", "ann", "")),
-		apptest.ErrOf(w.Plans.Cancel(ctx, "not-a-uuid", "")),
+		apptest.ErrOf(w.Plans.Cancel(ctx, "not-a-uuid", "tester", "")),
 		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "not-a-hash", "")),
 		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, unknown, "relative/path")),
 		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, "maybe", "ann")),
@@ -150,7 +150,7 @@ func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	runs := w.Recorder.Enqueued()
 	require.Len(t, runs, 1)
 
-	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "no longer wanted"))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "no longer wanted"))
 	tl, err := w.Plans.Timeline(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, acquisition.Canceling, tl.Plan.Status)
@@ -158,7 +158,7 @@ func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	require.Contains(t, w.Outbox(t, id), "plan.cancel pending plan:"+id+":plan.cancel")
 	require.Equal(t, []string{"cancel_plan_runs  pending"}, w.Actions(t, id))
 	require.Empty(t, w.Recorder.Canceled(), "the API calls no engine")
-	again := apptest.Acked(t)(w.Plans.Cancel(ctx, id, "again"))
+	again := apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "again"))
 	require.True(t, again.Already, "canceling twice says so: %s", again)
 	require.Contains(t, again.Message, "no longer wanted", "and names the request that stands")
 
@@ -171,7 +171,7 @@ func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	tl, err = w.Plans.Timeline(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, acquisition.Canceled, tl.Plan.Status)
-	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, id, "late")), plans.ErrConflict)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, id, "tester", "late")), plans.ErrConflict)
 }
 
 // Defect 3: a second live or completed plan on the same target path is

@@ -348,7 +348,7 @@ func TestPlanCancelCompensates(t *testing.T) {
 	require.NoError(t, os.WriteFile(temp, []byte("partial"), 0o644))
 	require.NoError(t, os.WriteFile(f.Target(f.asset), f.asset.Content, 0o644))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "tester", "stop"))
 	r := f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled})
 	require.NoError(t, r.Execute(ctx))
 	require.Equal(t, acquisition.Canceled, f.status(t))
@@ -459,7 +459,7 @@ func TestPlanCancelLeavesAdoptedFile(t *testing.T) {
 	f.imported(t)
 	require.Equal(t, acquisition.Imported, f.status(t))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "tester", "stop"))
 	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
 	require.Equal(t, acquisition.Canceled, f.status(t))
 	require.Equal(t, f.asset.SHA256, apptest.FileSHA256(t, f.Target(f.asset)), "the adopted file is left in place")
@@ -480,7 +480,7 @@ func TestImportNeverOverwritesDifferentFile(t *testing.T) {
 	require.True(t, se.NonRetryable, "a different file at the target cannot heal by retrying")
 	require.Equal(t, acquisition.Failed, f.status(t))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "tester", "stop"))
 	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
 	got, err := os.ReadFile(f.Target(f.asset))
 	require.NoError(t, err)
@@ -503,7 +503,7 @@ func TestForeignTorrentWithSameHashIsNeverTouched(t *testing.T) {
 	require.True(t, se.NonRetryable)
 	require.Equal(t, acquisition.Failed, f.status(t))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "tester", "stop"))
 	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
 	require.Equal(t, acquisition.Canceled, f.status(t))
 	deleted, _ := f.QBT.Deleted(f.asset.Hash)

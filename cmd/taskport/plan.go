@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -86,7 +87,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 		},
 	}
 	for _, sub := range []*cobra.Command{approve, reject} {
-		sub.Flags().StringVar(&by, "by", os.Getenv("USER"), "who decides")
+		bindActor(sub, &by)
 		sub.Flags().StringVar(&note, "note", "", "why")
 	}
 	cancel := &cobra.Command{
@@ -96,10 +97,11 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPlans(cmd, g, root, func(svc *plans.Service) error {
-				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], reason))
+				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], by, reason))
 			})
 		},
 	}
+	bindActor(cancel, &by)
 	cancel.Flags().StringVar(&reason, "reason", "canceled from the CLI", "why")
 	complete := &cobra.Command{
 		Use:   "complete PLAN-OR-INFO-HASH",
@@ -176,7 +178,19 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 			})
 		},
 	}
-	resolve.Flags().StringVar(&by, "by", os.Getenv("USER"), "who decides")
+	bindActor(resolve, &by)
 	cmd.AddCommand(list, resolve)
 	return cmd
+}
+
+// bindActor adds --as, who the command records as acting: by default the
+// OS user running it. --by is its older name.
+func bindActor(cmd *cobra.Command, into *string) {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	cmd.Flags().StringVar(into, "as", name, "who acts, recorded on the plan or decision (default: the OS user)")
+	cmd.Flags().StringVar(into, "by", name, "older name of --as")
+	_ = cmd.Flags().MarkDeprecated("by", "use --as")
 }

@@ -147,7 +147,7 @@ type Stack struct {
 	health        *workerHealth // set by runWorker
 	plans         *plans.Service
 	metrics       *prometheus.Registry
-	admin         *admin.Server
+	runs          port.Admin
 }
 
 // With builds the wiring from the flags (secrets from the environment),
@@ -228,10 +228,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	if s.plans, err = plans.New(s.bizPool, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
 		return nil, err
 	}
-	s.admin, err = admin.New(s.bizPool, s.plans, lister, s.registry, log, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
-	if err != nil {
-		return nil, err
-	}
+	s.runs = lister
 	return s, nil
 }
 
@@ -260,19 +257,25 @@ func (s *Stack) Close() {
 // Plans is the business API.
 func (s *Stack) Plans() *plans.Service { return s.plans }
 
-// Serve runs the admin handler on addr until ctx ends and returns the bound
-// address and a channel that reports why serving stopped.
-func (s *Stack) Serve(ctx context.Context, addr string) (string, <-chan error, error) {
-	return listenAndServe(ctx, addr, s.admin)
+// Serve runs the admin handler on addr, authenticated as access says (see
+// AdminAuth.Resolve), until ctx ends and returns the bound address and a
+// channel that reports why serving stopped.
+func (s *Stack) Serve(ctx context.Context, addr string, access AdminAccess) (string, <-chan error, error) {
+	h, err := admin.New(admin.Config{Pool: s.bizPool, Plans: s.plans, Runs: s.runs, Registry: s.registry, Logger: s.log,
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Auth: access.Auth, Origins: access.Origins})
+	if err != nil {
+		return "", nil, err
+	}
+	return listenAndServe(ctx, addr, h)
 }
 
 // RunAdmin serves the admin handler on addr until ctx ends.
-func (s *Stack) RunAdmin(ctx context.Context, addr string) error {
-	bound, served, err := s.Serve(ctx, addr)
+func (s *Stack) RunAdmin(ctx context.Context, addr string, access AdminAccess) error {
+	bound, served, err := s.Serve(ctx, addr, access)
 	if err != nil {
 		return err
 	}
-	s.log.Info("admin serving", slog.String("url", "http://"+bound+"/admin"))
+	s.log.Info("admin serving", slog.String("url", "http://"+bound+"/admin"), slog.String("auth", access.Mode))
 	select {
 	case <-ctx.Done():
 		return nil
