@@ -3,6 +3,7 @@ package plans_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -250,4 +251,34 @@ func TestSecondActivePlanOnSameHashIsRefused(t *testing.T) {
 	require.ErrorAs(t, err, &taken)
 	require.Equal(t, "info_hash", taken.Field)
 	require.Equal(t, before, counts(t, w.Pool), "nothing written")
+}
+
+// Free text is bounded: a title, note, reason or actor over its bound is
+// refused naming the field, and nothing is written.
+func TestFreeTextIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	a := apptest.NewAsset("bounded.mkv", 10)
+	p := w.CreatePlan(t, a)
+	id := p.ID.String()
+	long := func(n int) string { return strings.Repeat("é", n+1) } // characters, not bytes
+	before := counts(t, w.Pool)
+	b := apptest.NewAsset("title.mkv", 10)
+	_, err := w.Plans.CreatePlan(ctx, plans.NewPlan{Title: long(plans.MaxTitle), Magnet: b.Magnet(), InfoHash: b.Hash,
+		TargetPath: w.Target(b), ExpectedSize: 10, ExpectedSHA256: b.SHA256})
+	for field, err := range map[string]error{
+		"title":       err,
+		"note":        apptest.ErrOf(w.Plans.Approve(ctx, id, "ann", long(plans.MaxNote))),
+		"decided_by":  apptest.ErrOf(w.Plans.Reject(ctx, id, long(plans.MaxActor), "")),
+		"reason":      apptest.ErrOf(w.Plans.Cancel(ctx, id, "ann", long(plans.MaxNote))),
+		"canceled_by": apptest.ErrOf(w.Plans.Cancel(ctx, id, " ", "why")),
+		"resolved_by": apptest.ErrOf(w.Plans.ResolveDecision(ctx, uuid.NewString(), acquisition.DecisionRetry, long(plans.MaxActor))),
+	} {
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, field)
+		require.Equal(t, field, fe.Field)
+	}
+	require.Equal(t, before, counts(t, w.Pool))
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", strings.Repeat("é", plans.MaxNote)))
 }
