@@ -259,9 +259,7 @@ func TestFreeTextIsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := apptest.NewWorld(t, apptest.Options{})
-	a := apptest.NewAsset("bounded.mkv", 10)
-	p := w.CreatePlan(t, a)
-	id := p.ID.String()
+	id := w.CreatePlan(t, apptest.NewAsset("bounded.mkv", 10)).ID.String()
 	long := func(n int) string { return strings.Repeat("é", n+1) } // characters, not bytes
 	before := counts(t, w.Pool)
 	b := apptest.NewAsset("title.mkv", 10)
