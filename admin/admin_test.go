@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -18,8 +19,10 @@ import (
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/syncbuf"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/outbox"
+	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 )
 
@@ -236,4 +239,40 @@ func failedOutboxRow(t *testing.T, w *apptest.World, key string) outbox.FailedRo
 	}
 	t.Fatalf("outbox row %s did not fail", key)
 	return outbox.FailedRow{}
+}
+
+// With Postgres gone, /readyz and the pages say so without its error: no
+// address, no driver message. The log has the details.
+func TestErrorsCarryNoInternals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/gone?sslmode=disable&connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	reg := port.NewRegistry()
+	svc, err := plans.New(pool, plans.Config{})
+	require.NoError(t, err)
+	runs, err := leaseadapter.New(pool, reg, leaseadapter.Config{})
+	require.NoError(t, err)
+	var logs syncbuf.Buffer
+	h, err := admin.New(admin.Config{Pool: pool, Plans: svc, Runs: runs, Registry: reg, Auth: admin.Auth{Local: "ann"},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	c := newClient(t, srv, "")
+	for path, want := range map[string]int{
+		"/readyz":             http.StatusServiceUnavailable,
+		"/admin":              http.StatusInternalServerError,
+		"/admin/api/overview": http.StatusInternalServerError,
+		"/admin/plans/0190a5c6-0000-7000-8000-000000000000": http.StatusInternalServerError,
+	} {
+		status, body := c.get(path)
+		require.Equal(t, want, status, path)
+		for _, internal := range []string{"127.0.0.1", "dial", "connect", "gone"} {
+			require.NotContains(t, body, internal, path)
+		}
+	}
+	require.Contains(t, logs.String(), "127.0.0.1:1", "the log has what the client is not told")
 }

@@ -13,13 +13,12 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/plans"
-	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
 )
 
 // parkedPlan is a world on an engine with a plan whose approval.await run is
 // parked in its wait, and the business API as another process holds it.
-func parkedPlan(t *testing.T, build func(*testing.T, *port.Registry, *pgxpool.Pool) port.TaskEngine, name string) (*apptest.World, *plans.Service, string) {
+func parkedPlan(t *testing.T, build engineBuilder, name string) (*apptest.World, *plans.Service, string) {
 	t.Helper()
 	w := engineWorld(t, build, apptest.Options{})
 	id := w.CreatePlan(t, apptest.NewAsset(name, 10_000)).ID.String()

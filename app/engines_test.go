@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -33,31 +34,43 @@ func TestMain(m *testing.M) {
 		func(s *devserver.Server) { temporalServer = s }))
 }
 
-// engines builds each engine over a world's registry and pool.
+// engineBuilder builds an engine over a world's registry and pool, logging
+// to log.
+type engineBuilder func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, log *slog.Logger) port.TaskEngine
+
+// engines builds each engine.
 var engines = []struct {
 	name string
-	new  func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine
+	new  engineBuilder
 }{
-	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
-		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{PollInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, log *slog.Logger) port.TaskEngine {
+		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{PollInterval: 200 * time.Millisecond, Logger: log})
 		require.NoError(t, err)
 		return e
 	}},
-	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
-		e, err := temporaladapter.New(temporalServer.Client, pool, reg, temporaladapter.Config{
-			TaskQueue: "app-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, log *slog.Logger) port.TaskEngine {
+		// A client of its own, so that the SDK's logs (activity errors)
+		// go to log too.
+		c, err := temporaladapter.Dial(context.Background(), temporaladapter.ClientConfig{
+			HostPort: temporalServer.HostPort, Namespace: temporalServer.Namespace, Logger: log})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		e, err := temporaladapter.New(c, pool, reg, temporaladapter.Config{
+			TaskQueue: "app-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: log})
 		require.NoError(t, err)
 		return e
 	}},
 }
 
 // engineWorld is a world whose engine is a real one, started, with the
-// outbox dispatcher running.
-func engineWorld(t *testing.T, build func(*testing.T, *port.Registry, *pgxpool.Pool) port.TaskEngine, opts apptest.Options) *apptest.World {
+// outbox dispatcher running. The engine logs where the activities do
+// (opts.Logger; default discard).
+func engineWorld(t *testing.T, build engineBuilder, opts apptest.Options) *apptest.World {
 	t.Helper()
 	var eng port.TaskEngine
+	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.NewEngine = func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
-		eng = build(t, reg, pool)
+		eng = build(t, reg, pool, log)
 		return eng
 	}
 	w := apptest.NewWorld(t, opts)

@@ -8,6 +8,7 @@
 package apptest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1" //nolint:gosec // a made-up info hash, not security
 	"crypto/sha256"
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -58,6 +60,10 @@ type Options struct {
 	// ChunkSize of imports; default 64 KiB so small test files take
 	// several chunks.
 	ChunkSize int
+	// WebhookURL of notify.webhook; default the world's receiver.
+	WebhookURL string
+	// Logger of the activities; default discard.
+	Logger *slog.Logger
 }
 
 // World is everything a business test touches.
@@ -102,7 +108,8 @@ func NewWorld(t testing.TB, opts Options) *World {
 	require.NoError(t, err)
 	err = app.Register(w.Registry, app.Deps{
 		Pool: w.Pool, Downloader: w.Client, Files: opts.Files,
-		Config: activities.Config{DownloadDir: w.DownloadDir, WebhookURL: w.Webhooks.URL, ChunkSize: opts.ChunkSize},
+		Config: activities.Config{DownloadDir: w.DownloadDir, WebhookURL: cmp.Or(opts.WebhookURL, w.Webhooks.URL),
+			ChunkSize: opts.ChunkSize, Logger: opts.Logger},
 	})
 	require.NoError(t, err)
 	if opts.NewEngine != nil {
