@@ -171,15 +171,24 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT cancel_requested_by FROM plan WHERE id = $1`, p.ID).Scan(&by))
 	require.Equal(t, "ann", by)
 
-	for path, want := range map[string]int{
+	ann.requireStatuses(map[string]int{
 		"/admin/plans/not-a-uuid":                           http.StatusBadRequest,
 		"/admin/plans/0190a5c6-0000-7000-8000-000000000000": http.StatusNotFound,
 		"/healthz": http.StatusOK,
 		"/readyz":  http.StatusOK,
-	} {
-		status, _ := ann.get(path)
-		require.Equal(t, want, status, path)
+	})
+}
+
+// requireStatuses gets each path and checks its status; it returns the
+// bodies.
+func (c *client) requireStatuses(want map[string]int) map[string]string {
+	bodies := map[string]string{}
+	for path, status := range want {
+		got, body := c.get(path)
+		require.Equal(c.t, status, got, path)
+		bodies[path] = body
 	}
+	return bodies
 }
 
 func readAll(t *testing.T, resp *http.Response) string {
@@ -261,15 +270,13 @@ func TestErrorsCarryNoInternals(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 
-	c := newClient(t, srv, "")
-	for path, want := range map[string]int{
+	bodies := newClient(t, srv, "").requireStatuses(map[string]int{
 		"/readyz":             http.StatusServiceUnavailable,
 		"/admin":              http.StatusInternalServerError,
 		"/admin/api/overview": http.StatusInternalServerError,
 		"/admin/plans/0190a5c6-0000-7000-8000-000000000000": http.StatusInternalServerError,
-	} {
-		status, body := c.get(path)
-		require.Equal(t, want, status, path)
+	})
+	for path, body := range bodies {
 		for _, internal := range []string{"127.0.0.1", "dial", "connect", "gone"} {
 			require.NotContains(t, body, internal, path)
 		}
