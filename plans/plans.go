@@ -53,15 +53,20 @@ type Config struct {
 	// Required to create plans; a Service without one (the decision
 	// commands, which never see a target path) refuses CreatePlan.
 	LibraryRoot string
+	// DownloadDir is the absolute directory the downloader saves into.
+	// When set, a reported content path must lie in it; the worker checks
+	// it again with symlinks resolved before it reads anything.
+	DownloadDir string
 	// Logger. Default: discard.
 	Logger *slog.Logger
 }
 
 // Service is the business API.
 type Service struct {
-	pool *pgxpool.Pool
-	root string
-	log  *slog.Logger
+	pool      *pgxpool.Pool
+	root      string
+	downloads string
+	log       *slog.Logger
 }
 
 // New returns the API over the business pool. It needs no engine: what
@@ -70,8 +75,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("plans: pool is required")
 	}
-	if cfg.LibraryRoot != "" && !filepath.IsAbs(cfg.LibraryRoot) {
-		return nil, &port.FieldError{Field: "library_root", Reason: fmt.Sprintf("must be an absolute path, got %q", cfg.LibraryRoot)}
+	for field, dir := range map[string]string{"library_root": cfg.LibraryRoot, "download_dir": cfg.DownloadDir} {
+		if dir != "" && !filepath.IsAbs(dir) {
+			return nil, &port.FieldError{Field: field, Reason: fmt.Sprintf("must be an absolute path, got %q", dir)}
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -79,7 +86,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if cfg.LibraryRoot != "" {
 		cfg.LibraryRoot = filepath.Clean(cfg.LibraryRoot)
 	}
-	return &Service{pool: pool, root: cfg.LibraryRoot, log: cfg.Logger}, nil
+	if cfg.DownloadDir != "" {
+		cfg.DownloadDir = filepath.Clean(cfg.DownloadDir)
+	}
+	return &Service{pool: pool, root: cfg.LibraryRoot, downloads: cfg.DownloadDir, log: cfg.Logger}, nil
 }
 
 // Ack is what an accepted call did, in words for the operator (the CLI and
@@ -226,11 +236,16 @@ func (s *Service) target(path string) (string, error) {
 		return "", invalid("target_path", "must be an absolute path, got %q", path)
 	}
 	clean := filepath.Clean(path)
-	rel, err := filepath.Rel(s.root, clean)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	if !inside(s.root, clean) {
 		return "", invalid("target_path", "%q is not inside the library root %q", path, s.root)
 	}
 	return clean, nil
+}
+
+// inside reports whether the clean absolute path lies strictly inside dir.
+func inside(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // CreatePlan records a plan awaiting approval and enqueues approval.await
@@ -395,6 +410,9 @@ func compensationStuck(ctx context.Context, q acquisition.DBTX, id uuid.UUID) er
 func (s *Service) ReportDownloadComplete(ctx context.Context, planIDOrHash, contentPath string) (Ack, error) {
 	if contentPath != "" && !filepath.IsAbs(contentPath) {
 		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "must be an absolute path, got %q", contentPath))
+	}
+	if contentPath != "" && s.downloads != "" && !inside(s.downloads, filepath.Clean(contentPath)) {
+		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "%q is not inside the download directory %q", contentPath, s.downloads))
 	}
 	id, err := s.resolvePlan(ctx, planIDOrHash)
 	if err != nil {

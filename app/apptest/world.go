@@ -108,7 +108,7 @@ func NewWorld(t testing.TB, opts Options) *World {
 	require.NoError(t, err)
 	err = app.Register(w.Registry, app.Deps{
 		Pool: w.Pool, Downloader: w.Client, Files: opts.Files,
-		Config: activities.Config{DownloadDir: w.DownloadDir, WebhookURL: cmp.Or(opts.WebhookURL, w.Webhooks.URL),
+		Config: activities.Config{DownloadDir: w.DownloadDir, LibraryRoot: w.LibraryDir, WebhookURL: cmp.Or(opts.WebhookURL, w.Webhooks.URL),
 			ChunkSize: opts.ChunkSize, Logger: opts.Logger},
 	})
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func NewWorld(t testing.TB, opts Options) *World {
 		w.Recorder = NewRecordingEngine(w.Pool, w.Registry)
 		w.Engine = w.Recorder
 	}
-	w.Plans, err = plans.New(w.Pool, plans.Config{LibraryRoot: w.LibraryDir})
+	w.Plans, err = plans.New(w.Pool, plans.Config{LibraryRoot: w.LibraryDir, DownloadDir: w.DownloadDir})
 	require.NoError(t, err)
 	runs, ok := w.Engine.(port.Admin)
 	require.True(t, ok, "the engine %T does not list runs (port.Admin)", w.Engine)

@@ -189,7 +189,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	}
 	err = app.Register(s.registry, app.Deps{
 		Pool: s.bizPool, Downloader: qbt, Files: activities.LocalFiles{},
-		Config: activities.Config{DownloadDir: c.DownloadDir, WebhookURL: c.WebhookURL, Logger: log},
+		Config: activities.Config{DownloadDir: c.DownloadDir, LibraryRoot: c.LibraryRoot, WebhookURL: c.WebhookURL, Logger: log},
 	})
 	if err != nil {
 		return nil, err
@@ -225,7 +225,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 		Logger: log, Metrics: newOutboxMetrics(s.metrics)}); err != nil {
 		return nil, err
 	}
-	if s.plans, err = plans.New(s.bizPool, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
+	if s.plans, err = plans.New(s.bizPool, plans.Config{LibraryRoot: c.LibraryRoot, DownloadDir: c.DownloadDir, Logger: log}); err != nil {
 		return nil, err
 	}
 	s.runs = lister
