@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -143,14 +144,38 @@ func selectPlansByHashStmt(infoHash string) bob.Query {
 	)
 }
 
-// listPlansStmt reads the newest plans first.
-func listPlansStmt(limit int) bob.Query {
-	return psql.Select(
+// listPlansStmt reads a page of plans, newest first, each filter applied
+// only when set. The page starts after the keyset cursor (created_at, id),
+// never at an offset, so a deep page costs what the first one does; the
+// indexes of migration 00008 serve the order with and without a status, and
+// the title search (a trigram index).
+func listPlansStmt(f PlanFilter) bob.Query {
+	q := psql.Select(
 		sm.Columns(planColumns), sm.From("plan"),
 		sm.OrderBy("created_at").Desc(), sm.OrderBy("id").Desc(),
-		sm.Limit(psql.Arg(limit)),
+		sm.Limit(psql.Arg(f.Limit)),
 	)
+	if f.Status != "" {
+		q.Apply(sm.Where(col("status").EQ(psql.Arg(f.Status))))
+	}
+	if f.ID != uuid.Nil {
+		q.Apply(sm.Where(col("id").EQ(psql.Arg(f.ID))))
+	}
+	if f.InfoHash != "" {
+		q.Apply(sm.Where(col("info_hash").EQ(psql.Arg(f.InfoHash))))
+	}
+	if f.TitleContains != "" {
+		q.Apply(sm.Where(col("title").OP("ILIKE", psql.Arg("%"+likeEscaper.Replace(f.TitleContains)+"%"))))
+	}
+	if !f.After.CreatedAt.IsZero() {
+		q.Apply(sm.Where(psql.Group(col("created_at"), col("id")).LT(psql.ArgGroup(f.After.CreatedAt, f.After.ID))))
+	}
+	return q
 }
+
+// likeEscaper makes a search text match itself in LIKE: its % and _ are
+// no wildcards (backslash is LIKE's default escape).
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // moveSQL is the guarded transition: 0 rows means the plan is unknown or not
 // in a status the transition allows.

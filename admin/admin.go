@@ -139,7 +139,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 // Overview is what /admin shows, also served as JSON.
 type Overview struct {
-	Plans     []PlanRow              `json:"plans"`
+	Plans []PlanRow `json:"plans"`
+	// NextPlans is the cursor of the next page of plans (?after=);
+	// empty on the last page.
+	NextPlans string                 `json:"next_plans,omitempty"`
 	Decisions []acquisition.Decision `json:"open_decisions"`
 	Dead      []port.RunView         `json:"dead_letters"`
 	// FailedOutbox are the outbox rows given up as failed: a hand-off, a
@@ -160,16 +163,17 @@ type PlanRow struct {
 	UpdatedAt  time.Time          `json:"updated_at"`
 }
 
-// Overview gathers the lists.
-func (s *Server) Overview(ctx context.Context) (Overview, error) {
+// Overview gathers the lists: the page of plans q asks for, and the rest.
+func (s *Server) Overview(ctx context.Context, q plans.PlanQuery) (Overview, error) {
 	var o Overview
-	recent, err := acquisition.ListPlans(ctx, s.pool, 50)
+	page, err := s.plans.ListPlans(ctx, q)
 	if err != nil {
-		return o, fmt.Errorf("recent plans: %w", err)
+		return o, err
 	}
-	for _, p := range recent {
+	for _, p := range page.Plans {
 		o.Plans = append(o.Plans, PlanRow{ID: p.ID.String(), Title: p.Title, Status: p.Status, TargetPath: p.TargetPath, UpdatedAt: p.UpdatedAt})
 	}
+	o.NextPlans = page.Next
 	if o.Decisions, err = s.plans.ListDecisions(ctx, acquisition.DecisionOpen, 100); err != nil {
 		return o, fmt.Errorf("open decisions: %w", err)
 	}
@@ -199,24 +203,42 @@ func (s *Server) Overview(ctx context.Context) (Overview, error) {
 	return o, nil
 }
 
-// overviewView is the overview page: the lists and the viewer's session.
+// overviewView is the overview page: the lists, the plans filter and the
+// viewer's session.
 type overviewView struct {
 	session
 	Overview
+	Query    plans.PlanQuery
+	Statuses []acquisition.Status
+	// NextPage links the next page of plans. A template.URL, since
+	// html/template would escape the & and = of a query string it is given
+	// as text; it is built by url.Values.Encode, so it is safe.
+	NextPage template.URL
+}
+
+// planQuery reads the plans filter: ?status=&q=&after=.
+func planQuery(r *http.Request) plans.PlanQuery {
+	v := r.URL.Query()
+	return plans.PlanQuery{Status: acquisition.Status(v.Get("status")), Search: v.Get("q"), After: v.Get("after")}
 }
 
 func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
-	o, err := s.Overview(r.Context())
+	q := planQuery(r)
+	o, err := s.Overview(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	o.Done = r.URL.Query().Get("done")
-	s.render(w, "overview.html", overviewView{session: s.session(w, r), Overview: o})
+	view := overviewView{session: s.session(w, r), Overview: o, Query: q, Statuses: acquisition.Statuses()}
+	if o.NextPlans != "" {
+		view.NextPage = template.URL("/admin?" + url.Values{"status": {string(q.Status)}, "q": {q.Search}, "after": {o.NextPlans}}.Encode()) //nolint:gosec // encoded above
+	}
+	s.render(w, "overview.html", view)
 }
 
 func (s *Server) overviewJSON(w http.ResponseWriter, r *http.Request) {
-	o, err := s.Overview(r.Context())
+	o, err := s.Overview(r.Context(), planQuery(r))
 	if err != nil {
 		s.fail(w, err)
 		return

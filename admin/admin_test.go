@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -282,4 +283,55 @@ func TestErrorsCarryNoInternals(t *testing.T) {
 		}
 	}
 	require.Contains(t, logs.String(), "127.0.0.1:1", "the log has what the client is not told")
+}
+
+// The overview's plans filter: by status and by search, in the page and
+// the JSON; a bad filter is a 400 naming it.
+func TestOverviewFiltersPlans(t *testing.T) {
+	t.Parallel()
+	w, srv, u := newServer(t)
+	w.CreatePlan(t, apptest.NewAsset("kept-in-view.mkv", 10))
+	w.CreatePlan(t, apptest.NewAsset("filtered-out.mkv", 10))
+	vic := newClient(t, srv, u.viewer)
+
+	status, body := vic.get("/admin?q=kept&status=awaiting_approval")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "kept-in-view.mkv")
+	require.NotContains(t, body, "filtered-out.mkv")
+	require.Contains(t, body, `value="kept"`, "the form shows the filter")
+
+	_, body = vic.get("/admin/api/overview?q=filtered")
+	var o admin.Overview
+	require.NoError(t, json.Unmarshal([]byte(body), &o))
+	require.Len(t, o.Plans, 1)
+	require.Equal(t, "filtered-out.mkv", o.Plans[0].Title)
+	require.Empty(t, o.NextPlans)
+
+	status, body = vic.get("/admin?status=lost")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "status")
+}
+
+// The overview pages its plans: the link under a full page leads to the
+// older ones, keeping the filter.
+func TestOverviewPagesPlans(t *testing.T) {
+	t.Parallel()
+	w, srv, u := newServer(t)
+	_, err := w.Pool.Exec(context.Background(), `
+INSERT INTO plan (id, title, source_type, source, info_hash, target_path, expected_size, expected_sha256, created_at)
+SELECT gen_random_uuid(), 'paged ' || i, 'magnet', 'magnet:?xt=urn:btih:' || lpad(to_hex(i), 40, '0'),
+       lpad(to_hex(i), 40, '0'), '/lib/paged-' || i, 1, repeat('a', 64), now() - i * interval '1 second'
+FROM generate_series(1, 51) AS i`)
+	require.NoError(t, err)
+	vic := newClient(t, srv, u.viewer)
+	_, body := vic.get("/admin?q=paged")
+	require.Contains(t, body, ">paged 50<")
+	require.NotContains(t, body, ">paged 51<")
+	next := regexp.MustCompile(`<a href="(/admin\?[^"]+)">older plans</a>`).FindStringSubmatch(body)
+	require.NotNil(t, next, "a full page links the next one")
+	status, body := vic.get(html.UnescapeString(next[1]))
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, ">paged 51<")
+	require.NotContains(t, body, ">paged 50<")
+	require.NotContains(t, body, "older plans", "the last page")
 }

@@ -24,7 +24,9 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -518,6 +520,85 @@ func (s *Service) Timeline(ctx context.Context, planID string) (Timeline, error)
 		return Timeline{}, fmt.Errorf("timeline: %w", err)
 	}
 	return tl, nil
+}
+
+// PlanQuery asks for a page of the plans list.
+type PlanQuery struct {
+	// Status is a plan status, or empty for every status.
+	Status acquisition.Status
+	// Search is a plan id, an info hash (40 hex digits), or part of a
+	// title (case ignored); empty matches every plan.
+	Search string
+	// After is the Next of the previous page; empty for the first page.
+	After string
+	// Limit is the page size: default 50, at most MaxPage.
+	Limit int
+}
+
+// MaxPage bounds a page of the plans list.
+const MaxPage = 500
+
+// PlanPage is a page of plans, newest first.
+type PlanPage struct {
+	Plans []acquisition.Plan
+	// Next is the cursor of the following page; empty on the last one.
+	Next string
+}
+
+// ListPlans returns a page of the plans q selects, newest first. The page
+// follows a cursor, not an offset, so a deep page costs what the first does.
+func (s *Service) ListPlans(ctx context.Context, q PlanQuery) (PlanPage, error) {
+	f := acquisition.PlanFilter{Status: q.Status, Limit: cmp.Or(q.Limit, 50)}
+	if q.Status != "" && !slices.Contains(acquisition.Statuses(), q.Status) {
+		return PlanPage{}, fmt.Errorf("list plans: %w", invalid("status", "unknown status %q", q.Status))
+	}
+	if f.Limit < 1 || f.Limit > MaxPage {
+		return PlanPage{}, fmt.Errorf("list plans: %w", invalid("limit", "must be 1 to %d, got %d", MaxPage, q.Limit))
+	}
+	search := strings.TrimSpace(q.Search)
+	if err := bounded("search", search, MaxTitle); err != nil {
+		return PlanPage{}, fmt.Errorf("list plans: %w", err)
+	}
+	if id, err := uuid.Parse(search); err == nil {
+		f.ID = id
+	} else if hash, err := hexDigits("search", search, 40); err == nil {
+		f.InfoHash = hash
+	} else {
+		f.TitleContains = search
+	}
+	if q.After != "" {
+		var err error
+		if f.After, err = parseCursor(q.After); err != nil {
+			return PlanPage{}, fmt.Errorf("list plans: %w", err)
+		}
+	}
+	want := f.Limit
+	f.Limit++ // one more says whether a next page exists
+	ps, err := acquisition.ListPlans(ctx, s.pool, f)
+	if err != nil {
+		return PlanPage{}, err
+	}
+	page := PlanPage{Plans: ps}
+	if len(ps) > want {
+		page.Plans = ps[:want]
+		page.Next = formatCursor(ps[want-1].Cursor())
+	}
+	return page, nil
+}
+
+// A cursor is the last plan's creation time and id: "<RFC 3339>~<uuid>".
+func formatCursor(c acquisition.PlanCursor) string {
+	return c.CreatedAt.UTC().Format(time.RFC3339Nano) + "~" + c.ID.String()
+}
+
+func parseCursor(s string) (acquisition.PlanCursor, error) {
+	at, id, ok := strings.Cut(s, "~")
+	t, terr := time.Parse(time.RFC3339Nano, at)
+	u, uerr := uuid.Parse(id)
+	if !ok || terr != nil || uerr != nil {
+		return acquisition.PlanCursor{}, invalid("after", "not a page cursor: %q", s)
+	}
+	return acquisition.PlanCursor{CreatedAt: t, ID: u}, nil
 }
 
 // ListDecisions returns the decisions in status (empty: all), oldest first.

@@ -280,3 +280,53 @@ func TestFreeTextIsBounded(t *testing.T) {
 	require.Equal(t, before, counts(t, w.Pool))
 	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", strings.Repeat("é", plans.MaxNote)))
 }
+
+// The plans list searches by id, info hash or part of a title, filters by
+// status, and pages by cursor; bad input names its field.
+func TestListPlansSearchesAndPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	var ps []acquisition.Plan
+	for _, name := range []string{"alpha.mkv", "beta.mkv", "gamma.mkv"} {
+		ps = append(ps, w.CreatePlan(t, apptest.NewAsset(name, 10)))
+	}
+	apptest.Acked(t)(w.Plans.Cancel(ctx, ps[1].ID.String(), "ann", "not needed"))
+	titles := func(q plans.PlanQuery) []string {
+		page, err := w.Plans.ListPlans(ctx, q)
+		require.NoError(t, err)
+		var out []string
+		for _, p := range page.Plans {
+			out = append(out, p.Title)
+		}
+		return out
+	}
+	require.Equal(t, []string{"gamma.mkv", "beta.mkv", "alpha.mkv"}, titles(plans.PlanQuery{}))
+	require.Equal(t, []string{"beta.mkv"}, titles(plans.PlanQuery{Search: "ETA"}))
+	require.Equal(t, []string{"alpha.mkv"}, titles(plans.PlanQuery{Search: " " + ps[0].ID.String()}))
+	require.Equal(t, []string{"gamma.mkv"}, titles(plans.PlanQuery{Search: strings.ToUpper(ps[2].InfoHash)}))
+	require.Equal(t, []string{"beta.mkv"}, titles(plans.PlanQuery{Status: acquisition.Canceling}))
+	require.Empty(t, titles(plans.PlanQuery{Status: acquisition.Canceling, Search: "alpha"}))
+
+	first, err := w.Plans.ListPlans(ctx, plans.PlanQuery{Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, first.Plans, 2)
+	require.NotEmpty(t, first.Next)
+	last, err := w.Plans.ListPlans(ctx, plans.PlanQuery{Limit: 2, After: first.Next})
+	require.NoError(t, err)
+	require.Len(t, last.Plans, 1)
+	require.Equal(t, ps[0].ID, last.Plans[0].ID)
+	require.Empty(t, last.Next, "the last page says so")
+
+	for field, q := range map[string]plans.PlanQuery{
+		"status": {Status: "lost"},
+		"after":  {After: "yesterday"},
+		"limit":  {Limit: plans.MaxPage + 1},
+		"search": {Search: strings.Repeat("x", plans.MaxTitle+1)},
+	} {
+		_, err := w.Plans.ListPlans(ctx, q)
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, field)
+		require.Equal(t, field, fe.Field)
+	}
+}
