@@ -80,6 +80,16 @@ func OpenDecisionsOf(ctx context.Context, q DBTX, planID uuid.UUID) ([]Decision,
 	return out, nil
 }
 
+// OpenDecisionOfRun returns the open decision that the failed run runID
+// opened; found is false when there is none.
+func OpenDecisionOfRun(ctx context.Context, q DBTX, runID port.RunID) (d Decision, found bool, err error) {
+	ds, err := queryAll(ctx, q, openDecisionOfRunStmt(runID), scanDecision)
+	if err != nil || len(ds) == 0 {
+		return Decision{}, false, err
+	}
+	return ds[0], true, nil
+}
+
 // ResolveDecision closes an open decision. resolved is false when it was
 // already resolved (the first resolution stands).
 func ResolveDecision(ctx context.Context, q DBTX, id uuid.UUID, status DecisionStatus, by string) (resolved bool, err error) {

@@ -327,6 +327,17 @@ func openDecisionsOfStmt(planID uuid.UUID) bob.Query {
 	)
 }
 
+// openDecisionOfRunStmt reads the open decision a failed run opened, if
+// any (index decision_run of migration 00008).
+func openDecisionOfRunStmt(runID port.RunID) bob.Query {
+	return psql.Select(
+		sm.Columns(decisionColumns), sm.From("decision"),
+		sm.Where(col("run_id").EQ(psql.Arg(string(runID)))),
+		sm.Where(col("status").EQ(psql.S(string(DecisionOpen)))),
+		sm.OrderBy("created_at"), sm.OrderBy("id"),
+	)
+}
+
 // resolveDecisionStmt matches only an open decision: the first resolution
 // stands.
 func resolveDecisionStmt(id uuid.UUID, status DecisionStatus, by string) bob.Query {

@@ -132,6 +132,7 @@ func (s *Server) routes() []route {
 		{Route{http.MethodPost, "/admin/plans/{id}/cancel", RoleOperator}, s.cancel},
 		{Route{http.MethodPost, "/admin/decisions/{id}/{action}", RoleOperator}, s.resolve},
 		{Route{http.MethodPost, "/admin/outbox/{id}/retry", RoleOperator}, s.retryOutbox},
+		{Route{http.MethodPost, "/admin/runs/{id}/retry", RoleOperator}, s.retryRun},
 	}
 }
 
@@ -300,6 +301,28 @@ func (s *Server) retryOutbox(w http.ResponseWriter, r *http.Request) {
 	}
 	err = outbox.Retry(r.Context(), s.pool, id, identityOf(r).User)
 	s.act(w, r, "/admin", "outbox row "+id.String()+" handed back to the dispatchers", err)
+}
+
+// retryRun retries a dead letter as a new run under a derived key (the
+// failed run stays listed). A run that opened a decision is retried by
+// resolving that decision instead, which also moves its plan: refused, and
+// nothing is enqueued.
+func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
+	id := port.RunID(r.PathValue("id"))
+	d, open, err := s.plans.OpenDecisionOfRun(r.Context(), id)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if open {
+		s.fail(w, fmt.Errorf("run %s opened decision %s: resolve the decision (retry or abandon), which also moves its plan: %w", id, d.ID, plans.ErrConflict))
+		return
+	}
+	next, err := s.runs.RetryRun(r.Context(), id)
+	if err == nil {
+		s.log.Info("dead letter retried", slog.String("run_id", string(id)), slog.String("new_run_id", string(next)), slog.String("by", identityOf(r).User))
+	}
+	s.act(w, r, "/admin", fmt.Sprintf("run %s retried as run %s", id, next), err)
 }
 
 // act redirects to next with the action's result shown there, or reports

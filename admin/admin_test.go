@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/internal/runstore"
@@ -137,10 +138,7 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 	p := w.CreatePlan(t, a)
 
 	// A failed run shows as a dead letter.
-	dead, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
-		Key: "dead", BusinessKey: p.ID.String(), Input: json.RawMessage(`{}`)})
-	require.NoError(t, err)
-	require.NoError(t, runstore.Project(ctx, w.Pool, dead.ID, runstore.Projection{Status: port.StatusFailed, LastError: "disk full"}))
+	dead := failedRun(t, w, "dead", p.ID.String())
 
 	ann := newClient(t, srv, u.operator)
 	status, body := ann.get("/admin")
@@ -156,7 +154,7 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 	require.Len(t, o.Plans, 1)
 	require.Equal(t, p.ID.String(), o.Plans[0].ID)
 	require.Len(t, o.Dead, 1)
-	require.Equal(t, dead.ID, o.Dead[0].ID)
+	require.Equal(t, dead, o.Dead[0].ID)
 
 	status, body = ann.post("/admin/plans/"+p.ID.String()+"/approve", url.Values{"note": {"looks right"}})
 	require.Equal(t, http.StatusSeeOther, status)
@@ -334,4 +332,58 @@ FROM generate_series(1, 51) AS i`)
 	require.Contains(t, body, ">paged 51<")
 	require.NotContains(t, body, ">paged 50<")
 	require.NotContains(t, body, "older plans", "the last page")
+}
+
+// failedRun records a failed lease run of asset.import under key: a dead
+// letter.
+func failedRun(t *testing.T, w *apptest.World, key, businessKey string) port.RunID {
+	t.Helper()
+	ctx := context.Background()
+	run, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
+		Key: key, BusinessKey: businessKey, Input: json.RawMessage(`{"plan_id":"` + businessKey + `"}`)})
+	require.NoError(t, err)
+	require.NoError(t, runstore.Project(ctx, w.Pool, run.ID, runstore.Projection{Status: port.StatusFailed, LastError: "disk full"}))
+	return run.ID
+}
+
+// Retrying a dead letter starts a new run with its input under the derived
+// key, and the failed run stays listed; retrying it again is the same
+// retry. A run that opened a decision is retried through the decision
+// (409), a run that did not fail cannot be retried (400), and neither
+// writes anything.
+func TestDeadLetterRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w, srv, u := newServer(t)
+	p := w.CreatePlan(t, apptest.NewAsset("dead.mkv", 10))
+	dead := failedRun(t, w, "plan:dead", p.ID.String())
+	ann := newClient(t, srv, u.operator)
+	ann.get("/admin")
+
+	status, body := ann.post("/admin/runs/"+string(dead)+"/retry", nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	m := regexp.MustCompile(`run ` + string(dead) + ` retried as run ([0-9a-f-]{36})`).FindStringSubmatch(body)
+	require.NotNil(t, m, body)
+	var key, input, state string
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT idempotency_key, input::text, status FROM taskport.run WHERE id = $1`, m[1]).Scan(&key, &input, &state))
+	require.Equal(t, port.RetryKey("plan:dead", dead), key)
+	require.JSONEq(t, `{"plan_id":"`+p.ID.String()+`"}`, input)
+	require.Equal(t, "pending", state)
+	require.Contains(t, body, string(dead), "the failed run stays listed")
+	status, body = ann.post("/admin/runs/"+string(dead)+"/retry", nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, body, "retried as run "+m[1], "the same retry")
+
+	withDecision := failedRun(t, w, "plan:decided", p.ID.String())
+	d, err := acquisition.OpenDecision(ctx, w.Pool, p.ID, "asset.import", withDecision, json.RawMessage(`{}`), "disk full")
+	require.NoError(t, err)
+	before := snapshot(t, w.Pool)
+	status, body = ann.post("/admin/runs/"+string(withDecision)+"/retry", nil)
+	require.Equal(t, http.StatusConflict, status)
+	require.Contains(t, body, d.ID.String())
+	status, _ = ann.post("/admin/runs/"+m[1]+"/retry", nil)
+	require.Equal(t, http.StatusBadRequest, status, "a pending run is no dead letter")
+	status, _ = ann.post("/admin/runs/not-a-run/retry", nil)
+	require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, status)
+	require.Equal(t, before, snapshot(t, w.Pool))
 }

@@ -293,6 +293,11 @@ func (e *Engine) ListRuns(ctx context.Context, filter port.RunFilter) ([]port.Ru
 	return views, nil
 }
 
+// RetryRun implements port.Admin.
+func (e *Engine) RetryRun(ctx context.Context, id port.RunID) (port.RunID, error) {
+	return runstore.Retry(ctx, e.pool, id, e.Enqueue)
+}
+
 // overlayRunning sets the status of the pending views whose task is
 // claimed to running, with the step it is in.
 func (e *Engine) overlayRunning(ctx context.Context, views []port.RunView) error {

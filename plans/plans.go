@@ -617,6 +617,17 @@ func (s *Service) ListDecisions(ctx context.Context, status acquisition.Decision
 	return acquisition.ListDecisions(ctx, s.pool, status, limit)
 }
 
+// OpenDecisionOfRun returns the open decision the failed run runID opened,
+// if any: such a run is retried by resolving its decision, which also
+// moves its plan, not as a bare dead letter.
+func (s *Service) OpenDecisionOfRun(ctx context.Context, runID port.RunID) (acquisition.Decision, bool, error) {
+	d, found, err := acquisition.OpenDecisionOfRun(ctx, s.pool, runID)
+	if err != nil {
+		return acquisition.Decision{}, false, fmt.Errorf("decision of run %s: %w", runID, err)
+	}
+	return d, found, nil
+}
+
 // ResolveDecision resolves an open decision as retry or abandon and enqueues
 // decision.resolve, which carries it out (acquisition.RetryEffect and
 // AbandonEffect say what that does; the Ack repeats it). A retry that cannot

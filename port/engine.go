@@ -194,4 +194,16 @@ type RunFilter struct {
 // (ADR 2.5, 2.6).
 type Admin interface {
 	ListRuns(ctx context.Context, filter RunFilter) ([]RunView, error)
+	// RetryRun retries a dead letter: it enqueues a new run of the failed
+	// run's kind (its current version) with the same input, priority and
+	// business key, under RetryKey of the failed run's key, and returns
+	// the new run's id. The failed run stays as it is, and listed. Retrying
+	// the same failed run again returns the same new run (Enqueue's
+	// idempotency). A run that is not failed is ErrInvalidInput; an
+	// unknown one ErrNotFound.
+	RetryRun(ctx context.Context, id RunID) (RunID, error)
 }
+
+// Callers: RetryKey is the idempotency key of the run that retries the
+// failed run id enqueued under key.
+func RetryKey(key string, id RunID) string { return key + ":retry:" + string(id) }

@@ -331,6 +331,11 @@ func (e *Engine) ListRuns(ctx context.Context, f port.RunFilter) ([]port.RunView
 	return runstore.List(ctx, e.pool, f)
 }
 
+// RetryRun implements port.Admin.
+func (e *Engine) RetryRun(ctx context.Context, id port.RunID) (port.RunID, error) {
+	return runstore.Retry(ctx, e.pool, id, e.Enqueue)
+}
+
 // OpenRunsOnVersion asks Temporal's visibility for the runs of kind@version
 // still open, e.g. to know when the previous version can be dropped. It is
 // eventually consistent (visibility lags by a moment); ListRuns with

@@ -126,6 +126,11 @@ func (e *RecordingEngine) Get(ctx context.Context, id port.RunID) (port.RunView,
 	return run.RunView, nil
 }
 
+// RetryRun implements port.Admin as both engines do.
+func (e *RecordingEngine) RetryRun(ctx context.Context, id port.RunID) (port.RunID, error) {
+	return runstore.Retry(ctx, e.pool, id, e.Enqueue)
+}
+
 // ListRuns implements port.Admin from the run store, as both engines do.
 func (e *RecordingEngine) ListRuns(ctx context.Context, f port.RunFilter) ([]port.RunView, error) {
 	return runstore.List(ctx, e.pool, f)

@@ -114,6 +114,25 @@ func Get(ctx context.Context, q DBTX, id port.RunID) (Run, error) {
 	return run, nil
 }
 
+// Retry is port.Admin.RetryRun for both engines: it enqueues, through the
+// engine's own enqueue, the run that retries the failed run id.
+func Retry(ctx context.Context, q DBTX, id port.RunID,
+	enqueue func(context.Context, port.Kind, any, port.EnqueueOptions) (port.RunID, error)) (port.RunID, error) {
+	run, err := Get(ctx, q, id)
+	if err != nil {
+		return "", err
+	}
+	if run.Status != port.StatusFailed {
+		return "", fmt.Errorf("retry run %s: it is %s, and only a failed run is retried: %w", id, run.Status, port.ErrInvalidInput)
+	}
+	next, err := enqueue(ctx, run.Kind, run.Input, port.EnqueueOptions{
+		IdempotencyKey: port.RetryKey(run.IdempotencyKey, id), Priority: run.Priority, BusinessKey: run.BusinessKey})
+	if err != nil {
+		return "", fmt.Errorf("retry run %s: %w", id, err)
+	}
+	return next, nil
+}
+
 // RequestCancel writes the cancel request (ADR 2.4: the Postgres flag comes
 // first, then the engine cancel). It keeps the first request's time and
 // reason, and returns the run as stored after the write.

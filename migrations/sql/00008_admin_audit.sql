@@ -18,9 +18,12 @@ CREATE EXTENSION IF NOT EXISTS pg_trgm;
 CREATE INDEX plan_newest ON plan (created_at DESC, id DESC);
 CREATE INDEX plan_status_newest ON plan (status, created_at DESC, id DESC);
 CREATE INDEX plan_title_trgm ON plan USING gin (title gin_trgm_ops);
+-- A dead letter's retry looks for the decision its run opened.
+CREATE INDEX decision_run ON decision (run_id);
 
 -- +goose Down
 -- pg_trgm stays: another schema in the database may use it.
+DROP INDEX decision_run;
 DROP INDEX plan_title_trgm;
 DROP INDEX plan_status_newest;
 DROP INDEX plan_newest;

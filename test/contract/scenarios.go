@@ -282,6 +282,30 @@ func retryLimit(w *world) {
 	require.NoError(w.t, err)
 	require.Len(w.t, dead, 1)
 	require.Equal(w.t, id, dead[0].ID)
+
+	// Retrying the dead letter runs the kind again, with its input, as a
+	// new run under the derived key; the failed run stays listed.
+	retry, err := admin.RetryRun(bg, id)
+	require.NoError(w.t, err)
+	require.NotEqual(w.t, id, retry)
+	w.waitStatus(e, retry, port.StatusFailed) // ct.fail always fails
+	require.Equal(w.t, map[string]int{"fail:retryable": fastRetry.MaxAttempts}, w.effects(retry), "the retry ran the kind again")
+	var key string
+	require.NoError(w.t, w.pool.QueryRow(bg, `SELECT idempotency_key FROM taskport.run WHERE id = $1`, string(retry)).Scan(&key))
+	require.Equal(w.t, port.RetryKey("fail", id), key)
+	same, err := admin.RetryRun(bg, id)
+	require.NoError(w.t, err)
+	require.Equal(w.t, retry, same, "retrying the same dead letter again is the same retry")
+	dead, err = admin.ListRuns(bg, port.RunFilter{Statuses: []port.Status{port.StatusFailed}})
+	require.NoError(w.t, err)
+	require.ElementsMatch(w.t, []port.RunID{id, retry}, []port.RunID{dead[0].ID, dead[1].ID}, "the failed run stays listed")
+
+	ok3 := w.enqueue(e, "ct.three", tagIn{}, "succeeds")
+	w.waitStatus(e, ok3, port.StatusSucceeded)
+	_, err = admin.RetryRun(bg, ok3)
+	require.ErrorIs(w.t, err, port.ErrInvalidInput, "only a failed run is retried")
+	_, err = admin.RetryRun(bg, "00000000-0000-7000-8000-000000000000")
+	require.ErrorIs(w.t, err, port.ErrNotFound)
 }
 
 func nonRetryable(w *world) {
