@@ -16,6 +16,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	g.Bind(root)
-	root.AddCommand(newMigrateCmd(&g), newWorkerCmd(&g), newAdminCmd(&g), newPlanCmd(&g), newDecisionCmd(&g))
+	root.AddCommand(newMigrateCmd(&g), newWorkerCmd(&g), newAdminCmd(&g), newPlanCmd(&g), newDecisionCmd(&g), newRunsCmd(&g))
 	return root
 }

@@ -257,6 +257,12 @@ func (s *Stack) Close() {
 // Plans is the business API.
 func (s *Stack) Plans() *plans.Service { return s.plans }
 
+// Engine is the process's engine (not started: Start is RunWorker's).
+func (s *Stack) Engine() port.TaskEngine { return s.engine }
+
+// Runs is the engine's operator surface.
+func (s *Stack) Runs() port.Admin { return s.runs }
+
 // Serve runs the admin handler on addr, authenticated as access says (see
 // AdminAuth.Resolve), until ctx ends and returns the bound address and a
 // channel that reports why serving stopped.
