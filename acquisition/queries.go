@@ -354,24 +354,24 @@ func resolveDecisionStmt(id uuid.UUID, status DecisionStatus, by string) bob.Que
 // timelineSQL reads this package's part of a plan's business timeline
 // (ADR 2.7), in the column order of timeline.Entry.
 const timelineSQL = `
-SELECT at, source, event, detail FROM (
-    SELECT created_at AS at, 'plan' AS source, 'created' AS event, title AS detail FROM plan WHERE id = $1
+SELECT at, source, event, detail, run_id FROM (
+    SELECT created_at AS at, 'plan' AS source, 'created' AS event, title AS detail, '' AS run_id FROM plan WHERE id = $1
     UNION ALL
     SELECT cancel_requested_at, 'plan', 'cancel requested',
-           CASE WHEN cancel_requested_by = '' THEN cancel_reason ELSE cancel_requested_by || ': ' || cancel_reason END FROM plan
+           CASE WHEN cancel_requested_by = '' THEN cancel_reason ELSE cancel_requested_by || ': ' || cancel_reason END, '' FROM plan
     WHERE id = $1 AND cancel_requested_at IS NOT NULL
     UNION ALL
-    SELECT created_at, 'approval', decision, decided_by || CASE WHEN note = '' THEN '' ELSE ': ' || note END
+    SELECT created_at, 'approval', decision, decided_by || CASE WHEN note = '' THEN '' ELSE ': ' || note END, ''
     FROM approval WHERE plan_id = $1
     UNION ALL
-    SELECT created_at, 'download', 'submitted', tag || ' ' || info_hash FROM download_task WHERE plan_id = $1
+    SELECT created_at, 'download', 'submitted', tag || ' ' || info_hash, '' FROM download_task WHERE plan_id = $1
     UNION ALL
-    SELECT completed_at, 'download', 'completed', content_path FROM download_task
+    SELECT completed_at, 'download', 'completed', content_path, '' FROM download_task
     WHERE plan_id = $1 AND completed_at IS NOT NULL
     UNION ALL
-    SELECT created_at, 'decision', 'opened for ' || kind, reason FROM decision WHERE plan_id = $1
+    SELECT created_at, 'decision', 'opened for ' || kind, reason, run_id FROM decision WHERE plan_id = $1
     UNION ALL
-    SELECT resolved_at, 'decision', 'resolved: ' || status, resolved_by FROM decision
+    SELECT resolved_at, 'decision', 'resolved: ' || status, resolved_by, run_id FROM decision
     WHERE plan_id = $1 AND resolved_at IS NOT NULL
 ) t
 ORDER BY at, source, event`

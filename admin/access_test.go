@@ -210,7 +210,7 @@ func TestTrustedProxy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	proxy := &admin.TrustedProxy{Header: "X-Forwarded-User", From: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Operators: []string{"olga"}}
-	w, srv := newServerWith(t, admin.Auth{Proxy: proxy})
+	w, srv := newServerWith(t, admin.Config{Auth: admin.Auth{Proxy: proxy}})
 	p := w.CreatePlan(t, apptest.NewAsset("proxy.mkv", 10))
 
 	as := func(user string) *client {
@@ -237,7 +237,7 @@ func TestTrustedProxy(t *testing.T) {
 
 	// The same header from outside the proxy's network is nobody.
 	elsewhere := &admin.TrustedProxy{Header: "X-Forwarded-User", From: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Operators: []string{"olga"}}
-	_, srv2 := newServerWith(t, admin.Auth{Proxy: elsewhere})
+	_, srv2 := newServerWith(t, admin.Config{Auth: admin.Auth{Proxy: elsewhere}})
 	c := newClient(t, srv2, "")
 	c.http.Transport = headerTransport{"X-Forwarded-User": "olga"}
 	status, _ = c.get("/admin")

@@ -63,6 +63,9 @@ type Config struct {
 	// may come from, besides the request's own Host: the public URL when a
 	// proxy rewrites the Host header.
 	Origins []string
+	// RunURL, when set, is where the engine's UI shows a run (the Temporal
+	// UI): the timeline links each hand-off, operation and decision to it.
+	RunURL func(port.RunID) string
 }
 
 // New builds the handler.
@@ -82,6 +85,12 @@ func New(cfg Config) (*Server, error) {
 				return ""
 			}
 			return t.UTC().Format("2006-01-02 15:04:05")
+		},
+		"runURL": func(id string) string {
+			if cfg.RunURL == nil {
+				return ""
+			}
+			return cfg.RunURL(port.RunID(id))
 		},
 	}).ParseFS(templateFS, "templates/*.html")
 	if err != nil {

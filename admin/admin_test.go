@@ -43,11 +43,13 @@ func newServer(t *testing.T) (*apptest.World, *httptest.Server, users) {
 	require.NoError(t, err)
 	tokens, err := admin.ParseTokens([]byte("# the test's users\n" + opLine + "\n" + viewLine + "\n"))
 	require.NoError(t, err)
-	w, srv := newServerWith(t, admin.Auth{Tokens: tokens})
+	w, srv := newServerWith(t, admin.Config{Auth: admin.Auth{Tokens: tokens},
+		RunURL: func(id port.RunID) string { return "https://temporal-ui.example/runs/" + string(id) }})
 	return w, srv, users{operator: opTok, viewer: viewTok}
 }
 
-func newServerWith(t *testing.T, auth admin.Auth) (*apptest.World, *httptest.Server) {
+// newServerWith serves the admin configured as cfg, over a world of its own.
+func newServerWith(t *testing.T, cfg admin.Config) (*apptest.World, *httptest.Server) {
 	t.Helper()
 	var lister port.Admin
 	w := apptest.NewWorld(t, apptest.Options{NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
@@ -56,7 +58,8 @@ func newServerWith(t *testing.T, auth admin.Auth) (*apptest.World, *httptest.Ser
 		lister = e
 		return e
 	}})
-	h, err := admin.New(admin.Config{Pool: w.Pool, Plans: w.Plans, Runs: lister, Registry: w.Registry, Metrics: http.NotFoundHandler(), Auth: auth})
+	cfg.Pool, cfg.Plans, cfg.Runs, cfg.Registry, cfg.Metrics = w.Pool, w.Plans, lister, w.Registry, http.NotFoundHandler()
+	h, err := admin.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -163,6 +166,16 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 	var by string
 	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT decided_by FROM approval WHERE plan_id = $1`, p.ID).Scan(&by))
 	require.Equal(t, "ann", by)
+
+	// The hand-off of approval.await, once dispatched, links to its run in
+	// the engine's UI.
+	_, err := w.Dispatcher.DispatchOnce(ctx)
+	require.NoError(t, err)
+	runs, err := w.Engine.(port.Admin).ListRuns(ctx, port.RunFilter{BusinessKey: p.ID.String(), Kind: "approval.await"})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	_, body = ann.get("/admin/plans/" + p.ID.String())
+	require.Contains(t, body, `<a href="https://temporal-ui.example/runs/`+string(runs[0].ID)+`">`)
 
 	status, body = ann.post("/admin/plans/"+p.ID.String()+"/cancel", url.Values{"reason": {"not needed"}})
 	require.Equal(t, http.StatusSeeOther, status)

@@ -107,6 +107,24 @@ func fullAcquisition(t *testing.T, w *apptest.World) {
 
 	require.Equal(t, acquisition.Completed, status())
 	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))
+	// Every operation and every enqueue of the timeline names a run of
+	// this plan, as the engine recorded it: what /admin links to.
+	runs, err := w.Engine.(port.Admin).ListRuns(ctx, port.RunFilter{BusinessKey: id})
+	require.NoError(t, err)
+	ids := map[string]bool{}
+	for _, r := range runs {
+		ids[string(r.ID)] = true
+	}
+	tl, err := w.Plans.Timeline(ctx, id)
+	require.NoError(t, err)
+	linked := 0
+	for _, e := range tl.Entries {
+		if e.Source == "operation" || (e.Source == "handoff" && !strings.HasPrefix(e.Event, "signal") && !strings.HasPrefix(e.Event, "cancel")) {
+			require.True(t, ids[e.RunID], "%s %s names run %q, not one of the plan's", e.Source, e.Event, e.RunID)
+			linked++
+		}
+	}
+	require.Positive(t, linked)
 	require.Equal(t, []string{a.Name}, w.LibraryFiles(t))
 	require.Equal(t, map[ledger.Op]bool{
 		ledger.OpSubmit: true, ledger.OpImport: true, ledger.OpVerify: true, ledger.OpCleanup: true,

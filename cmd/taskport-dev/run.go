@@ -85,6 +85,9 @@ func newRootCmd() *cobra.Command {
 }
 
 func runLocal(ctx context.Context, g *stack.Globals, c stack.Config, rc runConfig, log *slog.Logger) error {
+	if c.Engine == "temporal" && rc.AdminAuth.TemporalUI == "" {
+		rc.AdminAuth.TemporalUI = "http://127.0.0.1:" + rc.UIPort
+	}
 	access, err := rc.AdminAuth.Resolve(rc.AdminAddr)
 	if err != nil {
 		return err

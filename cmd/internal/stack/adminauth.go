@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/user"
 	"strings"
@@ -14,10 +15,13 @@ import (
 	"github.com/taskport/taskport/admin"
 )
 
-// AdminAuth is the admin's authentication flags. Authentication is on by
-// default: without --auth the admin serves only a loopback address (where
-// every request acts as the local OS user), unless --insecure-no-auth.
+// AdminAuth is the admin's flags: its authentication, and the Temporal UI
+// its timeline links to. Authentication is on by default: without --auth
+// the admin serves only a loopback address (where every request acts as
+// the local OS user), unless --insecure-no-auth.
 type AdminAuth struct {
+	// TemporalUI is the Temporal UI's base URL; empty: no links.
+	TemporalUI string
 	// Mode is token, proxy, or empty.
 	Mode string
 	// TokensFile holds the token lines `taskport admin token` prints;
@@ -46,6 +50,8 @@ func (a *AdminAuth) Bind(fs *pflag.FlagSet) {
 		"proxy mode: users with the operator role; everyone else the proxy admits is a viewer (env ADMIN_PROXY_OPERATORS)")
 	fs.StringSliceVar(&a.Origins, "public-origin", splitEnv("ADMIN_PUBLIC_ORIGINS"),
 		"origins (https://admin.example.com) forms may post from when a proxy rewrites the Host header (env ADMIN_PUBLIC_ORIGINS)")
+	fs.StringVar(&a.TemporalUI, "temporal-ui-url", EnvOr("TEMPORAL_UI_URL", ""),
+		"temporal engine: the Temporal UI's base URL (http://127.0.0.1:8233); the timeline links runs to it (env TEMPORAL_UI_URL)")
 	fs.BoolVar(&a.InsecureNoAuth, "insecure-no-auth", false,
 		"serve a non-loopback address without authentication: anyone who reaches it is an operator")
 }
@@ -59,15 +65,21 @@ func splitEnv(key string) []string {
 
 // AdminAccess is the admin's resolved authentication.
 type AdminAccess struct {
-	Auth    admin.Auth
-	Origins []string
+	Auth       admin.Auth
+	Origins    []string
+	TemporalUI string
 	// Mode names it for the log: token, proxy, loopback or insecure.
 	Mode string
 }
 
 // Resolve checks the flags for a listener on addr and loads the tokens.
 func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
-	out := AdminAccess{Origins: a.Origins, Mode: a.Mode}
+	out := AdminAccess{Origins: a.Origins, Mode: a.Mode, TemporalUI: a.TemporalUI}
+	if a.TemporalUI != "" {
+		if u, err := url.Parse(a.TemporalUI); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return out, fmt.Errorf("--temporal-ui-url must be an http(s) URL, got %q", a.TemporalUI)
+		}
+	}
 	if a.Mode != "" && a.InsecureNoAuth {
 		return out, fmt.Errorf("--insecure-no-auth and --auth %s contradict each other", a.Mode)
 	}

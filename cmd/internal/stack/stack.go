@@ -15,7 +15,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -148,6 +150,7 @@ type Stack struct {
 	plans         *plans.Service
 	metrics       *prometheus.Registry
 	runs          port.Admin
+	namespace     string // the Temporal namespace, for the UI's links
 }
 
 // With builds the wiring from the flags (secrets from the environment),
@@ -171,7 +174,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	s := &Stack{log: log, registry: port.NewRegistry(), metrics: newMetricsRegistry()}
+	s := &Stack{log: log, registry: port.NewRegistry(), metrics: newMetricsRegistry(), namespace: c.TemporalNamespace}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -267,8 +270,15 @@ func (s *Stack) Runs() port.Admin { return s.runs }
 // AdminAuth.Resolve), until ctx ends and returns the bound address and a
 // channel that reports why serving stopped.
 func (s *Stack) Serve(ctx context.Context, addr string, access AdminAccess) (string, <-chan error, error) {
-	h, err := admin.New(admin.Config{Pool: s.bizPool, Plans: s.plans, Runs: s.runs, Registry: s.registry, Logger: s.log,
-		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Auth: access.Auth, Origins: access.Origins})
+	cfg := admin.Config{Pool: s.bizPool, Plans: s.plans, Runs: s.runs, Registry: s.registry, Logger: s.log,
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Auth: access.Auth, Origins: access.Origins}
+	if s.temporal != nil && access.TemporalUI != "" {
+		base, ns := strings.TrimRight(access.TemporalUI, "/"), s.namespace
+		cfg.RunURL = func(id port.RunID) string {
+			return base + "/namespaces/" + url.PathEscape(ns) + "/workflows/" + url.PathEscape(temporaladapter.WorkflowID(id))
+		}
+	}
+	h, err := admin.New(cfg)
 	if err != nil {
 		return "", nil, err
 	}
