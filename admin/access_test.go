@@ -54,6 +54,7 @@ func TestEveryEndpointByRoleAndMethod(t *testing.T) {
 		"/admin":                         "/admin",
 		"/admin/api/overview":            "/admin/api/overview",
 		"/admin/plans/{id}":              "/admin/plans/" + toApprove.ID.String(),
+		"/admin/decisions/{id}":          "/admin/decisions/" + d.ID.String(),
 		"/admin/plans/{id}/approve":      "/admin/plans/" + toApprove.ID.String() + "/approve",
 		"/admin/plans/{id}/reject":       "/admin/plans/" + toReject.ID.String() + "/reject",
 		"/admin/plans/{id}/cancel":       "/admin/plans/" + toCancel.ID.String() + "/cancel",

@@ -136,6 +136,7 @@ func (s *Server) routes() []route {
 		{Route{http.MethodGet, "/admin", RoleViewer}, s.overviewPage},
 		{Route{http.MethodGet, "/admin/api/overview", RoleViewer}, s.overviewJSON},
 		{Route{http.MethodGet, "/admin/plans/{id}", RoleViewer}, s.planPage},
+		{Route{http.MethodGet, "/admin/decisions/{id}", RoleViewer}, s.decisionPage},
 		{Route{http.MethodPost, "/admin/plans/{id}/approve", RoleOperator}, s.approve},
 		{Route{http.MethodPost, "/admin/plans/{id}/reject", RoleOperator}, s.reject},
 		{Route{http.MethodPost, "/admin/plans/{id}/cancel", RoleOperator}, s.cancel},
@@ -272,6 +273,36 @@ func (s *Server) planPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, "plan.html", planView{session: s.session(w, r), Timeline: tl, Done: r.URL.Query().Get("done")})
+}
+
+// decisionView is the decision page: the decision with the step's error
+// (its reason), and its failed run as the engine last saw it (attempts,
+// step), when the engine still lists it.
+type decisionView struct {
+	session
+	acquisition.Decision
+	Run    port.RunView
+	HasRun bool
+}
+
+func (s *Server) decisionPage(w http.ResponseWriter, r *http.Request) {
+	d, err := s.plans.Decision(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	view := decisionView{session: s.session(w, r), Decision: d}
+	runs, err := s.runs.ListRuns(r.Context(), port.RunFilter{Kind: d.Kind, BusinessKey: d.PlanID.String()})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	for _, run := range runs {
+		if run.ID == d.RunID {
+			view.Run, view.HasRun = run, true
+		}
+	}
+	s.render(w, "decision.html", view)
 }
 
 // The actions record the authenticated user as who acted.

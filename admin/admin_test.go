@@ -400,3 +400,32 @@ func TestDeadLetterRetry(t *testing.T) {
 	require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, status)
 	require.Equal(t, before, snapshot(t, w.Pool))
 }
+
+// The decision page shows the step's error and the failed run's attempts
+// and step; an operator gets the resolve actions, a viewer none.
+func TestDecisionPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w, srv, u := newServer(t)
+	p := w.CreatePlan(t, apptest.NewAsset("decided.mkv", 10))
+	run, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
+		Key: "plan:decided", BusinessKey: p.ID.String(), Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, runstore.Project(ctx, w.Pool, run.ID, runstore.Projection{Status: port.StatusFailed, Attempts: 3,
+		CurrentStep: "import", LastError: "disk full"}))
+	d, err := acquisition.OpenDecision(ctx, w.Pool, p.ID, "asset.import", run.ID, json.RawMessage(`{}`), "step import failed after 3 attempt(s): disk full")
+	require.NoError(t, err)
+
+	ann := newClient(t, srv, u.operator)
+	_, body := ann.get("/admin")
+	require.Contains(t, body, `href="/admin/decisions/`+d.ID.String()+`"`)
+	status, body := ann.get("/admin/decisions/" + d.ID.String())
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "step import failed after 3 attempt(s): disk full")
+	require.Regexp(t, `<td>failed</td><td>3</td><td>import</td><td>disk full</td>`, body)
+	require.Contains(t, body, `action="/admin/decisions/`+d.ID.String()+`/retry"`)
+	_, body = newClient(t, srv, u.viewer).get("/admin/decisions/" + d.ID.String())
+	require.NotContains(t, body, `method="post"`)
+	status, _ = ann.get("/admin/decisions/0190a5c6-0000-7000-8000-000000000000")
+	require.Equal(t, http.StatusNotFound, status)
+}

@@ -617,6 +617,15 @@ func (s *Service) ListDecisions(ctx context.Context, status acquisition.Decision
 	return acquisition.ListDecisions(ctx, s.pool, status, limit)
 }
 
+// Decision returns one decision.
+func (s *Service) Decision(ctx context.Context, decisionID string) (acquisition.Decision, error) {
+	id, err := parseID("decision_id", decisionID)
+	if err != nil {
+		return acquisition.Decision{}, fmt.Errorf("decision: %w", err)
+	}
+	return acquisition.GetDecision(ctx, s.pool, id)
+}
+
 // OpenDecisionOfRun returns the open decision the failed run runID opened,
 // if any: such a run is retried by resolving its decision, which also
 // moves its plan, not as a bare dead letter.
