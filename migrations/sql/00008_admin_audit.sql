@@ -20,9 +20,12 @@ CREATE INDEX plan_status_newest ON plan (status, created_at DESC, id DESC);
 CREATE INDEX plan_title_trgm ON plan USING gin (title gin_trgm_ops);
 -- A dead letter's retry looks for the decision its run opened.
 CREATE INDEX decision_run ON decision (run_id);
+-- The dead letters: the newest failed runs (runstore's TestDeadLettersUseAnIndex).
+CREATE INDEX run_failed_newest ON taskport.run (created_at DESC, id DESC) WHERE status = 'failed';
 
 -- +goose Down
 -- pg_trgm stays: another schema in the database may use it.
+DROP INDEX taskport.run_failed_newest;
 DROP INDEX decision_run;
 DROP INDEX plan_title_trgm;
 DROP INDEX plan_status_newest;
