@@ -24,9 +24,10 @@ TEMPORAL_SERVER   := $(GOBIN)/temporal-server
 TEMPORAL_SQL_TOOL := $(GOBIN)/temporal-sql-tool
 STATICCHECK_VERSION  := v0.8.2
 # Debian packages: the downloader end-to-end test (qbittorrent-nox,
-# mktorrent), the image (ca-certificates: the CA bundle it ships) and the
-# pod rehearsal (runc: runs the image as the manifests say).
-APT_PACKAGES := qbittorrent-nox mktorrent ca-certificates runc
+# mktorrent), the image (ca-certificates: the CA bundle it ships), the
+# pod rehearsal (runc: runs the image as the manifests say) and the admin's
+# browser test (chromium).
+APT_PACKAGES := qbittorrent-nox mktorrent ca-certificates runc chromium
 
 # Tests use this server when it answers (CI: the local server); otherwise
 # leave TEST_DATABASE_URL unset and testcontainers starts Postgres in Docker.

@@ -53,16 +53,6 @@ func OpenDecision(ctx context.Context, q DBTX, planID uuid.UUID, kind port.Kind,
 	return d, nil
 }
 
-// DecisionOfRun returns the decision that the run of kind opened on plan,
-// or an error wrapping port.ErrNotFound when it opened none.
-func DecisionOfRun(ctx context.Context, q DBTX, planID uuid.UUID, kind port.Kind, runID port.RunID) (Decision, error) {
-	d, err := queryOne(ctx, q, selectDecisionByRunStmt(planID, kind, runID), scanDecision)
-	if err != nil {
-		return Decision{}, fmt.Errorf("decision of %s run %s: %w", kind, runID, err)
-	}
-	return d, nil
-}
-
 // GetDecision returns a decision, or an error wrapping port.ErrNotFound.
 func GetDecision(ctx context.Context, q DBTX, id uuid.UUID) (Decision, error) {
 	d, err := queryOne(ctx, q, selectDecisionStmt(id), scanDecision)
@@ -88,6 +78,31 @@ func OpenDecisionsOf(ctx context.Context, q DBTX, planID uuid.UUID) ([]Decision,
 		return nil, fmt.Errorf("open decisions of plan %s: %w", planID, err)
 	}
 	return out, nil
+}
+
+// CheckRunRetry refuses, wrapping ErrConflict, a bare retry of a failed
+// run (port.Admin.Retry, from /admin or `taskport runs retry`) that the
+// decision centre owns. A business kind's step that failed for good opened
+// a decision on its plan; resolving it to retry is the business retry,
+// which also moves the plan back to the status the kind runs in, where a
+// bare run retry would leave the plan failed. A decision resolved to retry
+// has started its run already. One resolved to abandon gave the run up, and
+// retrying it anyway is the operator's call (the business steps still check
+// the plan). A run that opened no decision may be retried.
+func CheckRunRetry(ctx context.Context, q DBTX, runID port.RunID) error {
+	ds, err := queryAll(ctx, q, decisionOfRunStmt(runID), scanDecision)
+	if err != nil || len(ds) == 0 {
+		return err
+	}
+	switch d := ds[0]; d.Status {
+	case DecisionOpen:
+		return fmt.Errorf("run %s failed into decision %s of plan %s, which is open: retry it with `taskport decision resolve %s retry` "+
+			"or on its /admin page (it also moves the plan back), or resolve it to abandon before retrying the run: %w",
+			runID, d.ID, d.PlanID, d.ID, ErrConflict)
+	case DecisionRetry:
+		return fmt.Errorf("run %s was retried already through decision %s (by %s): %w", runID, d.ID, d.ResolvedBy, ErrConflict)
+	}
+	return nil
 }
 
 // ResolveDecision closes an open decision. resolved is false when it was

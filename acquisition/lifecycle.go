@@ -74,6 +74,9 @@ var statuses = []Status{
 	Failed, Canceling, Canceled, Rejected, Abandoned,
 }
 
+// Statuses returns every status, in lifecycle order.
+func Statuses() []Status { return slices.Clone(statuses) }
+
 // Final reports whether nothing more will happen to a plan in s.
 func (s Status) Final() bool {
 	switch s {

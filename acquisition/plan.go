@@ -49,11 +49,12 @@ func refused(ctx context.Context, q DBTX, id uuid.UUID, t Transition) error {
 }
 
 // RequestCancel sets the plan's business cancel flag (ADR 2.4; the first
-// reason wins) and moves it to canceling, in one guarded update. first is
+// requester and reason win) and moves it to canceling, in one guarded
+// update. by is who asked: an operator, or a decision's resolver. first is
 // false when the plan was already canceling: the earlier request stands and
 // nothing changes. A final plan is a *TransitionError.
-func RequestCancel(ctx context.Context, q DBTX, id uuid.UUID, reason string) (first bool, err error) {
-	tag, err := execSQL(ctx, q, requestCancelSQL, id, names(CancelRequest.from), reason)
+func RequestCancel(ctx context.Context, q DBTX, id uuid.UUID, by, reason string) (first bool, err error) {
+	tag, err := execSQL(ctx, q, requestCancelSQL, id, names(CancelRequest.from), reason, by)
 	if err != nil {
 		return false, fmt.Errorf("plan %s: %s: %w", id, CancelRequest.name, err)
 	}

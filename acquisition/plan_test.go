@@ -88,7 +88,7 @@ func TestMoveIsGuarded(t *testing.T) {
 }
 
 // RequestCancel sets the flag and moves to canceling once; a repeat keeps
-// the first reason; a final plan refuses it with the flag left unset.
+// the first reason and requester; a final plan refuses it with the flag left unset.
 func TestRequestCancel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -96,7 +96,7 @@ func TestRequestCancel(t *testing.T) {
 	for _, s := range allStatuses {
 		target, hash := unique()
 		p := planIn(t, pool, s, target, hash)
-		first, err := acquisition.RequestCancel(ctx, pool, p.ID, "first")
+		first, err := acquisition.RequestCancel(ctx, pool, p.ID, "ann", "first")
 		got, gerr := acquisition.GetPlan(ctx, pool, p.ID)
 		require.NoError(t, gerr)
 		switch {
@@ -113,12 +113,14 @@ func TestRequestCancel(t *testing.T) {
 			require.True(t, first, s)
 			require.Equal(t, acquisition.Canceling, got.Status)
 			require.Equal(t, "first", got.CancelReason)
-			again, err := acquisition.RequestCancel(ctx, pool, p.ID, "second")
+			require.Equal(t, "ann", got.CancelRequestedBy)
+			again, err := acquisition.RequestCancel(ctx, pool, p.ID, "bob", "second")
 			require.NoError(t, err)
 			require.False(t, again)
 			got, err = acquisition.GetPlan(ctx, pool, p.ID)
 			require.NoError(t, err)
 			require.Equal(t, "first", got.CancelReason, "the first request's reason stands")
+			require.Equal(t, "ann", got.CancelRequestedBy, "and its requester")
 		}
 	}
 }

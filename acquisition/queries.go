@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -116,7 +117,7 @@ func now() psql.Expression { return psql.Raw("now()") }
 // ---- plan
 
 const planColumns = `id, title, source_type, source, info_hash, target_path, expected_size, expected_sha256,
-	status, cancel_requested_at, cancel_reason, created_at, updated_at`
+	status, cancel_requested_at, cancel_reason, cancel_requested_by, created_at, updated_at`
 
 func insertPlanStmt(p Plan) bob.Query {
 	return psql.Insert(
@@ -143,14 +144,38 @@ func selectPlansByHashStmt(infoHash string) bob.Query {
 	)
 }
 
-// listPlansStmt reads the newest plans first.
-func listPlansStmt(limit int) bob.Query {
-	return psql.Select(
+// listPlansStmt reads a page of plans, newest first, each filter applied
+// only when set. The page starts after the keyset cursor (created_at, id),
+// never at an offset, so a deep page costs what the first one does; the
+// indexes of migration 00008 serve the order with and without a status, and
+// the title search (a trigram index).
+func listPlansStmt(f PlanFilter) bob.Query {
+	q := psql.Select(
 		sm.Columns(planColumns), sm.From("plan"),
 		sm.OrderBy("created_at").Desc(), sm.OrderBy("id").Desc(),
-		sm.Limit(psql.Arg(limit)),
+		sm.Limit(psql.Arg(f.Limit)),
 	)
+	if f.Status != "" {
+		q.Apply(sm.Where(col("status").EQ(psql.Arg(f.Status))))
+	}
+	if f.ID != uuid.Nil {
+		q.Apply(sm.Where(col("id").EQ(psql.Arg(f.ID))))
+	}
+	if f.InfoHash != "" {
+		q.Apply(sm.Where(col("info_hash").EQ(psql.Arg(f.InfoHash))))
+	}
+	if f.TitleContains != "" {
+		q.Apply(sm.Where(col("title").OP("ILIKE", psql.Arg("%"+likeEscaper.Replace(f.TitleContains)+"%"))))
+	}
+	if !f.After.CreatedAt.IsZero() {
+		q.Apply(sm.Where(psql.Group(col("created_at"), col("id")).LT(psql.ArgGroup(f.After.CreatedAt, f.After.ID))))
+	}
+	return q
 }
+
+// likeEscaper makes a search text match itself in LIKE: its % and _ are
+// no wildcards (backslash is LIKE's default escape).
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // moveSQL is the guarded transition: 0 rows means the plan is unknown or not
 // in a status the transition allows.
@@ -165,11 +190,12 @@ const statusSQL = `SELECT status FROM plan WHERE id = $1`
 const lockSQL = `SELECT cancel_requested_at IS NOT NULL FROM plan WHERE id = $1 FOR UPDATE`
 
 // requestCancelSQL sets the cancel flag and moves to canceling in one
-// guarded update; the first request's time and reason stand.
+// guarded update; the first request's time, requester and reason stand.
 const requestCancelSQL = `
 UPDATE plan
 SET cancel_requested_at = coalesce(cancel_requested_at, now()),
     cancel_reason = CASE WHEN cancel_requested_at IS NULL THEN $3 ELSE cancel_reason END,
+    cancel_requested_by = CASE WHEN cancel_requested_at IS NULL THEN $4 ELSE cancel_requested_by END,
     status = 'canceling', updated_at = now()
 WHERE id = $1 AND status = ANY($2)`
 
@@ -301,6 +327,16 @@ func openDecisionsOfStmt(planID uuid.UUID) bob.Query {
 	)
 }
 
+// decisionOfRunStmt reads the latest decision a failed run opened, if any
+// (index decision_run of migration 00008).
+func decisionOfRunStmt(runID port.RunID) bob.Query {
+	return psql.Select(
+		sm.Columns(decisionColumns), sm.From("decision"),
+		sm.Where(col("run_id").EQ(psql.Arg(string(runID)))),
+		sm.OrderBy("created_at DESC"), sm.OrderBy("id DESC"), sm.Limit(1),
+	)
+}
+
 // resolveDecisionStmt matches only an open decision: the first resolution
 // stands.
 func resolveDecisionStmt(id uuid.UUID, status DecisionStatus, by string) bob.Query {
@@ -317,23 +353,24 @@ func resolveDecisionStmt(id uuid.UUID, status DecisionStatus, by string) bob.Que
 // timelineSQL reads this package's part of a plan's business timeline
 // (ADR 2.7), in the column order of timeline.Entry.
 const timelineSQL = `
-SELECT at, source, event, detail FROM (
-    SELECT created_at AS at, 'plan' AS source, 'created' AS event, title AS detail FROM plan WHERE id = $1
+SELECT at, source, event, detail, run_id FROM (
+    SELECT created_at AS at, 'plan' AS source, 'created' AS event, title AS detail, '' AS run_id FROM plan WHERE id = $1
     UNION ALL
-    SELECT cancel_requested_at, 'plan', 'cancel requested', cancel_reason FROM plan
+    SELECT cancel_requested_at, 'plan', 'cancel requested',
+           CASE WHEN cancel_requested_by = '' THEN cancel_reason ELSE cancel_requested_by || ': ' || cancel_reason END, '' FROM plan
     WHERE id = $1 AND cancel_requested_at IS NOT NULL
     UNION ALL
-    SELECT created_at, 'approval', decision, decided_by || CASE WHEN note = '' THEN '' ELSE ': ' || note END
+    SELECT created_at, 'approval', decision, decided_by || CASE WHEN note = '' THEN '' ELSE ': ' || note END, ''
     FROM approval WHERE plan_id = $1
     UNION ALL
-    SELECT created_at, 'download', 'submitted', tag || ' ' || info_hash FROM download_task WHERE plan_id = $1
+    SELECT created_at, 'download', 'submitted', tag || ' ' || info_hash, '' FROM download_task WHERE plan_id = $1
     UNION ALL
-    SELECT completed_at, 'download', 'completed', content_path FROM download_task
+    SELECT completed_at, 'download', 'completed', content_path, '' FROM download_task
     WHERE plan_id = $1 AND completed_at IS NOT NULL
     UNION ALL
-    SELECT created_at, 'decision', 'opened for ' || kind, reason FROM decision WHERE plan_id = $1
+    SELECT created_at, 'decision', 'opened for ' || kind, reason, run_id FROM decision WHERE plan_id = $1
     UNION ALL
-    SELECT resolved_at, 'decision', 'resolved: ' || status, resolved_by FROM decision
+    SELECT resolved_at, 'decision', 'resolved: ' || status, resolved_by, run_id FROM decision
     WHERE plan_id = $1 AND resolved_at IS NOT NULL
 ) t
 ORDER BY at, source, event`

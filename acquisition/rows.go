@@ -26,6 +26,8 @@ type Plan struct {
 	// CancelRequestedAt is the business cancel flag (ADR 2.4); zero when unset.
 	CancelRequestedAt time.Time
 	CancelReason      string
+	// CancelRequestedBy is who requested the cancel ('' before migration 8).
+	CancelRequestedBy string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 }
@@ -109,9 +111,33 @@ func PlansByHash(ctx context.Context, q DBTX, infoHash string) ([]Plan, error) {
 	return out, nil
 }
 
-// ListPlans returns the newest plans first, at most limit of them.
-func ListPlans(ctx context.Context, q DBTX, limit int) ([]Plan, error) {
-	out, err := queryAll(ctx, q, listPlansStmt(limit), scanPlan)
+// PlanFilter selects a page of plans. Zero fields select everything.
+type PlanFilter struct {
+	Status Status
+	ID     uuid.UUID
+	// InfoHash is 40 lowercase hex digits.
+	InfoHash string
+	// TitleContains matches titles containing it, ignoring case.
+	TitleContains string
+	// After is the cursor of the last plan of the previous page: the page
+	// holds the plans older than it.
+	After PlanCursor
+	// Limit is the page size; required.
+	Limit int
+}
+
+// PlanCursor is a plan's place in the newest-first order.
+type PlanCursor struct {
+	CreatedAt time.Time
+	ID        uuid.UUID
+}
+
+// Cursor is p's place in the newest-first order.
+func (p Plan) Cursor() PlanCursor { return PlanCursor{CreatedAt: p.CreatedAt, ID: p.ID} }
+
+// ListPlans returns a page of the plans f selects, newest first.
+func ListPlans(ctx context.Context, q DBTX, f PlanFilter) ([]Plan, error) {
+	out, err := queryAll(ctx, q, listPlansStmt(f), scanPlan)
 	if err != nil {
 		return nil, fmt.Errorf("list plans: %w", err)
 	}
@@ -122,7 +148,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 	var p Plan
 	var cancelAt *time.Time
 	err := row.Scan(&p.ID, &p.Title, &p.SourceType, &p.Source, &p.InfoHash, &p.TargetPath, &p.ExpectedSize,
-		&p.ExpectedSHA256, &p.Status, &cancelAt, &p.CancelReason, &p.CreatedAt, &p.UpdatedAt)
+		&p.ExpectedSHA256, &p.Status, &cancelAt, &p.CancelReason, &p.CancelRequestedBy, &p.CreatedAt, &p.UpdatedAt)
 	p.CancelRequestedAt = timeOrZero(cancelAt)
 	return p, err
 }

@@ -38,7 +38,7 @@ func TestTimelineOfBusinessRows(t *testing.T) {
 	require.NoError(t, err)
 	_, err = acquisition.ResolveDecision(ctx, pool, d.ID, acquisition.DecisionRetry, "bob")
 	require.NoError(t, err)
-	_, err = acquisition.RequestCancel(ctx, pool, p.ID, "enough")
+	_, err = acquisition.RequestCancel(ctx, pool, p.ID, "ann", "enough")
 	require.NoError(t, err)
 	other, err := acquisition.InsertApproval(ctx, pool, acquisition.Approval{ID: uuid.New(),
 		PlanID: newPlan(t, pool).ID, Decision: acquisition.Rejected, DecidedBy: "eve"})
@@ -54,7 +54,7 @@ func TestTimelineOfBusinessRows(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{
 		"plan: created: t",
-		"plan: cancel requested: enough",
+		"plan: cancel requested: ann: enough",
 		"approval: approved: ann: fine",
 		"download: submitted: tp-x " + hash,
 		"download: completed: /dl/a.mkv",
@@ -79,7 +79,7 @@ func TestListPlansNewestFirst(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, p.ID)
 	}
-	got, err := acquisition.ListPlans(ctx, pool, 2)
+	got, err := acquisition.ListPlans(ctx, pool, acquisition.PlanFilter{Limit: 2})
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, []uuid.UUID{ids[2], ids[1]}, []uuid.UUID{got[0].ID, got[1].ID})
@@ -87,7 +87,7 @@ func TestListPlansNewestFirst(t *testing.T) {
 	require.Equal(t, "/lib/second", got[1].TargetPath)
 	require.Equal(t, sha64, got[1].ExpectedSHA256)
 
-	all, err := acquisition.ListPlans(ctx, pool, 10)
+	all, err := acquisition.ListPlans(ctx, pool, acquisition.PlanFilter{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, all, 3)
 }

@@ -83,8 +83,12 @@ type Files interface {
 // Config tunes Activities. Zero values take the defaults named.
 type Config struct {
 	// DownloadDir is where the downloader saves; each plan gets its own
-	// subdirectory DownloadDir/<plan id>. Required, absolute.
+	// subdirectory DownloadDir/<plan id>. Required, absolute. A content
+	// path outside it is never read.
 	DownloadDir string
+	// LibraryRoot is where every plan's library file lies. Required,
+	// absolute. A target outside it (through a symlink) is never touched.
+	LibraryRoot string
 	// WebhookURL receives notify.webhook POSTs; empty disables them.
 	WebhookURL string
 	// HTTPClient sends webhooks. Default: a client with a 10s timeout.
@@ -115,8 +119,10 @@ func New(pool *pgxpool.Pool, dl Downloader, files Files, cfg Config) (*Activitie
 	if pool == nil || dl == nil || files == nil {
 		return nil, errors.New("activities: pool, downloader and files are required")
 	}
-	if !filepath.IsAbs(cfg.DownloadDir) {
-		return nil, &port.FieldError{Field: "download_dir", Reason: fmt.Sprintf("must be an absolute path, got %q", cfg.DownloadDir)}
+	for field, dir := range map[string]string{"download_dir": cfg.DownloadDir, "library_root": cfg.LibraryRoot} {
+		if !filepath.IsAbs(dir) {
+			return nil, &port.FieldError{Field: field, Reason: fmt.Sprintf("must be an absolute path, got %q", dir)}
+		}
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}

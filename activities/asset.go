@@ -47,6 +47,9 @@ func (a *Activities) ImportAsset(ctx context.Context, ref workflows.PlanRef) (wo
 	if err != nil || canceled {
 		return workflows.ImportOutcome{Canceled: canceled}, err
 	}
+	if err := a.checkTarget(p); err != nil {
+		return workflows.ImportOutcome{}, err
+	}
 	out, err := ledger.Run(ctx, a.pool, ledger.Fenced[workflows.ImportOutcome]{
 		PlanID: p.ID, Op: ledger.OpImport,
 		Reconcile: func(ctx context.Context, _ ledger.Operation) (workflows.ImportOutcome, bool, error) {
@@ -69,6 +72,9 @@ func (a *Activities) ImportAsset(ctx context.Context, ref workflows.PlanRef) (wo
 			}
 			source, err := a.contentPath(ctx, p)
 			if err != nil {
+				return workflows.ImportOutcome{}, err
+			}
+			if err := a.checkContent(p, source); err != nil {
 				return workflows.ImportOutcome{}, err
 			}
 			r, err := a.files.Import(ctx, a.importRequest(ctx, p, source))
@@ -201,6 +207,9 @@ func (a *Activities) canceled(ctx context.Context, p acquisition.Plan) (bool, er
 // note says so) and the file still has the size and hash noted. A file the
 // plan adopted, or one changed since, is left alone.
 func (a *Activities) discard(ctx context.Context, p acquisition.Plan) error {
+	if err := a.checkTarget(p); err != nil {
+		return err
+	}
 	if err := a.files.RemoveTemps(p.TargetPath); err != nil {
 		return fmt.Errorf("remove temp files of plan %s: %w", p.ID, err)
 	}
@@ -248,6 +257,9 @@ func (a *Activities) VerifyAsset(ctx context.Context, ref workflows.PlanRef) (wo
 	return ledger.Run(ctx, a.pool, ledger.Fenced[workflows.Outcome]{
 		PlanID: p.ID, Op: ledger.OpVerify,
 		Do: func(context.Context, ledger.Operation) (workflows.Outcome, error) {
+			if err := a.checkTarget(p); err != nil {
+				return workflows.Outcome{}, err
+			}
 			if err := a.files.Verify(ctx, p.TargetPath, p.ExpectedSize, p.ExpectedSHA256); err != nil {
 				return workflows.Outcome{}, port.NonRetryable(fmt.Errorf("verify plan %s: %w", p.ID, err))
 			}

@@ -90,7 +90,7 @@ func (a *Activities) ResolveDecision(ctx context.Context, ref workflows.Decision
 				return nil
 			}
 			reason := "abandoned after decision " + d.ID.String()
-			if _, err := acquisition.RequestCancel(ctx, tx, p.ID, reason); err != nil {
+			if _, err := acquisition.RequestCancel(ctx, tx, p.ID, d.ResolvedBy, reason); err != nil {
 				return err
 			}
 			// Keyed by the decision, not the plan: abandoning a failed

@@ -33,22 +33,51 @@ var templateFS embed.FS
 
 // Server is the admin HTTP handler.
 type Server struct {
-	pool   *pgxpool.Pool
-	plans  *plans.Service
-	runs   port.Admin
-	reg    *port.Registry
-	log    *slog.Logger
-	pages  *template.Template
-	router *http.ServeMux
+	pool    *pgxpool.Pool
+	plans   *plans.Service
+	runs    port.Admin
+	reg     *port.Registry
+	log     *slog.Logger
+	auth    Auth
+	origins []string
+	pages   *template.Template
+	router  *http.ServeMux
 }
 
-// New builds the handler. metrics, when non-nil, is mounted at /metrics.
-func New(pool *pgxpool.Pool, svc *plans.Service, runs port.Admin, reg *port.Registry, log *slog.Logger, metrics http.Handler) (*Server, error) {
-	if pool == nil || svc == nil || runs == nil || reg == nil {
+// Config is what New wires.
+type Config struct {
+	// Pool, Plans, Runs and Registry are required.
+	Pool     *pgxpool.Pool
+	Plans    *plans.Service
+	Runs     port.Admin
+	Registry *port.Registry
+	// Logger. Default: discard.
+	Logger *slog.Logger
+	// Metrics, when non-nil, is mounted at /metrics, like /healthz and
+	// /readyz without authentication (Prometheus scrapes it; they show
+	// no business data).
+	Metrics http.Handler
+	// Auth is required: how requests are authenticated.
+	Auth Auth
+	// Origins are further origins (scheme://host[:port]) a state change
+	// may come from, besides the request's own Host: the public URL when a
+	// proxy rewrites the Host header.
+	Origins []string
+	// RunURL, when set, is where the engine's UI shows a run (the Temporal
+	// UI): the timeline links each hand-off, operation and decision to it.
+	RunURL func(port.RunID) string
+}
+
+// New builds the handler.
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil || cfg.Plans == nil || cfg.Runs == nil || cfg.Registry == nil {
 		return nil, errors.New("admin: pool, plans service, run lister and registry are required")
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if err := cfg.Auth.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	pages, err := template.New("").Funcs(template.FuncMap{
 		"ago": func(t time.Time) string {
@@ -57,32 +86,74 @@ func New(pool *pgxpool.Pool, svc *plans.Service, runs port.Admin, reg *port.Regi
 			}
 			return t.UTC().Format("2006-01-02 15:04:05")
 		},
+		"runURL": func(id string) string {
+			if cfg.RunURL == nil {
+				return ""
+			}
+			return cfg.RunURL(port.RunID(id))
+		},
 	}).ParseFS(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("admin templates: %w", err)
 	}
-	s := &Server{pool: pool, plans: svc, runs: runs, reg: reg, log: log, pages: pages, router: http.NewServeMux()}
+	s := &Server{pool: cfg.Pool, plans: cfg.Plans, runs: cfg.Runs, reg: cfg.Registry, log: cfg.Logger,
+		auth: cfg.Auth, origins: cfg.Origins, pages: pages, router: http.NewServeMux()}
 	s.router.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	s.router.HandleFunc("GET /readyz", s.ready)
 	s.router.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/admin", http.StatusFound) })
-	s.router.HandleFunc("GET /admin", s.overviewPage)
-	s.router.HandleFunc("GET /admin/api/overview", s.overviewJSON)
-	s.router.HandleFunc("GET /admin/plans/{id}", s.planPage)
-	s.router.HandleFunc("POST /admin/plans/{id}/approve", s.sameOrigin(s.approve))
-	s.router.HandleFunc("POST /admin/plans/{id}/cancel", s.sameOrigin(s.cancel))
-	s.router.HandleFunc("POST /admin/decisions/{id}/{action}", s.sameOrigin(s.resolve))
-	s.router.HandleFunc("POST /admin/outbox/{id}/retry", s.sameOrigin(s.retryOutbox))
-	if metrics != nil {
-		s.router.Handle("GET /metrics", metrics)
+	for _, route := range s.routes() {
+		s.router.HandleFunc(route.Method+" "+route.Pattern, s.guard(route.Role, route.handle))
+	}
+	if cfg.Metrics != nil {
+		s.router.Handle("GET /metrics", cfg.Metrics)
 	}
 	return s, nil
+}
+
+// Route is an authenticated endpoint and the role it needs.
+type Route struct {
+	Method, Pattern string
+	Role            Role
+}
+
+// Routes lists the authenticated endpoints: the table the access test
+// walks, so an endpoint added to routes is tested for every role.
+func Routes() []Route {
+	var out []Route
+	for _, r := range (&Server{}).routes() {
+		out = append(out, r.Route)
+	}
+	return out
+}
+
+type route struct {
+	Route
+	handle http.HandlerFunc
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{Route{http.MethodGet, "/admin", RoleViewer}, s.overviewPage},
+		{Route{http.MethodGet, "/admin/api/overview", RoleViewer}, s.overviewJSON},
+		{Route{http.MethodGet, "/admin/plans/{id}", RoleViewer}, s.planPage},
+		{Route{http.MethodGet, "/admin/decisions/{id}", RoleViewer}, s.decisionPage},
+		{Route{http.MethodPost, "/admin/plans/{id}/approve", RoleOperator}, s.approve},
+		{Route{http.MethodPost, "/admin/plans/{id}/reject", RoleOperator}, s.reject},
+		{Route{http.MethodPost, "/admin/plans/{id}/cancel", RoleOperator}, s.cancel},
+		{Route{http.MethodPost, "/admin/decisions/{id}/{action}", RoleOperator}, s.resolve},
+		{Route{http.MethodPost, "/admin/outbox/{id}/retry", RoleOperator}, s.retryOutbox},
+		{Route{http.MethodPost, "/admin/runs/{id}/retry", RoleOperator}, s.retryRun},
+	}
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
 // Overview is what /admin shows, also served as JSON.
 type Overview struct {
-	Plans     []PlanRow              `json:"plans"`
+	Plans []PlanRow `json:"plans"`
+	// NextPlans is the cursor of the next page of plans (?after=);
+	// empty on the last page.
+	NextPlans string                 `json:"next_plans,omitempty"`
 	Decisions []acquisition.Decision `json:"open_decisions"`
 	Dead      []port.RunView         `json:"dead_letters"`
 	// FailedOutbox are the outbox rows given up as failed: a hand-off, a
@@ -103,16 +174,17 @@ type PlanRow struct {
 	UpdatedAt  time.Time          `json:"updated_at"`
 }
 
-// Overview gathers the lists.
-func (s *Server) Overview(ctx context.Context) (Overview, error) {
+// Overview gathers the lists: the page of plans q asks for, and the rest.
+func (s *Server) Overview(ctx context.Context, q plans.PlanQuery) (Overview, error) {
 	var o Overview
-	recent, err := acquisition.ListPlans(ctx, s.pool, 50)
+	page, err := s.plans.ListPlans(ctx, q)
 	if err != nil {
-		return o, fmt.Errorf("recent plans: %w", err)
+		return o, err
 	}
-	for _, p := range recent {
+	for _, p := range page.Plans {
 		o.Plans = append(o.Plans, PlanRow{ID: p.ID.String(), Title: p.Title, Status: p.Status, TargetPath: p.TargetPath, UpdatedAt: p.UpdatedAt})
 	}
+	o.NextPlans = page.Next
 	if o.Decisions, err = s.plans.ListDecisions(ctx, acquisition.DecisionOpen, 100); err != nil {
 		return o, fmt.Errorf("open decisions: %w", err)
 	}
@@ -142,18 +214,42 @@ func (s *Server) Overview(ctx context.Context) (Overview, error) {
 	return o, nil
 }
 
+// overviewView is the overview page: the lists, the plans filter and the
+// viewer's session.
+type overviewView struct {
+	session
+	Overview
+	Query    plans.PlanQuery
+	Statuses []acquisition.Status
+	// NextPage links the next page of plans. A template.URL, since
+	// html/template would escape the & and = of a query string it is given
+	// as text; it is built by url.Values.Encode, so it is safe.
+	NextPage template.URL
+}
+
+// planQuery reads the plans filter: ?status=&q=&after=.
+func planQuery(r *http.Request) plans.PlanQuery {
+	v := r.URL.Query()
+	return plans.PlanQuery{Status: acquisition.Status(v.Get("status")), Search: v.Get("q"), After: v.Get("after")}
+}
+
 func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
-	o, err := s.Overview(r.Context())
+	q := planQuery(r)
+	o, err := s.Overview(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	o.Done = r.URL.Query().Get("done")
-	s.render(w, "overview.html", o)
+	view := overviewView{session: s.session(w, r), Overview: o, Query: q, Statuses: acquisition.Statuses()}
+	if o.NextPlans != "" {
+		view.NextPage = template.URL("/admin?" + url.Values{"status": {string(q.Status)}, "q": {q.Search}, "after": {o.NextPlans}}.Encode()) //nolint:gosec // encoded above
+	}
+	s.render(w, "overview.html", view)
 }
 
 func (s *Server) overviewJSON(w http.ResponseWriter, r *http.Request) {
-	o, err := s.Overview(r.Context())
+	o, err := s.Overview(r.Context(), planQuery(r))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -165,6 +261,7 @@ func (s *Server) overviewJSON(w http.ResponseWriter, r *http.Request) {
 // planView is the plan page: the timeline and the result of the action that
 // redirected here, if any.
 type planView struct {
+	session
 	plans.Timeline
 	Done string
 }
@@ -175,38 +272,91 @@ func (s *Server) planPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	s.render(w, "plan.html", planView{Timeline: tl, Done: r.URL.Query().Get("done")})
+	s.render(w, "plan.html", planView{session: s.session(w, r), Timeline: tl, Done: r.URL.Query().Get("done")})
 }
 
+// decisionView is the decision page: the decision with the step's error
+// (its reason), and its failed run as the engine last saw it (attempts,
+// step), when the engine still lists it.
+type decisionView struct {
+	session
+	acquisition.Decision
+	Run    port.RunView
+	HasRun bool
+}
+
+func (s *Server) decisionPage(w http.ResponseWriter, r *http.Request) {
+	d, err := s.plans.Decision(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	view := decisionView{session: s.session(w, r), Decision: d}
+	runs, err := s.runs.ListRuns(r.Context(), port.RunFilter{Kind: d.Kind, BusinessKey: d.PlanID.String()})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	for _, run := range runs {
+		if run.ID == d.RunID {
+			view.Run, view.HasRun = run, true
+		}
+	}
+	s.render(w, "decision.html", view)
+}
+
+// The actions record the authenticated user as who acted.
+
 func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
-	ack, err := s.plans.Approve(r.Context(), r.PathValue("id"), "admin", r.FormValue("note"))
+	ack, err := s.plans.Approve(r.Context(), r.PathValue("id"), identityOf(r).User, r.PostFormValue("note"))
+	s.act(w, r, "/admin/plans/"+r.PathValue("id"), ack.Message, err)
+}
+
+func (s *Server) reject(w http.ResponseWriter, r *http.Request) {
+	ack, err := s.plans.Reject(r.Context(), r.PathValue("id"), identityOf(r).User, r.PostFormValue("note"))
 	s.act(w, r, "/admin/plans/"+r.PathValue("id"), ack.Message, err)
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
-	reason := r.FormValue("reason")
+	reason := r.PostFormValue("reason")
 	if reason == "" {
 		reason = "canceled from /admin"
 	}
-	ack, err := s.plans.Cancel(r.Context(), r.PathValue("id"), reason)
+	ack, err := s.plans.Cancel(r.Context(), r.PathValue("id"), identityOf(r).User, reason)
 	s.act(w, r, "/admin/plans/"+r.PathValue("id"), ack.Message, err)
 }
 
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
-	ack, err := s.plans.ResolveDecision(r.Context(), r.PathValue("id"), acquisition.DecisionStatus(r.PathValue("action")), "admin")
+	ack, err := s.plans.ResolveDecision(r.Context(), r.PathValue("id"), acquisition.DecisionStatus(r.PathValue("action")), identityOf(r).User)
 	s.act(w, r, "/admin", ack.Message, err)
 }
 
 // retryOutbox hands a failed outbox row back to the dispatchers; the row
-// records that "admin" retried it.
+// records who retried it.
 func (s *Server) retryOutbox(w http.ResponseWriter, r *http.Request) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, &port.FieldError{Field: "id", Reason: fmt.Sprintf("not a UUID: %q", r.PathValue("id"))})
 		return
 	}
-	err = outbox.Retry(r.Context(), s.pool, id, "admin")
+	err = outbox.Retry(r.Context(), s.pool, id, identityOf(r).User)
 	s.act(w, r, "/admin", "outbox row "+id.String()+" handed back to the dispatchers", err)
+}
+
+// retryRun retries a dead letter as a new run under a derived key (the
+// failed run stays listed). A run the decision centre owns is refused, and
+// nothing is enqueued (acquisition.CheckRunRetry).
+func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
+	id := port.RunID(r.PathValue("id"))
+	if err := acquisition.CheckRunRetry(r.Context(), s.pool, id); err != nil {
+		s.fail(w, err)
+		return
+	}
+	next, err := s.runs.Retry(r.Context(), id)
+	if err == nil {
+		s.log.Info("dead letter retried", slog.String("run_id", string(id)), slog.String("new_run_id", string(next)), slog.String("by", identityOf(r).User))
+	}
+	s.act(w, r, "/admin", fmt.Sprintf("run %s retried as run %s", id, next), err)
 }
 
 // act redirects to next with the action's result shown there, or reports
@@ -219,23 +369,12 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, next, done string, 
 	http.Redirect(w, r, next+"?"+url.Values{"done": {done}}.Encode(), http.StatusSeeOther)
 }
 
-// sameOrigin refuses cross-site form posts (browsers send Sec-Fetch-Site),
-// so a page elsewhere cannot approve or cancel through an operator's browser.
-func (s *Server) sameOrigin(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-			http.Error(w, "cross-site request refused", http.StatusForbidden)
-			return
-		}
-		next(w, r)
-	}
-}
-
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
-		http.Error(w, "postgres: "+err.Error(), http.StatusServiceUnavailable)
+		s.log.Warn("admin not ready", slog.Any("err", err))
+		http.Error(w, "postgres unavailable", http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
@@ -248,7 +387,10 @@ func (s *Server) render(w http.ResponseWriter, page string, data any) {
 	}
 }
 
-// fail maps the port's sentinels onto HTTP statuses.
+// fail maps the port's sentinels onto HTTP statuses. Those errors are the
+// business API's own words about the request; any other error may carry
+// internals (SQL, addresses) and is logged, the client told only that it
+// happened.
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	switch {
@@ -261,6 +403,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	}
 	if status == http.StatusInternalServerError {
 		s.log.Error("admin request failed", slog.Any("err", err))
+		http.Error(w, "internal error: the admin log has the details", status)
+		return
 	}
 	http.Error(w, err.Error(), status)
 }

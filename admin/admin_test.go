@@ -3,25 +3,53 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"html"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/syncbuf"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/outbox"
+	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 )
 
-func newServer(t *testing.T) (*apptest.World, *httptest.Server) {
+// The tokens of the tests' users: an operator, a viewer.
+type users struct {
+	operator, viewer string
+}
+
+// newServer serves the admin with token auth and returns the tokens of an
+// operator (ann) and a viewer (vic).
+func newServer(t *testing.T) (*apptest.World, *httptest.Server, users) {
+	t.Helper()
+	opTok, opLine, err := admin.NewToken("ann", admin.RoleOperator)
+	require.NoError(t, err)
+	viewTok, viewLine, err := admin.NewToken("vic", admin.RoleViewer)
+	require.NoError(t, err)
+	tokens, err := admin.ParseTokens([]byte("# the test's users\n" + opLine + "\n" + viewLine + "\n"))
+	require.NoError(t, err)
+	w, srv := newServerWith(t, admin.Config{Auth: admin.Auth{Tokens: tokens},
+		RunURL: func(id port.RunID) string { return "https://temporal-ui.example/runs/" + string(id) }})
+	return w, srv, users{operator: opTok, viewer: viewTok}
+}
+
+// newServerWith serves the admin configured as cfg, over a world of its own.
+func newServerWith(t *testing.T, cfg admin.Config) (*apptest.World, *httptest.Server) {
 	t.Helper()
 	var lister port.Admin
 	w := apptest.NewWorld(t, apptest.Options{NewEngine: func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
@@ -30,78 +58,149 @@ func newServer(t *testing.T) (*apptest.World, *httptest.Server) {
 		lister = e
 		return e
 	}})
-	h, err := admin.New(w.Pool, w.Plans, lister, w.Registry, nil, http.NotFoundHandler())
+	cfg.Pool, cfg.Plans, cfg.Runs, cfg.Registry, cfg.Metrics = w.Pool, w.Plans, lister, w.Registry, http.NotFoundHandler()
+	h, err := admin.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return w, srv
 }
 
+// client is a browser of one user: it sends their token, keeps the CSRF
+// cookie, and does not follow redirects, so a test sees each status.
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+	csrf  string
+	http  *http.Client
+}
+
+func newClient(t *testing.T, srv *httptest.Server, token string) *client {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &client{t: t, base: srv.URL, token: token, http: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// get fetches path; a page with forms gives the client its CSRF token.
+func (c *client) get(path string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+	require.NoError(c.t, err)
+	status, body := c.do(req)
+	if m := csrfInput.FindStringSubmatch(body); m != nil {
+		c.csrf = m[1]
+	}
+	return status, body
+}
+
+// post submits a form as the admin's own page does: same origin, with the
+// CSRF token.
+func (c *client) post(path string, form url.Values) (int, string) {
+	return c.postWith(path, form, func(r *http.Request) {
+		r.Header.Set("Origin", c.base)
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+	})
+}
+
+func (c *client) postWith(path string, form url.Values, edit func(*http.Request)) (int, string) {
+	if form == nil {
+		form = url.Values{}
+	}
+	if c.csrf != "" && !form.Has("csrf") {
+		form.Set("csrf", c.csrf)
+	}
+	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+	require.NoError(c.t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	edit(req)
+	return c.do(req)
+}
+
+func (c *client) do(req *http.Request) (int, string) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	require.NoError(c.t, err)
+	body := readAll(c.t, resp)
+	if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusSeeOther && loc != "" {
+		_, page := c.get(loc)
+		return resp.StatusCode, page
+	}
+	return resp.StatusCode, body
+}
+
 func TestOverviewTimelineAndActions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w, srv := newServer(t)
+	w, srv, u := newServer(t)
 	a := apptest.NewAsset("admin.mkv", 1000)
 	p := w.CreatePlan(t, a)
 
 	// A failed run shows as a dead letter.
-	dead, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
-		Key: "dead", BusinessKey: p.ID.String(), Input: json.RawMessage(`{}`)})
-	require.NoError(t, err)
-	require.NoError(t, runstore.Project(ctx, w.Pool, dead.ID, runstore.Projection{Status: port.StatusFailed, LastError: "disk full"}))
+	dead := failedRun(t, w, "dead", p.ID.String())
 
-	resp, err := http.Get(srv.URL + "/admin")
-	require.NoError(t, err)
-	body := readAll(t, resp)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	ann := newClient(t, srv, u.operator)
+	status, body := ann.get("/admin")
+	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, p.Title)
 	require.Contains(t, body, "disk full")
+	require.Contains(t, body, "signed in as ann (operator)")
 
-	resp, err = http.Get(srv.URL + "/admin/api/overview")
-	require.NoError(t, err)
+	status, body = ann.get("/admin/api/overview")
+	require.Equal(t, http.StatusOK, status)
 	var o admin.Overview
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&o))
-	resp.Body.Close()
+	require.NoError(t, json.Unmarshal([]byte(body), &o))
 	require.Len(t, o.Plans, 1)
 	require.Equal(t, p.ID.String(), o.Plans[0].ID)
 	require.Len(t, o.Dead, 1)
-	require.Equal(t, dead.ID, o.Dead[0].ID)
+	require.Equal(t, dead, o.Dead[0].ID)
 
-	// A cross-site form post is refused and changes nothing.
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/admin/plans/"+p.ID.String()+"/approve", strings.NewReader(url.Values{"note": {"x"}}.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	resp, err = http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	var approvals int
-	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM approval`).Scan(&approvals))
-	require.Zero(t, approvals)
+	status, body = ann.post("/admin/plans/"+p.ID.String()+"/approve", url.Values{"note": {"looks right"}})
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, body, "approved by ann", "the plan page says who approved")
+	require.Contains(t, body, "ann: looks right", "and its timeline shows it")
+	var by string
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT decided_by FROM approval WHERE plan_id = $1`, p.ID).Scan(&by))
+	require.Equal(t, "ann", by)
 
-	// The same post from the admin page itself approves.
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	req.Body = http.NoBody
-	resp, err = http.DefaultClient.Do(req)
+	// The hand-off of approval.await, once dispatched, links to its run in
+	// the engine's UI.
+	_, err := w.Dispatcher.DispatchOnce(ctx)
 	require.NoError(t, err)
-	body = readAll(t, resp)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "redirected to the plan page")
-	require.Contains(t, body, "approved")
-	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM approval WHERE plan_id = $1`, p.ID).Scan(&approvals))
-	require.Equal(t, 1, approvals)
+	runs, err := w.Engine.(port.Admin).ListRuns(ctx, port.RunFilter{BusinessKey: p.ID.String(), Kind: "approval.await"})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	_, body = ann.get("/admin/plans/" + p.ID.String())
+	require.Contains(t, body, `<a href="https://temporal-ui.example/runs/`+string(runs[0].ID)+`">`)
 
-	for path, want := range map[string]int{
+	status, body = ann.post("/admin/plans/"+p.ID.String()+"/cancel", url.Values{"reason": {"not needed"}})
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, body, "cancel requested by ann: not needed")
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT cancel_requested_by FROM plan WHERE id = $1`, p.ID).Scan(&by))
+	require.Equal(t, "ann", by)
+
+	ann.requireStatuses(map[string]int{
 		"/admin/plans/not-a-uuid":                           http.StatusBadRequest,
 		"/admin/plans/0190a5c6-0000-7000-8000-000000000000": http.StatusNotFound,
 		"/healthz": http.StatusOK,
 		"/readyz":  http.StatusOK,
-	} {
-		resp, err := http.Get(srv.URL + path)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, want, resp.StatusCode, path)
+	})
+}
+
+// requireStatuses gets each path and checks its status; it returns the
+// bodies.
+func (c *client) requireStatuses(want map[string]int) map[string]string {
+	bodies := map[string]string{}
+	for path, status := range want {
+		got, body := c.get(path)
+		require.Equal(c.t, status, got, path)
+		bodies[path] = body
 	}
+	return bodies
 }
 
 func readAll(t *testing.T, resp *http.Response) string {
@@ -118,52 +217,215 @@ func readAll(t *testing.T, resp *http.Response) string {
 func TestFailedOutboxRowsAndRetry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w, srv := newServer(t)
-	// A hand-off whose input the kind refuses under every version: the
-	// dispatcher gives it up as failed.
-	_, err := outbox.Write(ctx, w.Pool, outbox.Event{Kind: "asset.import", IdempotencyKey: "broken", BusinessKey: "plan-x",
+	w, srv, u := newServer(t)
+	row := failedOutboxRow(t, w, "broken")
+	require.Contains(t, row.LastError, "invalid input")
+
+	ann := newClient(t, srv, u.operator)
+	_, body := ann.get("/admin")
+	require.Contains(t, body, "/admin/outbox/"+row.ID.String()+"/retry")
+
+	status, body := ann.post("/admin/outbox/"+row.ID.String()+"/retry", nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, body, "handed back to the dispatchers")
+	var state, by string
+	var attempts int
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT status, attempts, retried_by FROM outbox_event WHERE id = $1`, row.ID).Scan(&state, &attempts, &by))
+	require.Equal(t, "pending", state)
+	require.Zero(t, attempts)
+	require.Equal(t, "ann", by)
+
+	status, _ = ann.post("/admin/outbox/"+row.ID.String()+"/retry", nil)
+	require.Equal(t, http.StatusNotFound, status, "a row that is not failed is not retried")
+	status, _ = ann.post("/admin/outbox/not-a-uuid/retry", nil)
+	require.Equal(t, http.StatusBadRequest, status)
+}
+
+// failedOutboxRow writes a hand-off whose input the kind refuses under
+// every version: the dispatcher gives it up as failed.
+func failedOutboxRow(t *testing.T, w *apptest.World, key string) outbox.FailedRow {
+	t.Helper()
+	ctx := context.Background()
+	_, err := outbox.Write(ctx, w.Pool, outbox.Event{Kind: "asset.import", IdempotencyKey: key, BusinessKey: "plan-x",
 		Payload: map[string]string{"not_a_field": "x"}})
 	require.NoError(t, err)
 	_, err = w.Dispatcher.DispatchOnce(ctx)
 	require.NoError(t, err)
-
-	resp, err := http.Get(srv.URL + "/admin/api/overview")
+	rows, err := outbox.Failed(ctx, w.Pool, 100)
 	require.NoError(t, err)
-	var o admin.Overview
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&o))
-	resp.Body.Close()
-	require.Len(t, o.FailedOutbox, 1)
-	row := o.FailedOutbox[0]
-	require.Equal(t, "broken", row.IdempotencyKey)
-	require.Contains(t, row.LastError, "invalid input")
-	resp, err = http.Get(srv.URL + "/admin")
-	require.NoError(t, err)
-	body := readAll(t, resp)
-	require.Contains(t, body, "/admin/outbox/"+row.ID.String()+"/retry")
-
-	post := func(path string) *http.Response {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+path, http.NoBody)
-		require.NoError(t, err)
-		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		return resp
+	for _, r := range rows {
+		if r.IdempotencyKey == key {
+			return r
+		}
 	}
-	resp = post("/admin/outbox/" + row.ID.String() + "/retry")
-	body = readAll(t, resp)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "redirected to the overview")
-	require.Contains(t, body, "handed back to the dispatchers")
-	var status, by string
-	var attempts int
-	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT status, attempts, retried_by FROM outbox_event WHERE id = $1`, row.ID).Scan(&status, &attempts, &by))
-	require.Equal(t, "pending", status)
-	require.Zero(t, attempts)
-	require.Equal(t, "admin", by)
+	t.Fatalf("outbox row %s did not fail", key)
+	return outbox.FailedRow{}
+}
 
-	resp = post("/admin/outbox/" + row.ID.String() + "/retry")
-	resp.Body.Close()
-	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a row that is not failed is not retried")
-	resp = post("/admin/outbox/not-a-uuid/retry")
-	resp.Body.Close()
-	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+// With Postgres gone, /readyz and the pages say so without its error: no
+// address, no driver message. The log has the details.
+func TestErrorsCarryNoInternals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/gone?sslmode=disable&connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	reg := port.NewRegistry()
+	svc, err := plans.New(pool, plans.Config{})
+	require.NoError(t, err)
+	runs, err := leaseadapter.New(pool, reg, leaseadapter.Config{})
+	require.NoError(t, err)
+	var logs syncbuf.Buffer
+	h, err := admin.New(admin.Config{Pool: pool, Plans: svc, Runs: runs, Registry: reg, Auth: admin.Auth{Local: "ann"},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	bodies := newClient(t, srv, "").requireStatuses(map[string]int{
+		"/readyz":             http.StatusServiceUnavailable,
+		"/admin":              http.StatusInternalServerError,
+		"/admin/api/overview": http.StatusInternalServerError,
+		"/admin/plans/0190a5c6-0000-7000-8000-000000000000": http.StatusInternalServerError,
+	})
+	for path, body := range bodies {
+		for _, internal := range []string{"127.0.0.1", "dial", "connect", "gone"} {
+			require.NotContains(t, body, internal, path)
+		}
+	}
+	require.Contains(t, logs.String(), "127.0.0.1:1", "the log has what the client is not told")
+}
+
+// The overview's plans filter: by status and by search, in the page and
+// the JSON; a bad filter is a 400 naming it.
+func TestOverviewFiltersPlans(t *testing.T) {
+	t.Parallel()
+	w, srv, u := newServer(t)
+	w.CreatePlan(t, apptest.NewAsset("kept-in-view.mkv", 10))
+	w.CreatePlan(t, apptest.NewAsset("filtered-out.mkv", 10))
+	vic := newClient(t, srv, u.viewer)
+
+	status, body := vic.get("/admin?q=kept&status=awaiting_approval")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "kept-in-view.mkv")
+	require.NotContains(t, body, "filtered-out.mkv")
+	require.Contains(t, body, `value="kept"`, "the form shows the filter")
+
+	_, body = vic.get("/admin/api/overview?q=filtered")
+	var o admin.Overview
+	require.NoError(t, json.Unmarshal([]byte(body), &o))
+	require.Len(t, o.Plans, 1)
+	require.Equal(t, "filtered-out.mkv", o.Plans[0].Title)
+	require.Empty(t, o.NextPlans)
+
+	status, body = vic.get("/admin?status=lost")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "status")
+}
+
+// The overview pages its plans: the link under a full page leads to the
+// older ones, keeping the filter.
+func TestOverviewPagesPlans(t *testing.T) {
+	t.Parallel()
+	w, srv, u := newServer(t)
+	_, err := w.Pool.Exec(context.Background(), `
+INSERT INTO plan (id, title, source_type, source, info_hash, target_path, expected_size, expected_sha256, created_at)
+SELECT gen_random_uuid(), 'paged ' || i, 'magnet', 'magnet:?xt=urn:btih:' || lpad(to_hex(i), 40, '0'),
+       lpad(to_hex(i), 40, '0'), '/lib/paged-' || i, 1, repeat('a', 64), now() - i * interval '1 second'
+FROM generate_series(1, 51) AS i`)
+	require.NoError(t, err)
+	vic := newClient(t, srv, u.viewer)
+	_, body := vic.get("/admin?q=paged")
+	require.Contains(t, body, ">paged 50<")
+	require.NotContains(t, body, ">paged 51<")
+	next := regexp.MustCompile(`<a href="(/admin\?[^"]+)">older plans</a>`).FindStringSubmatch(body)
+	require.NotNil(t, next, "a full page links the next one")
+	status, body := vic.get(html.UnescapeString(next[1]))
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, ">paged 51<")
+	require.NotContains(t, body, ">paged 50<")
+	require.NotContains(t, body, "older plans", "the last page")
+}
+
+// failedRun records a failed lease run of asset.import under key: a dead
+// letter.
+func failedRun(t *testing.T, w *apptest.World, key, businessKey string) port.RunID {
+	t.Helper()
+	ctx := context.Background()
+	run, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
+		Key: key, BusinessKey: businessKey, Input: json.RawMessage(`{"plan_id":"` + businessKey + `"}`)})
+	require.NoError(t, err)
+	require.NoError(t, runstore.Project(ctx, w.Pool, run.ID, runstore.Projection{Status: port.StatusFailed, LastError: "disk full"}))
+	return run.ID
+}
+
+// Retrying a dead letter starts a new run with its input under the derived
+// key, and the failed run stays listed; retrying it again is the same
+// retry. A run that opened a decision is retried through the decision
+// (409), a run that did not fail cannot be retried (400), and neither
+// writes anything.
+func TestDeadLetterRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w, srv, u := newServer(t)
+	p := w.CreatePlan(t, apptest.NewAsset("dead.mkv", 10))
+	dead := failedRun(t, w, "plan:dead", p.ID.String())
+	ann := newClient(t, srv, u.operator)
+	ann.get("/admin")
+
+	status, body := ann.post("/admin/runs/"+string(dead)+"/retry", nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	m := regexp.MustCompile(`run ` + string(dead) + ` retried as run ([0-9a-f-]{36})`).FindStringSubmatch(body)
+	require.NotNil(t, m, body)
+	var key, input, state string
+	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT idempotency_key, input::text, status FROM taskport.run WHERE id = $1`, m[1]).Scan(&key, &input, &state))
+	require.Equal(t, port.RetryKey(dead), key)
+	require.JSONEq(t, `{"plan_id":"`+p.ID.String()+`"}`, input)
+	require.Equal(t, "pending", state)
+	require.Contains(t, body, string(dead), "the failed run stays listed")
+	status, body = ann.post("/admin/runs/"+string(dead)+"/retry", nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, body, "retried as run "+m[1], "the same retry")
+
+	withDecision := failedRun(t, w, "plan:decided", p.ID.String())
+	d, err := acquisition.OpenDecision(ctx, w.Pool, p.ID, "asset.import", withDecision, json.RawMessage(`{}`), "disk full")
+	require.NoError(t, err)
+	before := snapshot(t, w.Pool)
+	status, body = ann.post("/admin/runs/"+string(withDecision)+"/retry", nil)
+	require.Equal(t, http.StatusConflict, status)
+	require.Contains(t, body, d.ID.String())
+	status, _ = ann.post("/admin/runs/"+m[1]+"/retry", nil)
+	require.Equal(t, http.StatusBadRequest, status, "a pending run is no dead letter")
+	status, _ = ann.post("/admin/runs/not-a-run/retry", nil)
+	require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, status)
+	require.Equal(t, before, snapshot(t, w.Pool))
+}
+
+// The decision page shows the step's error and the failed run's attempts
+// and step; an operator gets the resolve actions, a viewer none.
+func TestDecisionPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w, srv, u := newServer(t)
+	p := w.CreatePlan(t, apptest.NewAsset("decided.mkv", 10))
+	run, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
+		Key: "plan:decided", BusinessKey: p.ID.String(), Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, runstore.Project(ctx, w.Pool, run.ID, runstore.Projection{Status: port.StatusFailed, Attempts: 3,
+		CurrentStep: "import", LastError: "disk full"}))
+	d, err := acquisition.OpenDecision(ctx, w.Pool, p.ID, "asset.import", run.ID, json.RawMessage(`{}`), "step import failed after 3 attempt(s): disk full")
+	require.NoError(t, err)
+
+	ann := newClient(t, srv, u.operator)
+	_, body := ann.get("/admin")
+	require.Contains(t, body, `href="/admin/decisions/`+d.ID.String()+`"`)
+	status, body := ann.get("/admin/decisions/" + d.ID.String())
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "step import failed after 3 attempt(s): disk full")
+	require.Regexp(t, `<td>failed</td><td>3</td><td>import</td><td>disk full</td>`, body)
+	require.Contains(t, body, `action="/admin/decisions/`+d.ID.String()+`/retry"`)
+	_, body = newClient(t, srv, u.viewer).get("/admin/decisions/" + d.ID.String())
+	require.NotContains(t, body, `method="post"`)
+	status, _ = ann.get("/admin/decisions/0190a5c6-0000-7000-8000-000000000000")
+	require.Equal(t, http.StatusNotFound, status)
 }

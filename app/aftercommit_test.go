@@ -13,13 +13,12 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/plans"
-	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
 )
 
 // parkedPlan is a world on an engine with a plan whose approval.await run is
 // parked in its wait, and the business API as another process holds it.
-func parkedPlan(t *testing.T, build func(*testing.T, *port.Registry, *pgxpool.Pool) port.TaskEngine, name string) (*apptest.World, *plans.Service, string) {
+func parkedPlan(t *testing.T, build engineBuilder, name string) (*apptest.World, *plans.Service, string) {
 	t.Helper()
 	w := engineWorld(t, build, apptest.Options{})
 	id := w.CreatePlan(t, apptest.NewAsset(name, 10_000)).ID.String()
@@ -68,7 +67,7 @@ func TestCancelStopsParkedRunsAfterCommit(t *testing.T) {
 			ctx := context.Background()
 			w, api, id := parkedPlan(t, e.new, "stop.mkv")
 
-			apptest.Acked(t)(api.Cancel(ctx, id, "changed my mind"))
+			apptest.Acked(t)(api.Cancel(ctx, id, "tester", "changed my mind"))
 			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Canceled },
 				60*time.Second, 20*time.Millisecond)
 			require.Eventually(t, func() bool {
@@ -76,7 +75,7 @@ func TestCancelStopsParkedRunsAfterCommit(t *testing.T) {
 				require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run WHERE business_key = $1 AND status NOT IN ('succeeded','failed','canceled')`, id).Scan(&open))
 				return open == 0
 			}, 60*time.Second, 20*time.Millisecond, "a run of the canceled plan is still open")
-			_, err := api.Cancel(ctx, id, "again")
+			_, err := api.Cancel(ctx, id, "tester", "again")
 			require.ErrorIs(t, err, plans.ErrConflict, "a canceled plan says why a second cancel does nothing")
 			require.ErrorContains(t, err, "is canceled")
 		})
@@ -112,7 +111,7 @@ func TestRetryFailedCompensationOnEngines(t *testing.T) {
 				60*time.Second, 20*time.Millisecond)
 
 			w.QBT.FailNext(1_000_000, http.StatusServiceUnavailable)
-			apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
+			apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "stop"))
 			var d acquisition.Decision
 			require.Eventually(t, func() bool {
 				open, err := acquisition.OpenDecisionsOf(ctx, w.Pool, w.Plan(t, id).ID)
@@ -124,7 +123,7 @@ func TestRetryFailedCompensationOnEngines(t *testing.T) {
 			}, 2*time.Minute, 50*time.Millisecond, "the compensation never gave up")
 			require.Equal(t, workflows.KindPlanCancel, d.Kind)
 			require.Equal(t, acquisition.Canceling, w.Plan(t, id).Status)
-			_, err := w.Plans.Cancel(ctx, id, "again")
+			_, err := w.Plans.Cancel(ctx, id, "tester", "again")
 			require.ErrorContains(t, err, d.ID.String(), "a second cancel names the decision to resolve")
 
 			w.QBT.FailNext(0, 0)

@@ -115,7 +115,7 @@ func TestCancelMidImport(t *testing.T) {
 	files.cancel = func() {
 		entries, _ := os.ReadDir(w.LibraryDir)
 		sawTemp = len(entries) > 0
-		_, cancelErr = w.Plans.Cancel(ctx, id, "changed my mind")
+		_, cancelErr = w.Plans.Cancel(ctx, id, "tester", "changed my mind")
 	}
 
 	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))

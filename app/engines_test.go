@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -33,31 +34,43 @@ func TestMain(m *testing.M) {
 		func(s *devserver.Server) { temporalServer = s }))
 }
 
-// engines builds each engine over a world's registry and pool.
+// engineBuilder builds an engine over a world's registry and pool, logging
+// to log.
+type engineBuilder func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, log *slog.Logger) port.TaskEngine
+
+// engines builds each engine.
 var engines = []struct {
 	name string
-	new  func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine
+	new  engineBuilder
 }{
-	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
-		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{PollInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, log *slog.Logger) port.TaskEngine {
+		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{PollInterval: 200 * time.Millisecond, Logger: log})
 		require.NoError(t, err)
 		return e
 	}},
-	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
-		e, err := temporaladapter.New(temporalServer.Client, pool, reg, temporaladapter.Config{
-			TaskQueue: "app-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, log *slog.Logger) port.TaskEngine {
+		// A client of its own, so that the SDK's logs (activity errors)
+		// go to log too.
+		c, err := temporaladapter.Dial(context.Background(), temporaladapter.ClientConfig{
+			HostPort: temporalServer.HostPort, Namespace: temporalServer.Namespace, Logger: log})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		e, err := temporaladapter.New(c, pool, reg, temporaladapter.Config{
+			TaskQueue: "app-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: log})
 		require.NoError(t, err)
 		return e
 	}},
 }
 
 // engineWorld is a world whose engine is a real one, started, with the
-// outbox dispatcher running.
-func engineWorld(t *testing.T, build func(*testing.T, *port.Registry, *pgxpool.Pool) port.TaskEngine, opts apptest.Options) *apptest.World {
+// outbox dispatcher running. The engine logs where the activities do
+// (opts.Logger; default discard).
+func engineWorld(t *testing.T, build engineBuilder, opts apptest.Options) *apptest.World {
 	t.Helper()
 	var eng port.TaskEngine
+	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.NewEngine = func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
-		eng = build(t, reg, pool)
+		eng = build(t, reg, pool, log)
 		return eng
 	}
 	w := apptest.NewWorld(t, opts)
@@ -94,6 +107,24 @@ func fullAcquisition(t *testing.T, w *apptest.World) {
 
 	require.Equal(t, acquisition.Completed, status())
 	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))
+	// Every operation and every enqueue of the timeline names a run of
+	// this plan, as the engine recorded it: what /admin links to.
+	runs, err := w.Engine.(port.Admin).ListRuns(ctx, port.RunFilter{BusinessKey: id})
+	require.NoError(t, err)
+	ids := map[string]bool{}
+	for _, r := range runs {
+		ids[string(r.ID)] = true
+	}
+	tl, err := w.Plans.Timeline(ctx, id)
+	require.NoError(t, err)
+	linked := 0
+	for _, e := range tl.Entries {
+		if e.Source == "operation" || (e.Source == "handoff" && !strings.HasPrefix(e.Event, "signal") && !strings.HasPrefix(e.Event, "cancel")) {
+			require.True(t, ids[e.RunID], "%s %s names run %q, not one of the plan's", e.Source, e.Event, e.RunID)
+			linked++
+		}
+	}
+	require.Positive(t, linked)
 	require.Equal(t, []string{a.Name}, w.LibraryFiles(t))
 	require.Equal(t, map[ledger.Op]bool{
 		ledger.OpSubmit: true, ledger.OpImport: true, ledger.OpVerify: true, ledger.OpCleanup: true,
@@ -131,7 +162,7 @@ func cancelMidImport(t *testing.T, w *apptest.World, files *cancelingFiles) {
 	p := w.CreatePlan(t, a)
 	id := p.ID.String()
 	canceled := make(chan error, 1)
-	files.cancel = func() { canceled <- apptest.ErrOf(w.Plans.Cancel(ctx, id, "changed my mind")) }
+	files.cancel = func() { canceled <- apptest.ErrOf(w.Plans.Cancel(ctx, id, "tester", "changed my mind")) }
 
 	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
 	require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Downloading }, 30*time.Second, 20*time.Millisecond)

@@ -43,7 +43,7 @@ func TestReplayBusinessHistories(t *testing.T) {
 	unused, err := qbittorrent.New(qbittorrent.Config{BaseURL: "http://127.0.0.1:1"})
 	require.NoError(t, err)
 	require.NoError(t, app.Register(reg, app.Deps{Pool: &pgxpool.Pool{}, Downloader: unused, Files: activities.LocalFiles{},
-		Config: activities.Config{DownloadDir: "/replay"}}))
+		Config: activities.Config{DownloadDir: "/replay", LibraryRoot: "/replay-library"}}))
 	for _, def := range reg.Definitions() {
 		path := historyFile(def.Kind, def.Version)
 		_, err := os.Stat(path)

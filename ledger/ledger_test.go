@@ -287,7 +287,8 @@ func TestRunStaleAttemptFencedAtCommit(t *testing.T) {
 }
 
 // The ledger's part of a plan's timeline: each attempt's start and each
-// committed result.
+// committed result, with the run read from the attempt's fencing scope on
+// either engine.
 func TestTimelineOfOperations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -296,16 +297,18 @@ func TestTimelineOfOperations(t *testing.T) {
 	op, err := ledger.Begin(ctx, pool, p.ID, ledger.OpSubmit, tok("r/submit", 1))
 	require.NoError(t, err)
 	require.NoError(t, ledger.Commit(ctx, pool, op, "ok"))
-	_, err = ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("r/import", 1))
+	// A Temporal scope: workflow ID (taskport/<run>), run, activity.
+	_, err = ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("taskport/r2/t9/import", 1))
 	require.NoError(t, err)
 	entries, err := ledger.Timeline(ctx, pool, p.ID)
 	require.NoError(t, err)
 	var events []string
 	for _, e := range entries {
 		require.Equal(t, "operation", e.Source)
-		events = append(events, e.Event+" "+e.Detail)
+		events = append(events, e.Event+" "+e.Detail+" run="+e.RunID)
 	}
-	require.ElementsMatch(t, []string{"download.submit attempt 1 r/submit#1", `download.submit done "ok"`, "asset.import attempt 1 r/import#1"}, events)
+	require.ElementsMatch(t, []string{"download.submit attempt 1 r/submit#1 run=r", `download.submit done "ok" run=r`,
+		"asset.import attempt 1 taskport/r2/t9/import#1 run=r2"}, events, "each line names its run")
 	other, err := ledger.Timeline(ctx, pool, newPlan(t, pool).ID)
 	require.NoError(t, err)
 	require.Empty(t, other, "another plan's operations are not in it")

@@ -53,14 +53,21 @@ const selectNoteSQL = `SELECT detail FROM asset_operation WHERE plan_id = $1 AND
 // timelineSQL reads the ledger's part of a plan's business timeline
 // (ADR 2.7), in the column order of timeline.Entry: each attempt's start,
 // and the result once committed (never the engine's step attempts, which
-// keep orphan rows stuck in running).
+// keep orphan rows stuck in running). The run of an attempt is read from its
+// fencing scope (port.FencingToken): "<run>/<step>" on the lease engine,
+// "taskport/<run>/<temporal run>/<activity>" on Temporal (whose workflow ID
+// is "taskport/<run>").
 const timelineSQL = `
-SELECT at, source, event, detail FROM (
+SELECT at, source, event, detail, run_id FROM (
     SELECT attempt_started_at AS at, 'operation' AS source, op || ' attempt ' || attempts AS event,
-           attempt_token AS detail
+           attempt_token AS detail, ` + scopeRunSQL + ` AS run_id
     FROM asset_operation WHERE plan_id = $1
     UNION ALL
-    SELECT result_at, 'operation', op || ' done', result::text FROM asset_operation
+    SELECT result_at, 'operation', op || ' done', result::text, ` + scopeRunSQL + ` FROM asset_operation
     WHERE plan_id = $1 AND result_at IS NOT NULL
 ) t
 ORDER BY at, source, event`
+
+// scopeRunSQL is the run id in an attempt's fencing scope.
+const scopeRunSQL = `CASE WHEN attempt_scope LIKE 'taskport/%' THEN split_part(attempt_scope, '/', 2)
+    ELSE split_part(attempt_scope, '/', 1) END`

@@ -355,7 +355,8 @@ func (g *gauge) FailedRows(n int) { g.last.Store(int64(n)) }
 
 // A failed row is listed and counted (the metrics hook reports it) until an
 // operator retries it: it is then pending again with its attempts reset and
-// the operator recorded, and the count goes back to zero.
+// the operator recorded (also in the timeline), and the count goes back to
+// zero.
 func TestFailedRowsAreCountedAndRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -385,6 +386,10 @@ func TestFailedRowsAreCountedAndRetried(t *testing.T) {
 	var by string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT retried_by FROM outbox_event WHERE id = $1`, list[0].ID).Scan(&by))
 	require.Equal(t, "ann", by)
+	tl, err := outbox.Timeline(ctx, pool, "b")
+	require.NoError(t, err)
+	require.Len(t, tl, 2)
+	require.Equal(t, "retried by ann", tl[1].Event, "the business timeline says who retried the hand-off")
 	n, err := outbox.CountFailed(ctx, pool)
 	require.NoError(t, err)
 	require.Zero(t, n)

@@ -57,10 +57,16 @@ const notifySQL = `SELECT pg_notify('outbox_event', '')`
 
 // timelineSQL reads the outbox's part of a plan's business timeline
 // (ADR 2.7), in the column order of timeline.Entry: each hand-off the
-// plan's transactions wrote, keyed by its business key.
+// plan's transactions wrote, keyed by its business key, and who retried a
+// failed one.
 const timelineSQL = `
-SELECT created_at AS at, 'handoff' AS source,
-       CASE action WHEN 'enqueue' THEN kind WHEN 'signal' THEN 'signal ' || topic ELSE 'cancel runs' END AS event,
-       idempotency_key AS detail
-FROM outbox_event WHERE business_key = $1
+SELECT at, source, event, detail, run_id FROM (
+    SELECT created_at AS at, 'handoff' AS source,
+           CASE action WHEN 'enqueue' THEN kind WHEN 'signal' THEN 'signal ' || topic ELSE 'cancel runs' END AS event,
+           idempotency_key AS detail, coalesce(run_id::text, '') AS run_id
+    FROM outbox_event WHERE business_key = $1
+    UNION ALL
+    SELECT retried_at, 'handoff', 'retried by ' || retried_by, idempotency_key, ''
+    FROM outbox_event WHERE business_key = $1 AND retried_at IS NOT NULL
+) t
 ORDER BY at, source, event`

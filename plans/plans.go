@@ -15,6 +15,7 @@
 package plans
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -23,7 +24,10 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -51,15 +55,20 @@ type Config struct {
 	// Required to create plans; a Service without one (the decision
 	// commands, which never see a target path) refuses CreatePlan.
 	LibraryRoot string
+	// DownloadDir is the absolute directory the downloader saves into.
+	// When set, a reported content path must lie in it; the worker checks
+	// it again with symlinks resolved before it reads anything.
+	DownloadDir string
 	// Logger. Default: discard.
 	Logger *slog.Logger
 }
 
 // Service is the business API.
 type Service struct {
-	pool *pgxpool.Pool
-	root string
-	log  *slog.Logger
+	pool      *pgxpool.Pool
+	root      string
+	downloads string
+	log       *slog.Logger
 }
 
 // New returns the API over the business pool. It needs no engine: what
@@ -68,8 +77,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("plans: pool is required")
 	}
-	if cfg.LibraryRoot != "" && !filepath.IsAbs(cfg.LibraryRoot) {
-		return nil, &port.FieldError{Field: "library_root", Reason: fmt.Sprintf("must be an absolute path, got %q", cfg.LibraryRoot)}
+	for field, dir := range map[string]string{"library_root": cfg.LibraryRoot, "download_dir": cfg.DownloadDir} {
+		if dir != "" && !filepath.IsAbs(dir) {
+			return nil, &port.FieldError{Field: field, Reason: fmt.Sprintf("must be an absolute path, got %q", dir)}
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -77,7 +88,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if cfg.LibraryRoot != "" {
 		cfg.LibraryRoot = filepath.Clean(cfg.LibraryRoot)
 	}
-	return &Service{pool: pool, root: cfg.LibraryRoot, log: cfg.Logger}, nil
+	if cfg.DownloadDir != "" {
+		cfg.DownloadDir = filepath.Clean(cfg.DownloadDir)
+	}
+	return &Service{pool: pool, root: cfg.LibraryRoot, downloads: cfg.DownloadDir, log: cfg.Logger}, nil
 }
 
 // Ack is what an accepted call did, in words for the operator (the CLI and
@@ -108,11 +122,38 @@ func invalid(field, format string, args ...any) error {
 	return &port.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// Bounds of the free-text fields, in characters: a note or a title is read
+// on a page, not stored as a document.
+const (
+	MaxTitle = 300
+	MaxNote  = 1000 // a note or a reason
+	MaxActor = 200  // who acted
+)
+
+// bounded refuses s when it is longer than max characters.
+func bounded(field, s string, maxLen int) error {
+	if n := utf8.RuneCountInString(s); n > maxLen {
+		return invalid(field, "must be at most %d characters, got %d", maxLen, n)
+	}
+	return nil
+}
+
+// actor checks who acts: required, and bounded.
+func actor(field, by string) error {
+	if strings.TrimSpace(by) == "" {
+		return invalid(field, "must not be empty")
+	}
+	return bounded(field, by, MaxActor)
+}
+
 // validate checks np and returns the plan row to insert.
 func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
 	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize}
 	if p.Title == "" {
 		return p, invalid("title", "must not be empty")
+	}
+	if err := bounded("title", p.Title, MaxTitle); err != nil {
+		return p, err
 	}
 	var err error
 	if p.InfoHash, err = hexDigits("info_hash", np.InfoHash, 40); err != nil {
@@ -197,11 +238,16 @@ func (s *Service) target(path string) (string, error) {
 		return "", invalid("target_path", "must be an absolute path, got %q", path)
 	}
 	clean := filepath.Clean(path)
-	rel, err := filepath.Rel(s.root, clean)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	if !inside(s.root, clean) {
 		return "", invalid("target_path", "%q is not inside the library root %q", path, s.root)
 	}
 	return clean, nil
+}
+
+// inside reports whether the clean absolute path lies strictly inside dir.
+func inside(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // CreatePlan records a plan awaiting approval and enqueues approval.await
@@ -253,8 +299,8 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 	if err != nil {
 		return Ack{}, fmt.Errorf("%s plan: %w", decision, err)
 	}
-	if strings.TrimSpace(by) == "" {
-		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, invalid("decided_by", "must not be empty"))
+	if err := cmp.Or(actor("decided_by", by), bounded("note", note, MaxNote)); err != nil {
+		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, err)
 	}
 	var ack Ack
 	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -298,11 +344,15 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 // cancels the plan's open runs in the engine. A final plan refuses it with an
 // *acquisition.TransitionError. A plan already canceling answers
 // Already and cancels its open runs again, unless its compensation failed:
-// then the error names the decision to resolve.
-func (s *Service) Cancel(ctx context.Context, planID, reason string) (Ack, error) {
+// then the error names the decision to resolve. by is who asks; the plan
+// records the first requester with the first reason.
+func (s *Service) Cancel(ctx context.Context, planID, by, reason string) (Ack, error) {
 	id, err := parseID("plan_id", planID)
 	if err != nil {
 		return Ack{}, fmt.Errorf("cancel plan: %w", err)
+	}
+	if err := cmp.Or(actor("canceled_by", by), bounded("reason", reason, MaxNote)); err != nil {
+		return Ack{}, fmt.Errorf("cancel plan %s: %w", id, err)
 	}
 	var ack Ack
 	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -317,14 +367,14 @@ func (s *Service) Cancel(ctx context.Context, planID, reason string) (Ack, error
 			ack = Ack{Already: true, Message: fmt.Sprintf("plan %s is already canceling since %s (%s); its open runs are canceled again",
 				id, p.CancelRequestedAt.UTC().Format("2006-01-02 15:04:05"), p.CancelReason)}
 		} else {
-			if _, err := acquisition.RequestCancel(ctx, tx, id, reason); err != nil {
+			if _, err := acquisition.RequestCancel(ctx, tx, id, by, reason); err != nil {
 				return err
 			}
 			compensate := acquisition.Compensation(id.String(), workflows.PlanKey(id.String(), workflows.KindPlanCancel), workflows.OutcomeCanceled)
 			if _, err := outbox.Write(ctx, tx, compensate); err != nil {
 				return err
 			}
-			ack = Ack{Message: fmt.Sprintf("plan %s canceling: its runs are canceled and plan.cancel compensates", id)}
+			ack = Ack{Message: fmt.Sprintf("plan %s canceling (by %s): its runs are canceled and plan.cancel compensates", id, by)}
 		}
 		cancelRuns, err := acquisition.CancelRuns(id.String(), reason)
 		if err != nil {
@@ -362,6 +412,9 @@ func compensationStuck(ctx context.Context, q acquisition.DBTX, id uuid.UUID) er
 func (s *Service) ReportDownloadComplete(ctx context.Context, planIDOrHash, contentPath string) (Ack, error) {
 	if contentPath != "" && !filepath.IsAbs(contentPath) {
 		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "must be an absolute path, got %q", contentPath))
+	}
+	if contentPath != "" && s.downloads != "" && !inside(s.downloads, filepath.Clean(contentPath)) {
+		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "%q is not inside the download directory %q", contentPath, s.downloads))
 	}
 	id, err := s.resolvePlan(ctx, planIDOrHash)
 	if err != nil {
@@ -469,6 +522,85 @@ func (s *Service) Timeline(ctx context.Context, planID string) (Timeline, error)
 	return tl, nil
 }
 
+// PlanQuery asks for a page of the plans list.
+type PlanQuery struct {
+	// Status is a plan status, or empty for every status.
+	Status acquisition.Status
+	// Search is a plan id, an info hash (40 hex digits), or part of a
+	// title (case ignored); empty matches every plan.
+	Search string
+	// After is the Next of the previous page; empty for the first page.
+	After string
+	// Limit is the page size: default 50, at most MaxPage.
+	Limit int
+}
+
+// MaxPage bounds a page of the plans list.
+const MaxPage = 500
+
+// PlanPage is a page of plans, newest first.
+type PlanPage struct {
+	Plans []acquisition.Plan
+	// Next is the cursor of the following page; empty on the last one.
+	Next string
+}
+
+// ListPlans returns a page of the plans q selects, newest first. The page
+// follows a cursor, not an offset, so a deep page costs what the first does.
+func (s *Service) ListPlans(ctx context.Context, q PlanQuery) (PlanPage, error) {
+	f := acquisition.PlanFilter{Status: q.Status, Limit: cmp.Or(q.Limit, 50)}
+	if q.Status != "" && !slices.Contains(acquisition.Statuses(), q.Status) {
+		return PlanPage{}, fmt.Errorf("list plans: %w", invalid("status", "unknown status %q", q.Status))
+	}
+	if f.Limit < 1 || f.Limit > MaxPage {
+		return PlanPage{}, fmt.Errorf("list plans: %w", invalid("limit", "must be 1 to %d, got %d", MaxPage, q.Limit))
+	}
+	search := strings.TrimSpace(q.Search)
+	if err := bounded("search", search, MaxTitle); err != nil {
+		return PlanPage{}, fmt.Errorf("list plans: %w", err)
+	}
+	if id, err := uuid.Parse(search); err == nil {
+		f.ID = id
+	} else if hash, err := hexDigits("search", search, 40); err == nil {
+		f.InfoHash = hash
+	} else {
+		f.TitleContains = search
+	}
+	if q.After != "" {
+		var err error
+		if f.After, err = parseCursor(q.After); err != nil {
+			return PlanPage{}, fmt.Errorf("list plans: %w", err)
+		}
+	}
+	want := f.Limit
+	f.Limit++ // one more says whether a next page exists
+	ps, err := acquisition.ListPlans(ctx, s.pool, f)
+	if err != nil {
+		return PlanPage{}, err
+	}
+	page := PlanPage{Plans: ps}
+	if len(ps) > want {
+		page.Plans = ps[:want]
+		page.Next = formatCursor(ps[want-1].Cursor())
+	}
+	return page, nil
+}
+
+// A cursor is the last plan's creation time and id: "<RFC 3339>~<uuid>".
+func formatCursor(c acquisition.PlanCursor) string {
+	return c.CreatedAt.UTC().Format(time.RFC3339Nano) + "~" + c.ID.String()
+}
+
+func parseCursor(s string) (acquisition.PlanCursor, error) {
+	at, id, ok := strings.Cut(s, "~")
+	t, terr := time.Parse(time.RFC3339Nano, at)
+	u, uerr := uuid.Parse(id)
+	if !ok || terr != nil || uerr != nil {
+		return acquisition.PlanCursor{}, invalid("after", "not a page cursor: %q", s)
+	}
+	return acquisition.PlanCursor{CreatedAt: t, ID: u}, nil
+}
+
 // ListDecisions returns the decisions in status (empty: all), oldest first.
 func (s *Service) ListDecisions(ctx context.Context, status acquisition.DecisionStatus, limit int) ([]acquisition.Decision, error) {
 	switch status {
@@ -485,6 +617,16 @@ func (s *Service) ListDecisions(ctx context.Context, status acquisition.Decision
 	return acquisition.ListDecisions(ctx, s.pool, status, limit)
 }
 
+// Decision returns one decision.
+func (s *Service) Decision(ctx context.Context, decisionID string) (acquisition.Decision, error) {
+	id, err := parseID("decision_id", decisionID)
+	if err != nil {
+		return acquisition.Decision{}, fmt.Errorf("decision: %w", err)
+	}
+	return acquisition.GetDecision(ctx, s.pool, id)
+}
+
+
 // ResolveDecision resolves an open decision as retry or abandon and enqueues
 // decision.resolve, which carries it out (acquisition.RetryEffect and
 // AbandonEffect say what that does; the Ack repeats it). A retry that cannot
@@ -499,8 +641,8 @@ func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action
 	if action != acquisition.DecisionRetry && action != acquisition.DecisionAbandon {
 		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("action", "must be retry or abandon, got %q", action))
 	}
-	if strings.TrimSpace(by) == "" {
-		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("resolved_by", "must not be empty"))
+	if err := actor("resolved_by", by); err != nil {
+		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, err)
 	}
 	var ack Ack
 	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {

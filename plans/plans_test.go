@@ -3,6 +3,7 @@ package plans_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -92,7 +93,7 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 	unknown := uuid.NewString()
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.Approve(ctx, unknown, "ann", "")), port.ErrNotFound)
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.Reject(ctx, unknown, "ann", "")), port.ErrNotFound)
-	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, unknown, "x")), port.ErrNotFound)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, unknown, "tester", "x")), port.ErrNotFound)
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, unknown, "")), port.ErrNotFound)
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "0123456789abcdef0123456789abcdef01234567", "")), port.ErrNotFound)
 	_, err := w.Plans.Timeline(ctx, unknown)
@@ -101,7 +102,7 @@ func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {
 
 	for _, err := range []error{
 		apptest.ErrOf(w.Plans.Approve(ctx, "not-a-uuid", "ann", "")),
-		apptest.ErrOf(w.Plans.Cancel(ctx, "not-a-uuid", "")),
+		apptest.ErrOf(w.Plans.Cancel(ctx, "not-a-uuid", "tester", "")),
 		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, "not-a-hash", "")),
 		apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, unknown, "relative/path")),
 		apptest.ErrOf(w.Plans.ResolveDecision(ctx, unknown, "maybe", "ann")),
@@ -150,7 +151,7 @@ func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	runs := w.Recorder.Enqueued()
 	require.Len(t, runs, 1)
 
-	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "no longer wanted"))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "no longer wanted"))
 	tl, err := w.Plans.Timeline(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, acquisition.Canceling, tl.Plan.Status)
@@ -158,7 +159,7 @@ func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	require.Contains(t, w.Outbox(t, id), "plan.cancel pending plan:"+id+":plan.cancel")
 	require.Equal(t, []string{"cancel_plan_runs  pending"}, w.Actions(t, id))
 	require.Empty(t, w.Recorder.Canceled(), "the API calls no engine")
-	again := apptest.Acked(t)(w.Plans.Cancel(ctx, id, "again"))
+	again := apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "again"))
 	require.True(t, again.Already, "canceling twice says so: %s", again)
 	require.Contains(t, again.Message, "no longer wanted", "and names the request that stands")
 
@@ -171,7 +172,7 @@ func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	tl, err = w.Plans.Timeline(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, acquisition.Canceled, tl.Plan.Status)
-	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, id, "late")), plans.ErrConflict)
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Cancel(ctx, id, "tester", "late")), plans.ErrConflict)
 }
 
 // Defect 3: a second live or completed plan on the same target path is
@@ -250,4 +251,82 @@ func TestSecondActivePlanOnSameHashIsRefused(t *testing.T) {
 	require.ErrorAs(t, err, &taken)
 	require.Equal(t, "info_hash", taken.Field)
 	require.Equal(t, before, counts(t, w.Pool), "nothing written")
+}
+
+// Free text is bounded: a title, note, reason or actor over its bound is
+// refused naming the field, and nothing is written.
+func TestFreeTextIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	id := w.CreatePlan(t, apptest.NewAsset("bounded.mkv", 10)).ID.String()
+	long := func(n int) string { return strings.Repeat("é", n+1) } // characters, not bytes
+	before := counts(t, w.Pool)
+	b := apptest.NewAsset("title.mkv", 10)
+	_, err := w.Plans.CreatePlan(ctx, plans.NewPlan{Title: long(plans.MaxTitle), Magnet: b.Magnet(), InfoHash: b.Hash,
+		TargetPath: w.Target(b), ExpectedSize: 10, ExpectedSHA256: b.SHA256})
+	for field, err := range map[string]error{
+		"title":       err,
+		"note":        apptest.ErrOf(w.Plans.Approve(ctx, id, "ann", long(plans.MaxNote))),
+		"decided_by":  apptest.ErrOf(w.Plans.Reject(ctx, id, long(plans.MaxActor), "")),
+		"reason":      apptest.ErrOf(w.Plans.Cancel(ctx, id, "ann", long(plans.MaxNote))),
+		"canceled_by": apptest.ErrOf(w.Plans.Cancel(ctx, id, " ", "why")),
+		"resolved_by": apptest.ErrOf(w.Plans.ResolveDecision(ctx, uuid.NewString(), acquisition.DecisionRetry, long(plans.MaxActor))),
+	} {
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, field)
+		require.Equal(t, field, fe.Field)
+	}
+	require.Equal(t, before, counts(t, w.Pool))
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", strings.Repeat("é", plans.MaxNote)))
+}
+
+// The plans list searches by id, info hash or part of a title, filters by
+// status, and pages by cursor; bad input names its field.
+func TestListPlansSearchesAndPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	var ps []acquisition.Plan
+	for _, name := range []string{"alpha.mkv", "beta.mkv", "gamma.mkv"} {
+		ps = append(ps, w.CreatePlan(t, apptest.NewAsset(name, 10)))
+	}
+	apptest.Acked(t)(w.Plans.Cancel(ctx, ps[1].ID.String(), "ann", "not needed"))
+	titles := func(q plans.PlanQuery) []string {
+		page, err := w.Plans.ListPlans(ctx, q)
+		require.NoError(t, err)
+		var out []string
+		for _, p := range page.Plans {
+			out = append(out, p.Title)
+		}
+		return out
+	}
+	require.Equal(t, []string{"gamma.mkv", "beta.mkv", "alpha.mkv"}, titles(plans.PlanQuery{}))
+	require.Equal(t, []string{"beta.mkv"}, titles(plans.PlanQuery{Search: "ETA"}))
+	require.Equal(t, []string{"alpha.mkv"}, titles(plans.PlanQuery{Search: " " + ps[0].ID.String()}))
+	require.Equal(t, []string{"gamma.mkv"}, titles(plans.PlanQuery{Search: strings.ToUpper(ps[2].InfoHash)}))
+	require.Equal(t, []string{"beta.mkv"}, titles(plans.PlanQuery{Status: acquisition.Canceling}))
+	require.Empty(t, titles(plans.PlanQuery{Status: acquisition.Canceling, Search: "alpha"}))
+
+	first, err := w.Plans.ListPlans(ctx, plans.PlanQuery{Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, first.Plans, 2)
+	require.NotEmpty(t, first.Next)
+	last, err := w.Plans.ListPlans(ctx, plans.PlanQuery{Limit: 2, After: first.Next})
+	require.NoError(t, err)
+	require.Len(t, last.Plans, 1)
+	require.Equal(t, ps[0].ID, last.Plans[0].ID)
+	require.Empty(t, last.Next, "the last page says so")
+
+	for field, q := range map[string]plans.PlanQuery{
+		"status": {Status: "lost"},
+		"after":  {After: "yesterday"},
+		"limit":  {Limit: plans.MaxPage + 1},
+		"search": {Search: strings.Repeat("x", plans.MaxTitle+1)},
+	} {
+		_, err := w.Plans.ListPlans(ctx, q)
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, field)
+		require.Equal(t, field, fe.Field)
+	}
 }

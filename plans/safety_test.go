@@ -101,7 +101,7 @@ func TestAbandonAfterCancelLeavesPlanCanceled(t *testing.T) {
 	w := apptest.NewWorld(t, apptest.Options{})
 	id, d := failedSubmit(t, w, "late.mkv")
 
-	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "not needed"))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "not needed"))
 	w.Drive(t)
 	require.Equal(t, acquisition.Canceled, w.Plan(t, id).Status)
 
@@ -121,7 +121,7 @@ func TestStoredCompensationEndsCancelingPlan(t *testing.T) {
 	w := apptest.NewWorld(t, apptest.Options{})
 	p := w.CreatePlan(t, apptest.NewAsset("stored.mkv", 10_000))
 	id := p.ID.String()
-	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "stop"))
 	// An earlier compensation committed its result, and the plan was left
 	// in canceling (the state the old abandon path produced).
 	op, err := ledger.Begin(ctx, w.Pool, p.ID, ledger.OpCompensate, port.FencingToken{Scope: "earlier-run/compensate", Epoch: 1})
@@ -143,7 +143,7 @@ func TestRetryCanceledNotificationDelivers(t *testing.T) {
 	p := w.CreatePlan(t, apptest.NewAsset("notify.mkv", 10_000))
 	id := p.ID.String()
 	w.Webhooks.FailWith(http.StatusBadRequest)
-	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "stop"))
 	w.Drive(t)
 	require.Equal(t, acquisition.Canceled, w.Plan(t, id).Status)
 	d := openDecision(t, w, workflows.KindNotifyWebhook)
@@ -169,11 +169,11 @@ func TestRetryFailedCompensationEndsPlan(t *testing.T) {
 	require.Equal(t, acquisition.Downloading, w.Plan(t, id).Status)
 
 	w.QBT.FailNext(1000, http.StatusServiceUnavailable) // the downloader is down
-	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "stop"))
 	w.Drive(t)
 	d := openDecision(t, w, workflows.KindPlanCancel)
 	require.Equal(t, acquisition.Canceling, w.Plan(t, id).Status)
-	_, err := w.Plans.Cancel(ctx, id, "again")
+	_, err := w.Plans.Cancel(ctx, id, "tester", "again")
 	require.ErrorIs(t, err, plans.ErrConflict, "a second cancel cannot help: it says what can")
 	require.ErrorContains(t, err, d.ID.String())
 
@@ -193,7 +193,7 @@ func TestRetryMainChainOnCanceledPlanIsRefused(t *testing.T) {
 	ctx := context.Background()
 	w := apptest.NewWorld(t, apptest.Options{})
 	id, d := failedSubmit(t, w, "chain.mkv")
-	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "stop"))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "stop"))
 
 	before := w.Outbox(t, id)
 	_, err := w.Plans.ResolveDecision(ctx, d.ID.String(), acquisition.DecisionRetry, "ann")

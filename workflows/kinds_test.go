@@ -352,7 +352,7 @@ func TestPlanCancelCompensates(t *testing.T) {
 	require.NoError(t, os.WriteFile(temp, []byte("partial"), 0o644))
 	require.NoError(t, os.WriteFile(f.Target(f.asset), f.asset.Content, 0o644))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "tester", "stop"))
 	r := f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled})
 	require.NoError(t, r.Execute(ctx))
 	require.Equal(t, acquisition.Canceled, f.status(t))
@@ -463,7 +463,7 @@ func TestPlanCancelLeavesAdoptedFile(t *testing.T) {
 	f.imported(t)
 	require.Equal(t, acquisition.Imported, f.status(t))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "tester", "stop"))
 	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
 	require.Equal(t, acquisition.Canceled, f.status(t))
 	require.Equal(t, f.asset.SHA256, apptest.FileSHA256(t, f.Target(f.asset)), "the adopted file is left in place")
@@ -484,7 +484,7 @@ func TestImportNeverOverwritesDifferentFile(t *testing.T) {
 	require.True(t, se.NonRetryable, "a different file at the target cannot heal by retrying")
 	require.Equal(t, acquisition.Failed, f.status(t))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "tester", "stop"))
 	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
 	got, err := os.ReadFile(f.Target(f.asset))
 	require.NoError(t, err)
@@ -507,7 +507,7 @@ func TestForeignTorrentWithSameHashIsNeverTouched(t *testing.T) {
 	require.True(t, se.NonRetryable)
 	require.Equal(t, acquisition.Failed, f.status(t))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "tester", "stop"))
 	require.NoError(t, f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled}).Execute(ctx))
 	require.Equal(t, acquisition.Canceled, f.status(t))
 	deleted, _ := f.QBT.Deleted(f.asset.Hash)

@@ -70,7 +70,7 @@ func TestNetworkStepsHeartbeatWhileTheyWait(t *testing.T) {
 	require.Equal(t, network, r.Options["check-download-0"])
 	require.Equal(t, acquisition.Downloaded, f.status(t))
 
-	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "stop"))
+	apptest.Acked(t)(f.Plans.Cancel(ctx, f.id, "ann", "stop"))
 	r = f.run(t, workflows.KindPlanCancel, workflows.CancelInput{PlanID: f.id, Outcome: workflows.OutcomeCanceled})
 	require.NoError(t, r.Execute(ctx))
 	require.NotEmpty(t, r.Heartbeats, "compensation: no heartbeat while qBittorrent answered slowly")
@@ -95,7 +95,7 @@ func TestCleanupHeartbeatsWhileItWaits(t *testing.T) {
 	require.Equal(t, acquisition.Completed, f.status(t))
 
 	for _, every := range []time.Duration{-time.Second, workflows.NetworkHeartbeatTimeout} {
-		_, err := activities.New(f.Pool, f.Client, activities.LocalFiles{}, activities.Config{DownloadDir: f.DownloadDir, HeartbeatEvery: every})
+		_, err := activities.New(f.Pool, f.Client, activities.LocalFiles{}, activities.Config{DownloadDir: f.DownloadDir, LibraryRoot: f.LibraryDir, HeartbeatEvery: every})
 		var fe *port.FieldError
 		require.ErrorAs(t, err, &fe, every)
 		require.Equal(t, "heartbeat_every", fe.Field)

@@ -8,6 +8,7 @@
 package apptest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1" //nolint:gosec // a made-up info hash, not security
 	"crypto/sha256"
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -64,6 +66,10 @@ type Options struct {
 	// HeartbeatEvery paces the heartbeats of the steps that wait on the
 	// network; default activities' own.
 	HeartbeatEvery time.Duration
+	// WebhookURL of notify.webhook; default the world's receiver.
+	WebhookURL string
+	// Logger of the activities; default discard.
+	Logger *slog.Logger
 }
 
 // World is everything a business test touches.
@@ -108,7 +114,8 @@ func NewWorld(t testing.TB, opts Options) *World {
 	require.NoError(t, err)
 	err = app.Register(w.Registry, app.Deps{
 		Pool: w.Pool, Downloader: w.Client, Files: opts.Files,
-		Config: activities.Config{DownloadDir: w.DownloadDir, WebhookURL: w.Webhooks.URL, ChunkSize: opts.ChunkSize, HeartbeatEvery: opts.HeartbeatEvery},
+		Config: activities.Config{DownloadDir: w.DownloadDir, LibraryRoot: w.LibraryDir, WebhookURL: cmp.Or(opts.WebhookURL, w.Webhooks.URL),
+			ChunkSize: opts.ChunkSize, HeartbeatEvery: opts.HeartbeatEvery, Logger: opts.Logger},
 	})
 	require.NoError(t, err)
 	if opts.NewEngine != nil {
@@ -117,7 +124,7 @@ func NewWorld(t testing.TB, opts Options) *World {
 		w.Recorder = NewRecordingEngine(w.Pool, w.Registry)
 		w.Engine = w.Recorder
 	}
-	w.Plans, err = plans.New(w.Pool, plans.Config{LibraryRoot: w.LibraryDir})
+	w.Plans, err = plans.New(w.Pool, plans.Config{LibraryRoot: w.LibraryDir, DownloadDir: w.DownloadDir})
 	require.NoError(t, err)
 	runs, ok := w.Engine.(port.Admin)
 	require.True(t, ok, "the engine %T does not list runs (port.Admin)", w.Engine)

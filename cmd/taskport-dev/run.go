@@ -35,6 +35,7 @@ type runConfig struct {
 	TemporalCLI  string
 	UIPort       string
 	AdminAddr    string
+	AdminAuth    stack.AdminAuth
 	Demo         bool
 	DemoSize     int
 	ApproveAfter time.Duration
@@ -74,7 +75,8 @@ func newRootCmd() *cobra.Command {
 	fs.StringVar(&rc.StateDir, "state-dir", ".cache/run", "where the library, downloads, qBittorrent profile and Temporal state live")
 	fs.StringVar(&rc.TemporalCLI, "temporal-cli", "", "temporal CLI to start the dev server with; default the one `make tools` installed")
 	fs.StringVar(&rc.UIPort, "ui-port", "8233", "Temporal UI port")
-	fs.StringVar(&rc.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin UI address")
+	fs.StringVar(&rc.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin UI address; a non-loopback one needs --auth")
+	rc.AdminAuth.Bind(fs)
 	fs.BoolVar(&rc.Demo, "demo", true, "create and approve a demo plan")
 	fs.IntVar(&rc.DemoSize, "demo-size", 32<<20, "demo file size in bytes")
 	fs.DurationVar(&rc.ApproveAfter, "approve-after", 10*time.Second, "approve the demo plan after this long (it waits on approval until then)")
@@ -83,6 +85,13 @@ func newRootCmd() *cobra.Command {
 }
 
 func runLocal(ctx context.Context, g *stack.Globals, c stack.Config, rc runConfig, log *slog.Logger) error {
+	if c.Engine == "temporal" && rc.AdminAuth.TemporalUI == "" {
+		rc.AdminAuth.TemporalUI = "http://127.0.0.1:" + rc.UIPort
+	}
+	access, err := rc.AdminAuth.Resolve(rc.AdminAddr)
+	if err != nil {
+		return err
+	}
 	state, err := filepath.Abs(rc.StateDir)
 	if err != nil {
 		return err
@@ -133,7 +142,7 @@ func runLocal(ctx context.Context, g *stack.Globals, c stack.Config, rc runConfi
 		return err
 	}
 	defer s.Close()
-	adminAddr, _, err := s.Serve(ctx, rc.AdminAddr)
+	adminAddr, _, err := s.Serve(ctx, rc.AdminAddr, access)
 	if err != nil {
 		return err
 	}

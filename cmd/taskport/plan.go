@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"strings"
 	"text/tabwriter"
 
@@ -21,11 +22,11 @@ import (
 // withPlans runs fn with the business API over the business pool alone:
 // these commands write business rows and their outbox rows, and what must
 // follow (a run, a wake-up, a cancel) goes through the outbox, so they need
-// no engine and dial no Temporal server. libraryRoot may be empty where no
-// plan is created. fn runs inside the command's span ("plan approve"),
+// no engine and dial no Temporal server. cfg's directories may be empty
+// where the command does not need them. fn runs inside the command's span ("plan approve"),
 // through cmd.Context(), so that the outbox rows it writes start the trace
 // the dispatcher and the engine continue.
-func withPlans(cmd *cobra.Command, g *stack.Globals, libraryRoot string, fn func(*plans.Service) error) error {
+func withPlans(cmd *cobra.Command, g *stack.Globals, cfg plans.Config, fn func(*plans.Service) error) error {
 	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) (err error) {
 		tr, err := g.StartTracing(cmd.Context(), log)
 		if err != nil {
@@ -41,7 +42,8 @@ func withPlans(cmd *cobra.Command, g *stack.Globals, libraryRoot string, fn func
 			span.End()
 		}()
 		cmd.SetContext(ctx)
-		svc, err := plans.New(pool, plans.Config{LibraryRoot: libraryRoot, Logger: log})
+		cfg.Logger = log
+		svc, err := plans.New(pool, cfg)
 		if err != nil {
 			return err
 		}
@@ -68,7 +70,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 				}
 				np.Torrent = b
 			}
-			return withPlans(cmd, g, root, func(svc *plans.Service) error {
+			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
 				p, err := svc.CreatePlan(cmd.Context(), np)
 				if err != nil {
 					return err
@@ -88,11 +90,11 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	f.Int64Var(&np.ExpectedSize, "size", 0, "expected size in bytes")
 	f.StringVar(&np.ExpectedSHA256, "sha256", "", "expected SHA-256, 64 hex digits")
 
-	var by, note, reason, contentPath string
+	var by, note, reason, contentPath, downloads string
 	approve := &cobra.Command{
 		Use: "approve PLAN", Short: "Approve a plan (prints what happened; approving twice says so)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, root, func(svc *plans.Service) error {
+			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Approve(cmd.Context(), args[0], by, note))
 			})
 		},
@@ -100,13 +102,13 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	reject := &cobra.Command{
 		Use: "reject PLAN", Short: "Reject a plan", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, root, func(svc *plans.Service) error {
+			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Reject(cmd.Context(), args[0], by, note))
 			})
 		},
 	}
 	for _, sub := range []*cobra.Command{approve, reject} {
-		sub.Flags().StringVar(&by, "by", os.Getenv("USER"), "who decides")
+		bindActor(sub, &by)
 		sub.Flags().StringVar(&note, "note", "", "why")
 	}
 	cancel := &cobra.Command{
@@ -115,27 +117,29 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 			"prints what happened, or fails saying why nothing did",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, root, func(svc *plans.Service) error {
-				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], reason))
+			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
+				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], by, reason))
 			})
 		},
 	}
+	bindActor(cancel, &by)
 	cancel.Flags().StringVar(&reason, "reason", "canceled from the CLI", "why")
 	complete := &cobra.Command{
 		Use:   "complete PLAN-OR-INFO-HASH",
 		Short: "Report a download complete (qBittorrent's run-on-finish hook: taskport plan complete %I --content-path \"%F\")",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, root, func(svc *plans.Service) error {
+			return withPlans(cmd, g, plans.Config{LibraryRoot: root, DownloadDir: downloads}, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.ReportDownloadComplete(cmd.Context(), args[0], contentPath))
 			})
 		},
 	}
-	complete.Flags().StringVar(&contentPath, "content-path", "", "where the payload is")
+	complete.Flags().StringVar(&contentPath, "content-path", "", "where the payload is: inside --download-dir")
+	complete.Flags().StringVar(&downloads, "download-dir", stack.EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
 	timeline := &cobra.Command{
 		Use: "timeline PLAN", Short: "Print a plan's business timeline", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, root, func(svc *plans.Service) error {
+			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
 				tl, err := svc.Timeline(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -171,7 +175,7 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List decisions", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withPlans(cmd, g, "", func(svc *plans.Service) error {
+			return withPlans(cmd, g, plans.Config{}, func(svc *plans.Service) error {
 				ds, err := svc.ListDecisions(cmd.Context(), acquisition.DecisionStatus(status), 0)
 				if err != nil {
 					return err
@@ -191,12 +195,24 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 		Short: "Retry the failed kind, or abandon (a notification: give it up; a plan: compensate it); prints the effect",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withPlans(cmd, g, "", func(svc *plans.Service) error {
+			return withPlans(cmd, g, plans.Config{}, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.ResolveDecision(cmd.Context(), args[0], acquisition.DecisionStatus(args[1]), by))
 			})
 		},
 	}
-	resolve.Flags().StringVar(&by, "by", os.Getenv("USER"), "who decides")
+	bindActor(resolve, &by)
 	cmd.AddCommand(list, resolve)
 	return cmd
+}
+
+// bindActor adds --as, who the command records as acting: by default the
+// OS user running it. --by is its older name.
+func bindActor(cmd *cobra.Command, into *string) {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	cmd.Flags().StringVar(into, "as", name, "who acts, recorded on the plan or decision (default: the OS user)")
+	cmd.Flags().StringVar(into, "by", name, "older name of --as")
+	_ = cmd.Flags().MarkDeprecated("by", "use --as")
 }

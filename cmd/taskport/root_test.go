@@ -32,7 +32,7 @@ func TestPoolSizes(t *testing.T) {
 		require.Nil(t, migrate.Flags().Lookup("engine-db-pool-size"), "migrate runs no engine")
 
 		root = newRootCmd()
-		root.SetArgs(append([]string{"admin", "--database-url", "postgres://nowhere.invalid/x", "--log-level", "error"}, engineArgs...))
+		root.SetArgs(append([]string{"admin", "--addr", "127.0.0.1:0", "--database-url", "postgres://nowhere.invalid/x", "--log-level", "error"}, engineArgs...))
 		require.ErrorContains(t, root.ExecuteContext(context.Background()), "nowhere.invalid")
 		admin, _, err := root.Find([]string{"admin"})
 		require.NoError(t, err)

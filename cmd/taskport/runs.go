@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/acquisition"
@@ -146,7 +144,7 @@ func newRunsCmd(g *stack.Globals) *cobra.Command {
 			}
 			id := port.RunID(args[0])
 			return withClient(cmd, g, &c, func(cl *stack.Client, log *slog.Logger) error {
-				if err := checkNoDecision(cmd.Context(), cl, id); err != nil {
+				if err := acquisition.CheckRunRetry(cmd.Context(), cl.Pool(), id); err != nil {
 					return err
 				}
 				next, err := cl.Retry(cmd.Context(), id)
@@ -191,38 +189,6 @@ func newRunsCmd(g *stack.Globals) *cobra.Command {
 
 	cmd.AddCommand(list, get, cancel, retry, signal)
 	return cmd
-}
-
-// checkNoDecision refuses the retry of a run that the decision centre owns.
-// A business kind's step that failed for good opened a pending decision on
-// the run's plan (its business key); resolving it to retry is the business
-// retry, which also moves the plan back to the status the kind runs in,
-// where a bare run retry would leave the plan failed. A decision resolved to
-// retry has started its run already. One resolved to abandon gave the run up,
-// and retrying it anyway is the operator's call (the business steps still
-// check the plan).
-func checkNoDecision(ctx context.Context, cl *stack.Client, id port.RunID) error {
-	v, err := cl.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	plan, err := uuid.Parse(v.BusinessKey)
-	if err != nil {
-		return nil // not a plan's run: no decision
-	}
-	d, err := acquisition.DecisionOfRun(ctx, cl.Pool(), plan, v.Kind, id)
-	switch {
-	case errors.Is(err, port.ErrNotFound):
-		return nil
-	case err != nil:
-		return err
-	case d.Status == acquisition.DecisionOpen:
-		return fmt.Errorf("run %s failed into decision %s of plan %s, which is open: retry it with `taskport decision resolve %s retry` "+
-			"(it also moves the plan back), or resolve it to abandon before retrying the run", id, d.ID, plan, d.ID)
-	case d.Status == acquisition.DecisionRetry:
-		return fmt.Errorf("run %s was retried already through decision %s (by %s)", id, d.ID, d.ResolvedBy)
-	}
-	return nil
 }
 
 // pageSize is the number of runs a full page of f holds.

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -147,14 +151,32 @@ func TestAdminApproveIsTraced(t *testing.T) {
 	require.NoError(t, err)
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	addr, _, err := s.Serve(sctx, "127.0.0.1:0")
+	access, err := stack.AdminAuth{}.Resolve("127.0.0.1:0") // loopback: the local user, an operator
+	require.NoError(t, err)
+	addr, _, err := s.Serve(sctx, "127.0.0.1:0", access)
 	require.NoError(t, err)
 
-	const callerTrace, callerSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/admin/plans/"+p.ID.String()+"/approve", nil)
+	// As the admin's page does: the plan page gives the CSRF cookie and
+	// token, the form posts them back from the same origin.
+	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	base := "http://" + addr
+	page, err := client.Get(base + "/admin/plans/" + p.ID.String())
+	require.NoError(t, err)
+	body, err := io.ReadAll(page.Body)
+	require.NoError(t, err)
+	require.NoError(t, page.Body.Close())
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(body)
+	require.NotNil(t, csrf, "the plan page carries the CSRF token")
+
+	const callerTrace, callerSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/admin/plans/"+p.ID.String()+"/approve",
+		strings.NewReader(url.Values{"csrf": {string(csrf[1])}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", base)
 	req.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Do(req)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())

@@ -23,6 +23,10 @@ type Entry struct {
 	Source string // plan, approval, download, operation, handoff, decision
 	Event  string
 	Detail string
+	// RunID is the run the line is about (a hand-off's run, an
+	// operation's or a decision's), empty when none: the admin links it to
+	// the engine's UI.
+	RunID string
 }
 
 // Merge returns the entries of every list in one list, oldest first; entries
@@ -37,7 +41,7 @@ func Merge(lists ...[]Entry) []Entry {
 }
 
 // Read runs an owner's timeline query on q and scans its rows, whose
-// columns are at, source, event and detail in that order.
+// columns are at, source, event, detail and run id in that order.
 func Read(ctx context.Context, q dbtx.DBTX, sql string, args ...any) ([]Entry, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {

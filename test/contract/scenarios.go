@@ -402,6 +402,7 @@ func retryLimit(w *world) {
 	require.NoError(w.t, err)
 	require.Len(w.t, dead, 1)
 	require.Equal(w.t, id, dead[0].ID)
+
 }
 
 func nonRetryable(w *world) {

@@ -15,7 +15,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -162,8 +164,9 @@ type Stack struct {
 	health        *workerHealth // set by runWorker
 	plans         *plans.Service
 	metrics       *prometheus.Registry
-	admin         *admin.Server
 	tracing       Tracing
+	runs          port.Admin
+	namespace     string // the Temporal namespace, for the UI's links
 }
 
 // With builds the wiring from the flags (secrets from the environment),
@@ -187,7 +190,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	s := &Stack{log: log, registry: port.NewRegistry(), metrics: newMetricsRegistry()}
+	s := &Stack{log: log, registry: port.NewRegistry(), metrics: newMetricsRegistry(), namespace: c.TemporalNamespace}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -209,7 +212,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	}
 	err = app.Register(s.registry, app.Deps{
 		Pool: s.bizPool, Downloader: qbt, Files: activities.LocalFiles{},
-		Config: activities.Config{DownloadDir: c.DownloadDir, WebhookURL: c.WebhookURL, Logger: log},
+		Config: activities.Config{DownloadDir: c.DownloadDir, LibraryRoot: c.LibraryRoot, WebhookURL: c.WebhookURL, Logger: log},
 	})
 	if err != nil {
 		return nil, err
@@ -238,13 +241,10 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 		Logger: log, Metrics: newOutboxMetrics(s.metrics), TracerProvider: tp}); err != nil {
 		return nil, err
 	}
-	if s.plans, err = plans.New(s.bizPool, plans.Config{LibraryRoot: c.LibraryRoot, Logger: log}); err != nil {
+	if s.plans, err = plans.New(s.bizPool, plans.Config{LibraryRoot: c.LibraryRoot, DownloadDir: c.DownloadDir, Logger: log}); err != nil {
 		return nil, err
 	}
-	s.admin, err = admin.New(s.bizPool, s.plans, lister, s.registry, log, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
-	if err != nil {
-		return nil, err
-	}
+	s.runs = lister
 	return s, nil
 }
 
@@ -293,19 +293,38 @@ func (s *Stack) Close() {
 // Plans is the business API.
 func (s *Stack) Plans() *plans.Service { return s.plans }
 
-// Serve runs the admin handler on addr until ctx ends and returns the bound
-// address and a channel that reports why serving stopped.
-func (s *Stack) Serve(ctx context.Context, addr string) (string, <-chan error, error) {
-	return listenAndServe(ctx, addr, s.tracing.HTTP(s.admin, "admin"))
+// Engine is the process's engine (not started: Start is RunWorker's).
+func (s *Stack) Engine() port.TaskEngine { return s.engine }
+
+// Runs is the engine's operator surface.
+func (s *Stack) Runs() port.Admin { return s.runs }
+
+// Serve runs the admin handler on addr, authenticated as access says (see
+// AdminAuth.Resolve), until ctx ends and returns the bound address and a
+// channel that reports why serving stopped.
+func (s *Stack) Serve(ctx context.Context, addr string, access AdminAccess) (string, <-chan error, error) {
+	cfg := admin.Config{Pool: s.bizPool, Plans: s.plans, Runs: s.runs, Registry: s.registry, Logger: s.log,
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Auth: access.Auth, Origins: access.Origins}
+	if s.temporal != nil && access.TemporalUI != "" {
+		base, ns := strings.TrimRight(access.TemporalUI, "/"), s.namespace
+		cfg.RunURL = func(id port.RunID) string {
+			return base + "/namespaces/" + url.PathEscape(ns) + "/workflows/" + url.PathEscape(temporaladapter.WorkflowID(id))
+		}
+	}
+	h, err := admin.New(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	return listenAndServe(ctx, addr, s.tracing.HTTP(h, "admin"))
 }
 
 // RunAdmin serves the admin handler on addr until ctx ends.
-func (s *Stack) RunAdmin(ctx context.Context, addr string) error {
-	bound, served, err := s.Serve(ctx, addr)
+func (s *Stack) RunAdmin(ctx context.Context, addr string, access AdminAccess) error {
+	bound, served, err := s.Serve(ctx, addr, access)
 	if err != nil {
 		return err
 	}
-	s.log.Info("admin serving", slog.String("url", "http://"+bound+"/admin"))
+	s.log.Info("admin serving", slog.String("url", "http://"+bound+"/admin"), slog.String("auth", access.Mode))
 	select {
 	case <-ctx.Done():
 		return nil

@@ -1,0 +1,125 @@
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+)
+
+// MaxBody caps the body of a state-changing request: a form with a note.
+const MaxBody = 64 << 10
+
+// The CSRF defence is a double-submit token: a random per-browser-session
+// cookie that every form repeats in a hidden field. Another site can make
+// the browser send the cookie but cannot read it to fill the field.
+const (
+	csrfCookie = "taskport_csrf"
+	csrfField  = "csrf"
+)
+
+type identityKey struct{}
+
+// identityOf is who made r, as guard put it there.
+func identityOf(r *http.Request) Identity {
+	id, _ := r.Context().Value(identityKey{}).(Identity)
+	return id
+}
+
+// guard admits r to h only if it is authenticated with at least role need
+// (401, 403 otherwise); a state change must also come from an admin page
+// (Origin or Sec-Fetch-Site), carry the session's CSRF token and fit in
+// MaxBody (403, 413). A refused request reaches no handler, so it writes
+// nothing.
+func (s *Server) guard(need Role, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := s.auth.identify(r)
+		if !ok {
+			if c := s.auth.challenge(); c != "" {
+				w.Header().Set("WWW-Authenticate", c)
+			}
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		if id.Role < need {
+			http.Error(w, fmt.Sprintf("forbidden: this needs the %s role; %s is a %s", need, id.User, id.Role), http.StatusForbidden)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if err := s.sameOrigin(r); err != nil {
+				http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+			if err := r.ParseForm(); err != nil {
+				if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+					http.Error(w, fmt.Sprintf("request body larger than %d bytes", MaxBody), http.StatusRequestEntityTooLarge)
+					return
+				}
+				http.Error(w, "unreadable form", http.StatusBadRequest)
+				return
+			}
+			if !csrfMatches(r) {
+				http.Error(w, "forbidden: missing or stale CSRF token; reload the page", http.StatusForbidden)
+				return
+			}
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+	}
+}
+
+// sameOrigin fails closed: a state change needs an Origin naming this
+// admin, or, from a browser that sends no Origin, Sec-Fetch-Site:
+// same-origin. A request with neither is refused.
+func (s *Server) sameOrigin(r *http.Request) error {
+	site := r.Header.Get("Sec-Fetch-Site")
+	if site != "" && site != "same-origin" {
+		return fmt.Errorf("a %s request cannot change anything", site)
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || (u.Host != r.Host && !slices.Contains(s.origins, origin)) {
+			return fmt.Errorf("origin %q is not this admin", origin)
+		}
+		return nil
+	}
+	if site == "same-origin" {
+		return nil
+	}
+	return errors.New("a state change needs an Origin or Sec-Fetch-Site header")
+}
+
+func csrfMatches(r *http.Request) bool {
+	c, err := r.Cookie(csrfCookie)
+	field := r.PostFormValue(csrfField)
+	return err == nil && c.Value != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(field)) == 1
+}
+
+// session is what a page needs to know about its viewer: who they are,
+// whether to show actions, and the CSRF token its forms repeat.
+type session struct {
+	User   string
+	Role   Role
+	CanAct bool
+	CSRF   string
+}
+
+// session returns r's session, setting the CSRF cookie when r has none.
+func (s *Server) session(w http.ResponseWriter, r *http.Request) session {
+	id := identityOf(r)
+	out := session{User: id.User, Role: id.Role, CanAct: id.Role >= RoleOperator}
+	if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) >= 26 {
+		out.CSRF = c.Value
+		return out
+	}
+	out.CSRF = rand.Text()
+	http.SetCookie(w, &http.Cookie{
+		Name: csrfCookie, Value: out.CSRF, Path: "/admin", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
+	})
+	return out
+}

@@ -1,0 +1,39 @@
+package stack
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Without --auth only loopback is served, and every request acts as the
+// local OS user; --insecure-no-auth opens it as "anonymous".
+func TestAdminAuthResolve(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:8080": true, "localhost:8080": true, "[::1]:8080": true, "127.0.0.2:0": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.1:8080": false, "admin.example:8080": false, "nonsense": false,
+	} {
+		a, err := AdminAuth{}.Resolve(addr)
+		if !ok {
+			require.ErrorContains(t, err, "not a loopback address", addr)
+			continue
+		}
+		require.NoError(t, err, addr)
+		require.Equal(t, "loopback", a.Mode)
+		require.Regexp(t, `^local:.+`, a.Auth.Local)
+	}
+	a, err := AdminAuth{InsecureNoAuth: true}.Resolve(":8080")
+	require.NoError(t, err)
+	require.Equal(t, "anonymous", a.Auth.Local)
+
+	a, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Auth-Request-User", ProxyFrom: []string{"10.0.0.0/8", "192.0.2.7"}}.Resolve(":8080")
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32")}, a.Auth.Proxy.From)
+	_, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Forwarded-User", ProxyFrom: []string{"not-a-net"}}.Resolve(":8080")
+	require.ErrorContains(t, err, "not-a-net")
+
+	t.Setenv("ADMIN_TOKENS", "")
+	_, err = AdminAuth{Mode: "token"}.Resolve(":8080")
+	require.ErrorContains(t, err, "taskport admin token")
+}

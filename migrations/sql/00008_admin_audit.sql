@@ -1,0 +1,30 @@
+-- Admin (issue 11): audit and lists.
+--
+-- plan.cancel_requested_by: who requested a plan's cancel. Approvals
+-- (approval.decided_by), decision resolutions (decision.resolved_by) and
+-- outbox retries (outbox_event.retried_by) already record who acted; a
+-- cancel recorded only why. Rows from before this migration read ''.
+--
+-- The plans list of /admin pages newest first by keyset (created_at, id),
+-- with or without a status filter, and searches titles by substring: each
+-- has an index, so a page stays an index scan at a million plans
+-- (acquisition's TestPlanListUsesIndexes shows the plans). Search by id is
+-- the primary key, by info hash plan_info_hash. pg_trgm is a trusted
+-- extension (Postgres 13+): the database owner may create it.
+
+-- +goose Up
+ALTER TABLE plan ADD COLUMN cancel_requested_by text NOT NULL DEFAULT '';
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE INDEX plan_newest ON plan (created_at DESC, id DESC);
+CREATE INDEX plan_status_newest ON plan (status, created_at DESC, id DESC);
+CREATE INDEX plan_title_trgm ON plan USING gin (title gin_trgm_ops);
+-- A dead letter's retry looks for the decision its run opened.
+CREATE INDEX decision_run ON decision (run_id);
+
+-- +goose Down
+-- pg_trgm stays: another schema in the database may use it.
+DROP INDEX decision_run;
+DROP INDEX plan_title_trgm;
+DROP INDEX plan_status_newest;
+DROP INDEX plan_newest;
+ALTER TABLE plan DROP COLUMN cancel_requested_by;
