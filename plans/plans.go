@@ -626,7 +626,6 @@ func (s *Service) Decision(ctx context.Context, decisionID string) (acquisition.
 	return acquisition.GetDecision(ctx, s.pool, id)
 }
 
-
 // ResolveDecision resolves an open decision as retry or abandon and enqueues
 // decision.resolve, which carries it out (acquisition.RetryEffect and
 // AbandonEffect say what that does; the Ack repeats it). A retry that cannot
