@@ -216,6 +216,11 @@ func stepError(name, activityName string, so port.StepOptions, err error) *port.
 			attempts = attempt
 		}
 	}
+	// Retries ran out: every attempt was spent, whatever attempt the cause
+	// chain names (a timeout can carry an earlier attempt's failure).
+	if actErr != nil && actErr.RetryState() == enumspb.RETRY_STATE_MAXIMUM_ATTEMPTS_REACHED && so.Retry.MaxAttempts > 0 {
+		attempts = so.Retry.MaxAttempts
+	}
 	return enginekit.StepFailed(name, activityName, attempts, msg, nonRetryable)
 }
 

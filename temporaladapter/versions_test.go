@@ -70,6 +70,10 @@ func TestRecordHistories(t *testing.T) {
 	for _, id := range []port.RunID{old, renamed, waited} {
 		h.waitStatus(id, port.StatusWaiting)
 	}
+	// Nothing in flight when v1 stops: the dev server can lose a task
+	// handed to a stopping worker (Features.LosesPolledTasksOnStop), and
+	// its retry would wait out the step's timeout.
+	h.waitStatus(three, port.StatusSucceeded)
 	require.NoError(t, v1.Stop(ctx))
 
 	both := h.engine(temporaladapter.Config{}, append(kinds.Definitions(false), kinds.VersionTwo())...)
