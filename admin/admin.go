@@ -40,6 +40,8 @@ type Server struct {
 	log    *slog.Logger
 	pages  *template.Template
 	router *http.ServeMux
+	// retention is the retention setting the footer shows (SetRetention).
+	retention string
 }
 
 // New builds the handler. metrics, when non-nil, is mounted at /metrics.
@@ -50,7 +52,9 @@ func New(pool *pgxpool.Pool, svc *plans.Service, runs port.Admin, reg *port.Regi
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	s := &Server{pool: pool, plans: svc, runs: runs, reg: reg, log: log, router: http.NewServeMux()}
 	pages, err := template.New("").Funcs(template.FuncMap{
+		"retention": func() string { return s.retention },
 		"ago": func(t time.Time) string {
 			if t.IsZero() {
 				return ""
@@ -61,7 +65,7 @@ func New(pool *pgxpool.Pool, svc *plans.Service, runs port.Admin, reg *port.Regi
 	if err != nil {
 		return nil, fmt.Errorf("admin templates: %w", err)
 	}
-	s := &Server{pool: pool, plans: svc, runs: runs, reg: reg, log: log, pages: pages, router: http.NewServeMux()}
+	s.pages = pages
 	s.router.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	s.router.HandleFunc("GET /readyz", s.ready)
 	s.router.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/admin", http.StatusFound) })
@@ -77,6 +81,11 @@ func New(pool *pgxpool.Pool, svc *plans.Service, runs port.Admin, reg *port.Regi
 	}
 	return s, nil
 }
+
+// SetRetention records the retention setting (retention.Policy.String) for
+// the pages' footer, so operators see how long finished runs are kept. Call
+// it before serving.
+func (s *Server) SetRetention(setting string) { s.retention = setting }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 

@@ -9,6 +9,8 @@ package leaseadapter
 // CTEs reading from it), so a stale claim writes nothing; they return the
 // number of task rows matched (0 = fenced) and the commit time.
 
+import "github.com/taskport/taskport/internal/runstore"
+
 // notifyChannel carries wake-up hints: "e:<worker id>" (a run was enqueued
 // by that process, which woke its own worker already) or an empty payload
 // mean "work may be ready"; "c:<run id>" means "this run was canceled".
@@ -363,3 +365,49 @@ WITH o AS (
   DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t WHERE status = 'canceled')
 )
 SELECT old FROM t`
+
+// pruneRunsSQL is the retention of lease runs (package retention): it
+// deletes the runs runstore.PrunableRunsCTE selects with their task rows and
+// step results, in one statement so that the three commit together, and
+// counts each. (The AFTER DELETE triggers of migration 00004 find nothing
+// left to cascade; waiters go by their foreign key.)
+const pruneRunsSQL = runstore.PrunableRunsCTE + `, s AS (
+  DELETE FROM taskport_lease.step_result WHERE task_id IN (SELECT id FROM r) RETURNING 1
+), t AS (
+  DELETE FROM taskport_lease.task WHERE id IN (SELECT id FROM r) RETURNING 1
+), d AS (
+  DELETE FROM taskport.run WHERE id IN (SELECT id FROM r) RETURNING 1
+)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM t), (SELECT count(*) FROM s)`
+
+// pruneSignalsSQL deletes up to $2 consumed signals consumed more than $1
+// ms ago, and up to $2 signals never consumed and sent more than $1 ms ago
+// whose target is not an open run: an early signal that no run came to wait
+// for within the age expires, and a signal sent to a run that then ended is
+// never consumed. A signal to a run still open is kept whatever its age.
+const pruneSignalsSQL = `
+WITH c AS (
+  SELECT id FROM taskport_lease.task_signal
+  WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond'
+  ORDER BY consumed_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), u AS (
+  SELECT s.id FROM taskport_lease.task_signal s
+  WHERE s.consumed_by IS NULL AND s.created_at < now() - $1 * interval '1 millisecond'
+    AND NOT EXISTS (SELECT 1 FROM taskport_lease.task t
+                    WHERE t.id = s.target AND t.status IN ('pending', 'running', 'waiting'))
+  ORDER BY s.created_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM taskport_lease.task_signal WHERE id IN (SELECT id FROM c UNION ALL SELECT id FROM u)`
+
+// signalLagSQL is pruneSignalsSQL's lag in ms, 0 when nothing is prunable.
+const signalLagSQL = `
+SELECT coalesce(max(extract(epoch FROM now() - at) * 1000 - $1), 0)::bigint FROM (
+  SELECT (SELECT min(consumed_at) FROM taskport_lease.task_signal
+          WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond')
+  UNION ALL
+  SELECT (SELECT s.created_at FROM taskport_lease.task_signal s
+          WHERE s.consumed_by IS NULL AND s.created_at < now() - $1 * interval '1 millisecond'
+            AND NOT EXISTS (SELECT 1 FROM taskport_lease.task t
+                            WHERE t.id = s.target AND t.status IN ('pending', 'running', 'waiting'))
+          ORDER BY s.created_at LIMIT 1)
+) x(at)`

@@ -33,6 +33,7 @@ import (
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
+	"github.com/taskport/taskport/retention"
 	"github.com/taskport/taskport/temporaladapter"
 )
 
@@ -57,12 +58,18 @@ type Config struct {
 	Concurrency       int
 	StopTimeout       time.Duration
 	ReconcileInterval time.Duration
-	LibraryRoot       string
-	DownloadDir       string
-	QBittorrentURL    string
-	QBittorrentUser   string
-	QBittorrentPass   string
-	WebhookURL        string
+	// Retention is the cleaner's policy (package retention; zero fields
+	// take its defaults); a negative Interval runs no cleaner in this
+	// process.
+	Retention       retention.Policy
+	LibraryRoot     string
+	DownloadDir     string
+	QBittorrentURL  string
+	QBittorrentUser string
+	QBittorrentPass string
+	WebhookURL      string
+
+	envErr error // an environment fallback that did not parse (durationEnv)
 }
 
 // Bind adds the flags to fs.
@@ -86,6 +93,16 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process")
+	fs.DurationVar(&c.Retention.Completed, "retention-completed", c.durationEnv("RETENTION_COMPLETED", retention.DefaultCompleted),
+		"delete succeeded runs (and dispatched outbox rows, consumed or expired signals, waiters of ended runs) this long after they "+
+			"finished; an idempotency key is free again once its run is deleted; negative: keep forever (env RETENTION_COMPLETED)")
+	fs.DurationVar(&c.Retention.Canceled, "retention-canceled", c.durationEnv("RETENTION_CANCELED", retention.DefaultCanceled),
+		"delete canceled runs this long after they finished; negative: keep forever (env RETENTION_CANCELED)")
+	fs.DurationVar(&c.Retention.Failed, "retention-failed", c.durationEnv("RETENTION_FAILED", retention.DefaultFailed),
+		"delete failed runs (dead letters) this long after they finished; negative: keep forever (env RETENTION_FAILED)")
+	fs.DurationVar(&c.Retention.Interval, "retention-interval", c.durationEnv("RETENTION_INTERVAL", retention.DefaultInterval),
+		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); negative: never in this process "+
+			"(env RETENTION_INTERVAL)")
 	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
 	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
@@ -102,6 +119,21 @@ func (c *Config) SecretsFromEnv() {
 	c.WebhookURL = orEnv(c.WebhookURL, "WEBHOOK_URL")
 }
 
+// durationEnv is the duration in the environment variable key, or def when
+// it is unset. A value that does not parse is reported by validate.
+func (c *Config) durationEnv(key string, def time.Duration) time.Duration {
+	v := EnvOr(key, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		c.envErr = errors.Join(c.envErr, fmt.Errorf("%s: %w", key, err))
+		return def
+	}
+	return d
+}
+
 func orEnv(v, key string) string {
 	if v != "" {
 		return v
@@ -110,6 +142,9 @@ func orEnv(v, key string) string {
 }
 
 func (c *Config) validate() error {
+	if c.envErr != nil {
+		return c.envErr
+	}
 	if c.Engine != "temporal" && c.Engine != "lease" {
 		return fmt.Errorf("--engine must be temporal or lease, got %q", c.Engine)
 	}
@@ -148,6 +183,8 @@ type Stack struct {
 	plans         *plans.Service
 	metrics       *prometheus.Registry
 	admin         *admin.Server
+	// cleaner prunes finished runs; nil when --retention-interval is negative.
+	cleaner *retention.Cleaner
 }
 
 // With builds the wiring from the flags (secrets from the environment),
@@ -231,6 +268,18 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	s.admin, err = admin.New(s.bizPool, s.plans, lister, s.registry, log, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	if err != nil {
 		return nil, err
+	}
+	policy := c.Retention.WithDefaults()
+	s.admin.SetRetention(policy.String())
+	if policy.Interval > 0 {
+		p, ok := s.engine.(interface{ Pruner() retention.Pruner })
+		if !ok {
+			return nil, errors.New("engine offers no retention pruner")
+		}
+		if s.cleaner, err = retention.New(s.bizPool, []retention.Pruner{p.Pruner(), outbox.Pruner(s.bizPool)}, retention.Config{
+			Policy: policy, Logger: log, Metrics: newRetentionMetrics(s.metrics)}); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

@@ -1,0 +1,65 @@
+package stack
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit"
+)
+
+// The worker runs the retention cleaner with the flags' defaults: a run
+// that succeeded eight days ago goes at once, one of six days stays. The
+// deletes reach /metrics, and the admin pages show the setting.
+func TestWorkerRunsRetention(t *testing.T) {
+	s := testStack(t, "lease", "", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := s.bizPool.Exec(ctx, `
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, finished_at)
+VALUES (gen_random_uuid(), 'lease', 'k', 1, 'eight-days', '{}', 'succeeded', now() - interval '8 days'),
+       (gen_random_uuid(), 'lease', 'k', 1, 'six-days', '{}', 'succeeded', now() - interval '6 days')`)
+	require.NoError(t, err)
+
+	addr := testkit.FreeAddr(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.RunWorker(ctx, Config{Engine: "lease", StopTimeout: 5 * time.Second}, addr, true)
+	}()
+	waitReady(t, addr)
+	keys := func() []string {
+		rows, err := s.bizPool.Query(ctx, `SELECT idempotency_key FROM taskport.run ORDER BY 1`)
+		require.NoError(t, err)
+		var out []string
+		for rows.Next() {
+			var k string
+			require.NoError(t, rows.Scan(&k))
+			out = append(out, k)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	require.Eventually(t, func() bool { return len(keys()) == 1 }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, []string{"six-days"}, keys())
+
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), `taskport_retention_deleted_rows_total{table="taskport.run"} 1`)
+	require.Contains(t, string(body), `taskport_retention_lag_seconds{table="taskport.run"} 0`)
+
+	page := httptest.NewRecorder()
+	s.admin.ServeHTTP(page, httptest.NewRequest(http.MethodGet, "/admin", nil))
+	require.Equal(t, http.StatusOK, page.Code)
+	require.Contains(t, page.Body.String(), "Retention: completed 168h0m0s, canceled 168h0m0s, failed 720h0m0s, every 1m0s.")
+
+	cancel()
+	require.NoError(t, <-done)
+}

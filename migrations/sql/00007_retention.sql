@@ -1,0 +1,32 @@
+-- Retention (issue 14): the indexes the cleaner's deletes read, so that each
+-- batch costs its LIMIT, not the size of the table (package retention).
+--
+-- run_finished: terminal runs by engine and status, oldest finish first. The
+-- cleaner deletes a status's runs older than that status's age; the
+-- predicate is the cleaner's own guard (its statements repeat it), so the
+-- index holds no open run and an open run can never be selected.
+--
+-- waiter_since: waiters oldest first; the cleaner drops those whose run is
+-- terminal (a Temporal run terminated or reset while waiting leaves its row).
+--
+-- task_signal_consumed / task_signal_unconsumed: consumed signals by
+-- consume time, and signals still unconsumed (nobody waited, or their target
+-- ended) by creation time.
+--
+-- outbox_event_dispatched: dispatched rows by dispatch time. Failed rows are
+-- dead letters waiting for an operator and are never pruned.
+
+-- +goose Up
+CREATE INDEX run_finished ON taskport.run (engine, status, finished_at)
+    WHERE status IN ('succeeded', 'failed', 'canceled');
+CREATE INDEX waiter_since ON taskport.waiter (since);
+CREATE INDEX task_signal_consumed ON taskport_lease.task_signal (consumed_at) WHERE consumed_by IS NOT NULL;
+CREATE INDEX task_signal_unconsumed_age ON taskport_lease.task_signal (created_at) WHERE consumed_by IS NULL;
+CREATE INDEX outbox_event_dispatched ON outbox_event (dispatched_at) WHERE status = 'dispatched';
+
+-- +goose Down
+DROP INDEX outbox_event_dispatched;
+DROP INDEX taskport_lease.task_signal_unconsumed_age;
+DROP INDEX taskport_lease.task_signal_consumed;
+DROP INDEX taskport.waiter_since;
+DROP INDEX taskport.run_finished;
