@@ -58,6 +58,8 @@ SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2
 // claim costs O(backlog): with 500 runs queued, 3-15 ms per claim instead of
 // 0.1. Turning off bitmap and sequential scans leaves the ordered index scan
 // of task_ready, which stops after LIMIT rows whatever the backlog.
+//
+// The signal prune (pruneSignalsSQL) runs after it too, for the same reason.
 const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
 
 // claimSQL takes up to $2 ready runs of the served "<kind>@<version>" pairs
@@ -385,6 +387,10 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM t), (SELECT count(*) FROM
 // whose target is not an open run: an early signal that no run came to wait
 // for within the age expires, and a signal sent to a run that then ended is
 // never consumed. A signal to a run still open is kept whatever its age.
+// It runs after claimPlanSQL: unpinned, a planner without statistics sorts
+// every old unconsumed signal for the LIMIT, or hashes the whole task table
+// for the open-run check, instead of walking task_signal_unconsumed_age in
+// order and probing task_pkey per row.
 const pruneSignalsSQL = `
 WITH c AS (
   SELECT id FROM taskport_lease.task_signal
@@ -396,8 +402,10 @@ WITH c AS (
     AND NOT EXISTS (SELECT 1 FROM taskport_lease.task t
                     WHERE t.id = s.target AND t.status IN ('pending', 'running', 'waiting'))
   ORDER BY s.created_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), x AS MATERIALIZED (
+  SELECT id FROM c UNION ALL SELECT id FROM u
 )
-DELETE FROM taskport_lease.task_signal WHERE id IN (SELECT id FROM c UNION ALL SELECT id FROM u)`
+DELETE FROM taskport_lease.task_signal WHERE id IN (SELECT id FROM x)`
 
 // signalLagSQL is pruneSignalsSQL's lag in ms, 0 when nothing is prunable.
 const signalLagSQL = `

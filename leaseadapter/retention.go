@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/retention"
 )
@@ -30,7 +32,15 @@ func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("prune lease runs: %w", runstore.InterpretError(err))
 	}
-	tag, err := l.e.pool.Exec(ctx, pruneSignalsSQL, runstore.AgeArg(p.Completed), limit)
+	var signals int64
+	err = pgx.BeginFunc(ctx, l.e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, pruneSignalsSQL, runstore.AgeArg(p.Completed), limit)
+		signals = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("prune signals: %w", runstore.InterpretError(err))
 	}
@@ -39,7 +49,7 @@ func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (
 		return nil, err
 	}
 	return retention.Deleted{runstore.TableRun: runs, tableTask: tasks, tableStepResult: steps,
-		tableSignal: tag.RowsAffected(), runstore.TableWaiter: waiters}, nil
+		tableSignal: signals, runstore.TableWaiter: waiters}, nil
 }
 
 // Lag reports the run lag for the run, task and step_result tables alike:

@@ -1,0 +1,156 @@
+package pgtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvBacklog names the variable that sets how many finished rows the
+// plan tests seed (BacklogRows); unset, a million.
+const EnvBacklog = "TASKPORT_EXPLAIN_ROWS"
+
+// BacklogRows is the size of the finished backlog the plan tests seed:
+// TASKPORT_EXPLAIN_ROWS, or 1,000,000 (the issue's million-run backlog).
+func BacklogRows(tb testing.TB) int {
+	tb.Helper()
+	v := os.Getenv(EnvBacklog)
+	if v == "" {
+		return 1_000_000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("pgtest: %s=%q: want a positive number of rows", EnvBacklog, v)
+	}
+	return n
+}
+
+// Querier is what Explain needs: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// PlanNode is one node of an EXPLAIN (FORMAT JSON) plan.
+type PlanNode struct {
+	NodeType string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
+	Plans    []PlanNode `json:"Plans"`
+}
+
+// Plan is the plan of one statement, as EXPLAIN (FORMAT JSON) returns it.
+type Plan struct {
+	Root PlanNode
+	Raw  string
+}
+
+// Explain plans sql with args (a custom plan: the values are known when it
+// is planned, as for the first executions of a prepared statement).
+func Explain(tb testing.TB, q Querier, sql string, args ...any) Plan {
+	tb.Helper()
+	var raw []byte
+	if err := q.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
+		tb.Fatalf("pgtest: explain: %v\n%s", err, sql)
+	}
+	var out []struct {
+		Plan PlanNode `json:"Plan"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
+		tb.Fatalf("pgtest: explain output %q: %v", raw, err)
+	}
+	return Plan{Root: out[0].Plan, Raw: string(raw)}
+}
+
+// Walk calls fn for every node, depth first.
+func (p Plan) Walk(fn func(PlanNode)) {
+	var walk func(PlanNode)
+	walk = func(n PlanNode) {
+		fn(n)
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(p.Root)
+}
+
+// String is the plan as one line of nodes, e.g. "Limit > Index Scan
+// (task_ready on task)".
+func (p Plan) String() string {
+	var parts []string
+	p.Walk(func(n PlanNode) {
+		s := n.NodeType
+		if n.Index != "" {
+			s += fmt.Sprintf(" (%s on %s)", n.Index, n.Relation)
+		} else if n.Relation != "" {
+			s += " (" + n.Relation + ")"
+		}
+		parts = append(parts, s)
+	})
+	return strings.Join(parts, " > ")
+}
+
+// RequireIndexed fails tb unless the plan reads every table through an
+// index, with no sequential scan and no sort of table rows (either costs
+// the size of the backlog, not the LIMIT), and uses each of indexes. A sort
+// of a CTE's rows (already bounded by the CTE's LIMIT, e.g. to dedupe ids
+// for a semi-join) is allowed.
+func (p Plan) RequireIndexed(tb testing.TB, name string, indexes ...string) {
+	tb.Helper()
+	used := map[string]bool{}
+	var bad []string
+	p.Walk(func(n PlanNode) {
+		used[n.Index] = true
+		switch n.NodeType {
+		case "Seq Scan":
+			bad = append(bad, "Seq Scan on "+n.Relation)
+		case "Sort", "Incremental Sort":
+			if readsTable(n) {
+				bad = append(bad, n.NodeType+" of table rows")
+			}
+		}
+	})
+	if len(bad) > 0 {
+		tb.Errorf("%s: %s in the plan: %s", name, strings.Join(bad, ", "), p)
+	}
+	for _, ix := range indexes {
+		if !used[ix] {
+			tb.Errorf("%s: index %s not used: %s", name, ix, p)
+		}
+	}
+	tb.Logf("%s: %s", name, p)
+}
+
+// readsTable reports whether a node or one below it scans a table.
+func readsTable(n PlanNode) bool {
+	if n.Relation != "" {
+		return true
+	}
+	for _, c := range n.Plans {
+		if readsTable(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// RequireNeverAnalyzed fails tb when one of tables has statistics: the
+// plan tests assert what the planner does before the first ANALYZE (a
+// fresh table, or autovacuum behind a burst).
+func RequireNeverAnalyzed(tb testing.TB, q Querier, tables ...string) {
+	tb.Helper()
+	for _, t := range tables {
+		var reltuples float64
+		if err := q.QueryRow(context.Background(), `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, t).Scan(&reltuples); err != nil {
+			tb.Fatalf("pgtest: reltuples of %s: %v", t, err)
+		}
+		if reltuples >= 0 {
+			tb.Fatalf("pgtest: %s was analyzed (reltuples %.0f)", t, reltuples)
+		}
+	}
+}
