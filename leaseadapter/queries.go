@@ -58,9 +58,7 @@ SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2
 // claim costs O(backlog): with 500 runs queued, 3-15 ms per claim instead of
 // 0.1. Turning off bitmap and sequential scans leaves the ordered index scan
 // of task_ready, which stops after LIMIT rows whatever the backlog.
-//
-// The signal prune (pruneSignalsSQL) runs after it too, for the same reason.
-const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+const claimPlanSQL = runstore.PlanPinSQL
 
 // claimSQL takes up to $2 ready runs of the served "<kind>@<version>" pairs
 // ($1; a filter, not a join, so that the rows keep the index order) in one
@@ -387,7 +385,7 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM t), (SELECT count(*) FROM
 // whose target is not an open run: an early signal that no run came to wait
 // for within the age expires, and a signal sent to a run that then ended is
 // never consumed. A signal to a run still open is kept whatever its age.
-// It runs after claimPlanSQL: unpinned, a planner without statistics sorts
+// It runs after runstore.PlanPinSQL: unpinned, a planner without statistics sorts
 // every old unconsumed signal for the LIMIT, or hashes the whole task table
 // for the open-run check, instead of walking task_signal_unconsumed_age in
 // order and probing task_pkey per row.

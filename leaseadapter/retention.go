@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/retention"
 )
@@ -33,8 +34,8 @@ func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (
 		return nil, fmt.Errorf("prune lease runs: %w", runstore.InterpretError(err))
 	}
 	var signals int64
-	err = pgx.BeginFunc(ctx, l.e.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
+	err = dbtx.InTx(ctx, l.e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, runstore.PlanPinSQL); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, pruneSignalsSQL, runstore.AgeArg(p.Completed), limit)

@@ -110,24 +110,35 @@ SELECT coalesce(max(extract(epoch FROM now() - f.finished_at) * 1000 - f.age), 0
     $4::bigint
 ) f(finished_at, age)`
 
+// PlanPinSQL turns off sequential and bitmap scans for the rest of its
+// transaction. A statement that must walk an index in order and stop after
+// its LIMIT runs after it: without statistics (a table never analyzed, or
+// one that outgrew its last ANALYZE) the planner otherwise prefers to read
+// every matching row and sort them, which costs the size of the backlog.
+const PlanPinSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+
 // pruneWaitersSQL deletes up to $2 waiters registered more than $1 ms ago
 // whose run ended: nobody waits there any more (a Temporal run terminated or
-// reset while waiting). It walks waiter_since, so its cost is bounded by the
-// waiters older than the age, which are the open long waits and the orphans.
+// reset while waiting). It runs after PlanPinSQL and walks waiter_since,
+// checking each waiter's run by its key (a subquery, so that the planner
+// cannot turn it into a join over every ended run); its cost is bounded by
+// the waiters older than the age, which are the open long waits and the
+// orphans. The rows are deleted by their ctid, read under the row lock.
 const pruneWaitersSQL = `
 WITH w AS (
-  SELECT w.topic, w.run_id FROM taskport.waiter w JOIN taskport.run r ON r.id = w.run_id
-  WHERE w.since < now() - $1 * interval '1 millisecond' AND r.status IN ('succeeded', 'failed', 'canceled')
+  SELECT w.ctid FROM taskport.waiter w
+  WHERE w.since < now() - $1 * interval '1 millisecond'
+    AND (SELECT r.status FROM taskport.run r WHERE r.id = w.run_id) IN ('succeeded', 'failed', 'canceled')
   ORDER BY w.since LIMIT $2
-  FOR UPDATE OF w SKIP LOCKED
+  FOR UPDATE SKIP LOCKED
 )
-DELETE FROM taskport.waiter x USING w WHERE x.topic = w.topic AND x.run_id = w.run_id`
+DELETE FROM taskport.waiter WHERE ctid = ANY(ARRAY(SELECT ctid FROM w))`
 
 // waiterLagSQL is pruneWaitersSQL's lag: ms since the oldest orphaned waiter
 // became prunable, 0 when none.
 const waiterLagSQL = `
 SELECT coalesce((
-  SELECT (extract(epoch FROM now() - w.since) * 1000 - $1)::bigint
-  FROM taskport.waiter w JOIN taskport.run r ON r.id = w.run_id
-  WHERE w.since < now() - $1 * interval '1 millisecond' AND r.status IN ('succeeded', 'failed', 'canceled')
+  SELECT (extract(epoch FROM now() - w.since) * 1000 - $1)::bigint FROM taskport.waiter w
+  WHERE w.since < now() - $1 * interval '1 millisecond'
+    AND (SELECT r.status FROM taskport.run r WHERE r.id = w.run_id) IN ('succeeded', 'failed', 'canceled')
   ORDER BY w.since LIMIT 1), 0)`

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/retention"
 )
 
@@ -51,13 +54,21 @@ func RunLag(ctx context.Context, q DBTX, engine Engine, p retention.Policy) (tim
 }
 
 // PruneWaiters deletes up to limit waiters older than p.Completed whose run
-// ended.
-func PruneWaiters(ctx context.Context, q DBTX, p retention.Policy, limit int) (int64, error) {
-	tag, err := q.Exec(ctx, pruneWaitersSQL, AgeArg(p.Completed), limit)
+// ended, in a transaction of its own (under PlanPinSQL).
+func PruneWaiters(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
+	var n int64
+	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, PlanPinSQL); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, pruneWaitersSQL, AgeArg(p.Completed), limit)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("prune waiters: %w", InterpretError(err))
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // WaiterLag is PruneWaiters' lag.
@@ -73,10 +84,10 @@ func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, 
 // other rows (Temporal: the projection follows the Policy's ages; the
 // namespace's own retention stays Temporal's): its runs and orphaned
 // waiters.
-func Pruner(q DBTX, engine Engine) retention.Pruner { return runPruner{q: q, engine: engine} }
+func Pruner(db dbtx.DB, engine Engine) retention.Pruner { return runPruner{q: db, engine: engine} }
 
 type runPruner struct {
-	q      DBTX
+	q      dbtx.DB
 	engine Engine
 }
 

@@ -15,6 +15,10 @@
 --
 -- outbox_event_dispatched: dispatched rows by dispatch time. Failed rows are
 -- dead letters waiting for an operator and are never pruned.
+--
+-- Admin listings, which had to sort the whole table for their LIMIT:
+-- run_dead_letters serves the dead-letter list (failed runs, newest first),
+-- plan_created the plan list (newest first).
 
 -- +goose Up
 CREATE INDEX run_finished ON taskport.run (engine, status, finished_at)
@@ -23,8 +27,12 @@ CREATE INDEX waiter_since ON taskport.waiter (since);
 CREATE INDEX task_signal_consumed ON taskport_lease.task_signal (consumed_at) WHERE consumed_by IS NOT NULL;
 CREATE INDEX task_signal_unconsumed_age ON taskport_lease.task_signal (created_at) WHERE consumed_by IS NULL;
 CREATE INDEX outbox_event_dispatched ON outbox_event (dispatched_at) WHERE status = 'dispatched';
+CREATE INDEX run_dead_letters ON taskport.run (created_at, id) WHERE status = 'failed';
+CREATE INDEX plan_created ON plan (created_at, id);
 
 -- +goose Down
+DROP INDEX plan_created;
+DROP INDEX taskport.run_dead_letters;
 DROP INDEX outbox_event_dispatched;
 DROP INDEX taskport_lease.task_signal_unconsumed_age;
 DROP INDEX taskport_lease.task_signal_consumed;

@@ -31,6 +31,10 @@ func BacklogRows(tb testing.TB) int {
 	return n
 }
 
+// UsesParam reports whether a seeding statement takes the backlog size as
+// $1, so that one list of statements can mix both kinds.
+func UsesParam(sql string) bool { return strings.Contains(sql, "$1") }
+
 // Querier is what Explain needs: a pool, a connection or a transaction.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
