@@ -26,7 +26,7 @@ func seedBacklog(t *testing.T, pool *pgxpool.Pool, n int) (ids, tokens []uuid.UU
 	t.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	for _, sql := range []string{
+	pgtest.Seed(t, pool, n,
 		`ALTER TABLE taskport.run SET (autovacuum_enabled = off)`,
 		`ALTER TABLE taskport_lease.task SET (autovacuum_enabled = off)`,
 		`ALTER TABLE taskport_lease.step_result SET (autovacuum_enabled = off)`,
@@ -54,14 +54,7 @@ func seedBacklog(t *testing.T, pool *pgxpool.Pool, n int) (ids, tokens []uuid.UU
 		 SELECT 't' || g, '{}', NULL, now() - interval '2 days' + g * (interval '2 days' / $1),
 		   CASE WHEN g > 1000 THEN gen_random_uuid() END, CASE WHEN g > 1000 THEN now() - interval '2 days' + g * (interval '2 days' / $1) END
 		 FROM generate_series(1, $1::int / 5) g`,
-	} {
-		var args []any
-		if pgtest.UsesParam(sql) {
-			args = append(args, n)
-		}
-		_, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err, sql)
-	}
+	)
 	rows, err := pool.Query(ctx, `SELECT id, lease_token FROM taskport_lease.task WHERE status = 'running' AND lease_until > now()`)
 	require.NoError(t, err)
 	var id, token uuid.UUID

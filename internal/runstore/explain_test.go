@@ -18,9 +18,8 @@ import (
 // each waiting on a topic registered a day ago.
 func seedRuns(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
-	ctx := context.Background()
 	start := time.Now()
-	for _, sql := range []string{
+	pgtest.Seed(t, pool, n,
 		`ALTER TABLE taskport.run SET (autovacuum_enabled = off)`,
 		`ALTER TABLE taskport.waiter SET (autovacuum_enabled = off)`,
 		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, created_at, finished_at)
@@ -33,14 +32,7 @@ func seedRuns(t *testing.T, pool *pgxpool.Pool, n int) {
 		 FROM generate_series(1, 10000) g`,
 		`INSERT INTO taskport.waiter (topic, run_id, step, since)
 		 SELECT 't:' || id, id, 'wait', now() - interval '1 day' FROM taskport.run WHERE status = 'waiting'`,
-	} {
-		var args []any
-		if pgtest.UsesParam(sql) {
-			args = append(args, n)
-		}
-		_, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err, sql)
-	}
+	)
 	t.Logf("seeded %d finished runs and 10,000 waiting ones in %s", n, time.Since(start).Round(time.Millisecond))
 }
 
