@@ -88,7 +88,7 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 		// Every statement is prepared and run often, so Postgres may switch
 		// to a generic plan: both are checked. The claim and the signal
 		// prune run after the plan pin, as the engine runs them
-		// (claimPlanSQL is runstore.PlanPinSQL).
+		// (claimPlanSQL is dbtx.PinIndexScansSQL).
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode); err != nil {

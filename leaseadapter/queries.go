@@ -9,7 +9,10 @@ package leaseadapter
 // CTEs reading from it), so a stale claim writes nothing; they return the
 // number of task rows matched (0 = fenced) and the commit time.
 
-import "github.com/taskport/taskport/internal/runstore"
+import (
+	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/runstore"
+)
 
 // notifyChannel carries wake-up hints: "e:<worker id>" (a run was enqueued
 // by that process, which woke its own worker already) or an empty payload
@@ -58,7 +61,7 @@ SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2
 // claim costs O(backlog): with 500 runs queued, 3-15 ms per claim instead of
 // 0.1. Turning off bitmap and sequential scans leaves the ordered index scan
 // of task_ready, which stops after LIMIT rows whatever the backlog.
-const claimPlanSQL = runstore.PlanPinSQL
+const claimPlanSQL = dbtx.PinIndexScansSQL
 
 // claimSQL takes up to $2 ready runs of the served "<kind>@<version>" pairs
 // ($1; a filter, not a join, so that the rows keep the index order) in one
@@ -385,7 +388,7 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM t), (SELECT count(*) FROM
 // whose target is not an open run: an early signal that no run came to wait
 // for within the age expires, and a signal sent to a run that then ended is
 // never consumed. A signal to a run still open is kept whatever its age.
-// It runs after runstore.PlanPinSQL: unpinned, a planner without statistics sorts
+// It runs after dbtx.PinIndexScansSQL: unpinned, a planner without statistics sorts
 // every old unconsumed signal for the LIMIT, or hashes the whole task table
 // for the open-run check, instead of walking task_signal_unconsumed_age in
 // order and probing task_pkey per row.

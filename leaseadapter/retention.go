@@ -35,7 +35,7 @@ func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (
 	}
 	var signals int64
 	err = dbtx.InTx(ctx, l.e.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, runstore.PlanPinSQL); err != nil {
+		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, pruneSignalsSQL, runstore.AgeArg(p.Completed), limit)

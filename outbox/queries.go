@@ -65,7 +65,9 @@ ORDER BY at, source, event`
 
 // pruneSQL deletes up to $2 rows dispatched more than $1 ms ago (package
 // retention), oldest first, through outbox_event_dispatched. Pending and
-// failed rows are never selected.
+// failed rows are never selected. It runs after dbtx.PinIndexScansSQL:
+// unpinned, a planner without statistics reads every old row and sorts them
+// for the LIMIT.
 const pruneSQL = `
 WITH o AS (
   SELECT id FROM outbox_event

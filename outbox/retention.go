@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/retention"
 )
 
@@ -17,19 +20,27 @@ const TableEvent = "outbox_event"
 // pruned row inserts a new row, which is dispatched again: the engine's
 // Enqueue then returns the run of that key while taskport.run still records
 // it, which is at least as long, for a run that succeeded.
-func Pruner(q DBTX) retention.Pruner { return pruner{q: q} }
+func Pruner(db dbtx.DB) retention.Pruner { return pruner{q: db} }
 
-type pruner struct{ q DBTX }
+type pruner struct{ q dbtx.DB }
 
 func (o pruner) Prune(ctx context.Context, p retention.Policy, limit int) (retention.Deleted, error) {
 	if p.Completed < 0 {
 		return retention.Deleted{TableEvent: 0}, nil
 	}
-	tag, err := o.q.Exec(ctx, pruneSQL, p.Completed.Milliseconds(), limit)
+	var n int64
+	err := dbtx.InTx(ctx, o.q, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, pruneSQL, p.Completed.Milliseconds(), limit)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("prune outbox: %w", err)
 	}
-	return retention.Deleted{TableEvent: tag.RowsAffected()}, nil
+	return retention.Deleted{TableEvent: n}, nil
 }
 
 func (o pruner) Lag(ctx context.Context, p retention.Policy) (map[string]time.Duration, error) {

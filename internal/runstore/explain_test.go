@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 )
 
@@ -50,13 +51,13 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 
 	day := (24 * time.Hour).Milliseconds()
 	// The retention statements as PruneRuns, PruneWaiters and the lags run
-	// them: the waiter prune after PlanPinSQL.
+	// them: the waiter prune after dbtx.PinIndexScansSQL.
 	retention := func(tx pgx.Tx, stats string) {
 		pgtest.Explain(t, tx, pruneRunsSQL, EngineTemporal, day, day, day, 1000).
 			RequireIndexed(t, stats+" retention: runs", "run_finished", "run_pkey")
 		pgtest.Explain(t, tx, RunLagSQL, EngineTemporal, day, day, day).RequireIndexed(t, stats+" retention: run lag", "run_finished")
 		pgtest.Explain(t, tx, waiterLagSQL, int64(3600000)).RequireIndexed(t, stats+" retention: waiter lag", "waiter_since", "run_pkey")
-		_, err := tx.Exec(ctx, PlanPinSQL)
+		_, err := tx.Exec(ctx, dbtx.PinIndexScansSQL)
 		require.NoError(t, err)
 		pgtest.Explain(t, tx, pruneWaitersSQL, int64(3600000), 1000).
 			RequireIndexed(t, stats+" retention: waiters", "waiter_since", "run_pkey")

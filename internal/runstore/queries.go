@@ -110,16 +110,9 @@ SELECT coalesce(max(extract(epoch FROM now() - f.finished_at) * 1000 - f.age), 0
     $4::bigint
 ) f(finished_at, age)`
 
-// PlanPinSQL turns off sequential and bitmap scans for the rest of its
-// transaction. A statement that must walk an index in order and stop after
-// its LIMIT runs after it: without statistics (a table never analyzed, or
-// one that outgrew its last ANALYZE) the planner otherwise prefers to read
-// every matching row and sort them, which costs the size of the backlog.
-const PlanPinSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
-
 // pruneWaitersSQL deletes up to $2 waiters registered more than $1 ms ago
 // whose run ended: nobody waits there any more (a Temporal run terminated or
-// reset while waiting). It runs after PlanPinSQL and walks waiter_since,
+// reset while waiting). It runs after dbtx.PinIndexScansSQL and walks waiter_since,
 // checking each waiter's run by its key (a subquery, so that the planner
 // cannot turn it into a join over every ended run); its cost is bounded by
 // the waiters older than the age, which are the open long waits and the

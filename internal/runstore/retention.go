@@ -54,11 +54,11 @@ func RunLag(ctx context.Context, q DBTX, engine Engine, p retention.Policy) (tim
 }
 
 // PruneWaiters deletes up to limit waiters older than p.Completed whose run
-// ended, in a transaction of its own (under PlanPinSQL).
+// ended, in a transaction of its own (under dbtx.PinIndexScansSQL).
 func PruneWaiters(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
 	var n int64
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, PlanPinSQL); err != nil {
+		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, pruneWaitersSQL, AgeArg(p.Completed), limit)

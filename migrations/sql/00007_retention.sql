@@ -19,6 +19,10 @@
 -- Admin listings, which had to sort the whole table for their LIMIT:
 -- run_dead_letters serves the dead-letter list (failed runs, newest first),
 -- plan_created the plan list (newest first).
+--
+-- The outbox claim and the failed-row listing order by (time, id); their
+-- indexes had the time only, so each read ended in a sort of the rows of
+-- equal time. They are rebuilt with id as their last column.
 
 -- +goose Up
 CREATE INDEX run_finished ON taskport.run (engine, status, finished_at)
@@ -29,8 +33,16 @@ CREATE INDEX task_signal_unconsumed_age ON taskport_lease.task_signal (created_a
 CREATE INDEX outbox_event_dispatched ON outbox_event (dispatched_at) WHERE status = 'dispatched';
 CREATE INDEX run_dead_letters ON taskport.run (created_at, id) WHERE status = 'failed';
 CREATE INDEX plan_created ON plan (created_at, id);
+DROP INDEX outbox_event_pending;
+CREATE INDEX outbox_event_pending ON outbox_event (next_attempt_at, id) WHERE status = 'pending';
+DROP INDEX outbox_event_failed;
+CREATE INDEX outbox_event_failed ON outbox_event (created_at, id) WHERE status = 'failed';
 
 -- +goose Down
+DROP INDEX outbox_event_failed;
+CREATE INDEX outbox_event_failed ON outbox_event (created_at) WHERE status = 'failed';
+DROP INDEX outbox_event_pending;
+CREATE INDEX outbox_event_pending ON outbox_event (next_attempt_at) WHERE status = 'pending';
 DROP INDEX plan_created;
 DROP INDEX taskport.run_dead_letters;
 DROP INDEX outbox_event_dispatched;

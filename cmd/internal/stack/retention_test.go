@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,13 +48,19 @@ VALUES (gen_random_uuid(), 'lease', 'k', 1, 'eight-days', '{}', 'succeeded', now
 	require.Eventually(t, func() bool { return len(keys()) == 1 }, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, []string{"six-days"}, keys())
 
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	require.Contains(t, string(body), `taskport_retention_deleted_rows_total{table="taskport.run"} 1`)
-	require.Contains(t, string(body), `taskport_retention_lag_seconds{table="taskport.run"} 0`)
+	// The pass reports after its deletes commit: wait for the lag, its last word.
+	metrics := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(body)
+	}
+	require.Eventually(t, func() bool {
+		return strings.Contains(metrics(), `taskport_retention_lag_seconds{table="taskport.run"} 0`)
+	}, 30*time.Second, 20*time.Millisecond, "the pass never reported its lag")
+	require.Contains(t, metrics(), `taskport_retention_deleted_rows_total{table="taskport.run"} 1`)
 
 	page := httptest.NewRecorder()
 	s.admin.ServeHTTP(page, httptest.NewRequest(http.MethodGet, "/admin", nil))

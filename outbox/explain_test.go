@@ -1,0 +1,54 @@
+package outbox
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+)
+
+// The dispatcher's claim, the failed-row listing and the retention
+// statements read an index and stop after their LIMIT with n dispatched
+// rows behind them (a million by default), 10,000 pending and 1,000
+// failed: no sequential scan, no sort of the table; before any ANALYZE and
+// after one.
+func TestPlansStayIndexedAtAMillionRows(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	n := pgtest.BacklogRows(t)
+	pgtest.Seed(t, pool, n,
+		`ALTER TABLE outbox_event SET (autovacuum_enabled = off)`,
+		`INSERT INTO outbox_event (id, kind, idempotency_key, business_key, payload, status, attempts, next_attempt_at,
+		   created_at, dispatched_at)
+		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'k', 'd' || g, 'p' || (g / 5), '{}',
+		   'dispatched', 1, now() - interval '2 days' + g * (interval '2 days' / $1),
+		   now() - interval '2 days' + g * (interval '2 days' / $1), now() - interval '2 days' + g * (interval '2 days' / $1)
+		 FROM generate_series(1, $1::int) g`,
+		`INSERT INTO outbox_event (id, kind, idempotency_key, payload, status, next_attempt_at)
+		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex($1 + g), 12, '0'))::uuid, 'k', 'o' || g, '{}',
+		   CASE WHEN g <= 10000 THEN 'pending' ELSE 'failed' END, now() - interval '1 minute' + g * interval '1 ms'
+		 FROM generate_series(1, 11000) g`,
+	)
+	pgtest.RequireNeverAnalyzed(t, pool, "outbox_event")
+	day := int64(24 * 3600 * 1000)
+	check := func(stats string) {
+		pgtest.Explain(t, pool, claimSQL, 32, 30.0).RequireIndexed(t, stats+" claim", "outbox_event_pending")
+		pgtest.Explain(t, pool, listFailedSQL, 100).RequireIndexed(t, stats+" failed rows", "outbox_event_failed")
+		err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(context.Background(), dbtx.PinIndexScansSQL); err != nil {
+				return err
+			}
+			pgtest.Explain(t, tx, pruneSQL, day, 1000).RequireIndexed(t, stats+" retention", "outbox_event_dispatched", "outbox_event_pkey")
+			return nil
+		})
+		require.NoError(t, err)
+		pgtest.Explain(t, pool, pruneLagSQL, day).RequireIndexed(t, stats+" retention lag", "outbox_event_dispatched")
+	}
+	check("never analyzed:")
+	pgtest.Seed(t, pool, n, `ANALYZE outbox_event`)
+	check("analyzed:")
+}
