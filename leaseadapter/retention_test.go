@@ -238,3 +238,36 @@ func TestRetentionConfigValidation(t *testing.T) {
 	_, err = retention.New(pool, nil, retention.Config{})
 	require.Error(t, err)
 }
+
+// A negative age keeps those rows forever: nothing is deleted and nothing
+// is reported as overdue, while the other ages still apply.
+func TestRetentionNegativeAgeKeepsForever(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	eng := newEngine(t, pool, fastConfig())
+	startEngine(t, eng, port.StartOptions{Concurrency: 2})
+	done := enqueue(t, eng, testkinds.Three, testkinds.Empty{}, "done")
+	failed := enqueue(t, eng, testkinds.Fail, testkinds.FailInput{NonRetryable: true}, "failed")
+	waitTaskStatus(t, pool, done, "succeeded")
+	waitTaskStatus(t, pool, failed, "failed")
+	_, err := pool.Exec(ctx, `UPDATE taskport.run SET finished_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+
+	policy := retention.Policy{Completed: -1, Canceled: -1, Failed: time.Hour}
+	lag, err := eng.Pruner().Lag(ctx, policy.WithDefaults())
+	require.NoError(t, err)
+	require.InDelta(t, time.Hour.Seconds(), lag["taskport.run"].Seconds(), 60, "only the failed run is overdue")
+	cleaner, err := retention.New(pool, []retention.Pruner{eng.Pruner(), outbox.Pruner(pool)}, retention.Config{Policy: policy})
+	require.NoError(t, err)
+	deleted, err := cleaner.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), deleted["taskport.run"])
+	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM taskport.run WHERE id = $1`, done))
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM taskport.run WHERE id = $1`, failed))
+	lag, err = eng.Pruner().Lag(ctx, policy.WithDefaults())
+	require.NoError(t, err)
+	for table, d := range lag {
+		require.Zero(t, d, table)
+	}
+}
