@@ -116,6 +116,19 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 		}
 	}
 	check("never analyzed:")
+	// The deletes a retention batch sets off: the AFTER DELETE triggers of
+	// migration 00004 (which find the rows gone already) and the waiters'
+	// foreign key, as executed.
+	nested := pgtest.ExecutedPlans(t, pool.Config().ConnString(), pruneRunsSQL, runstore.EngineLease, day, day, day, 1000)
+	for _, q := range []struct{ text, index string }{
+		{"DELETE FROM taskport_lease.task WHERE id = ANY (ARRAY(SELECT id FROM gone))", "task_pkey"},
+		{"DELETE FROM taskport_lease.step_result WHERE task_id = ANY (ARRAY(SELECT id FROM gone))", "step_result_pkey"},
+		{`DELETE FROM ONLY "taskport"."waiter" WHERE $1 OPERATOR(pg_catalog.=) "run_id"`, "waiter_run"},
+	} {
+		p, ok := nested[q.text]
+		require.True(t, ok, "no plan for %q among %d", q.text, len(nested))
+		p.RequireIndexed(t, "never analyzed: retention, nested: "+q.text, q.index)
+	}
 	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport_lease.task, taskport_lease.step_result, taskport_lease.task_signal`)
 	require.NoError(t, err)
 	check("analyzed:")

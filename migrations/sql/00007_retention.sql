@@ -20,11 +20,35 @@
 -- run_dead_letters serves the dead-letter list (failed runs, newest first),
 -- plan_created the plan list (newest first).
 --
+-- The statement triggers of migration 00004 that cascade a run's deletion to
+-- its task row and a task's to its step results joined the deleted rows to
+-- the whole table: for a batch of 3,000 runs the planner hashed every task
+-- row (a sequential scan per batch). They now look the rows up by key
+-- (= ANY of an array), which can only be an index read.
+--
 -- The outbox claim and the failed-row listing order by (time, id); their
 -- indexes had the time only, so each read ended in a sort of the rows of
 -- equal time. They are rebuilt with id as their last column.
 
 -- +goose Up
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION taskport_lease.forget_deleted_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM taskport_lease.task WHERE id = ANY (ARRAY(SELECT id FROM gone));
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION taskport_lease.forget_deleted_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM taskport_lease.step_result WHERE task_id = ANY (ARRAY(SELECT id FROM gone));
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
 CREATE INDEX run_finished ON taskport.run (engine, status, finished_at)
     WHERE status IN ('succeeded', 'failed', 'canceled');
 CREATE INDEX waiter_since ON taskport.waiter (since);
@@ -50,3 +74,21 @@ DROP INDEX taskport_lease.task_signal_unconsumed_age;
 DROP INDEX taskport_lease.task_signal_consumed;
 DROP INDEX taskport.waiter_since;
 DROP INDEX taskport.run_finished;
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION taskport_lease.forget_deleted_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM taskport_lease.task t USING gone g WHERE t.id = g.id;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION taskport_lease.forget_deleted_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM taskport_lease.step_result s USING gone g WHERE s.task_id = g.id;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd

@@ -175,3 +175,58 @@ func RequireNeverAnalyzed(tb testing.TB, q Querier, tables ...string) {
 		}
 	}
 }
+
+// ExecutedPlans runs sql with args in a transaction that it rolls back, on
+// a connection of its own to url with auto_explain loaded (a superuser's
+// LOAD, as the test servers grant), and returns the plan of every statement
+// the execution ran, nested ones included: what a trigger or a foreign key
+// ran on behalf of sql, which EXPLAIN does not show. The key is each
+// statement's text.
+func ExecutedPlans(tb testing.TB, url, sql string, args ...any) map[string]Plan {
+	tb.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	var raw []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { raw = append(raw, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, set := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`, `SET auto_explain.log_format = json`,
+		`SET auto_explain.log_level = notice`, `SET client_min_messages = notice`} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			tb.Fatalf("pgtest: %s (auto_explain needs a superuser): %v", set, err)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		tb.Fatalf("pgtest: begin: %v", err)
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		tb.Fatalf("pgtest: run: %v\n%s", err, sql)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		tb.Fatalf("pgtest: rollback: %v", err)
+	}
+	plans := map[string]Plan{}
+	for _, m := range raw {
+		_, body, ok := strings.Cut(m, "plan:\n")
+		if !ok {
+			continue
+		}
+		var p struct {
+			Query string   `json:"Query Text"`
+			Plan  PlanNode `json:"Plan"`
+		}
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			tb.Fatalf("pgtest: auto_explain output %q: %v", body, err)
+		}
+		plans[p.Query] = Plan{Root: p.Plan, Raw: body}
+	}
+	return plans
+}
