@@ -134,10 +134,6 @@ func (p Policy) String() string {
 		age(p.Completed), age(p.Canceled), age(p.Failed), every)
 }
 
-// Ms is an age in the milliseconds the statements take; a negative age
-// (keep forever) is passed as is and the statements select nothing for it.
-func Ms(d time.Duration) int64 { return d.Milliseconds() }
-
 // Deleted counts the rows one batch deleted, per table.
 type Deleted map[string]int64
 
