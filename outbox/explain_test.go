@@ -35,18 +35,27 @@ func TestPlansStayIndexedAtAMillionRows(t *testing.T) {
 	)
 	pgtest.RequireNeverAnalyzed(t, pool, "outbox_event")
 	day := int64(24 * 3600 * 1000)
+	ctx := context.Background()
+	// Prepared and run often, so each statement is checked as a generic
+	// plan too; the prune runs after the plan pin, as Pruner runs it.
 	check := func(stats string) {
-		pgtest.Explain(t, pool, claimSQL, 32, 30.0).RequireIndexed(t, stats+" claim", "outbox_event_pending")
-		pgtest.Explain(t, pool, listFailedSQL, 100).RequireIndexed(t, stats+" failed rows", "outbox_event_failed")
-		err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(context.Background(), dbtx.PinIndexScansSQL); err != nil {
-				return err
-			}
-			pgtest.Explain(t, tx, pruneSQL, day, 1000).RequireIndexed(t, stats+" retention", "outbox_event_dispatched", "outbox_event_pkey")
-			return nil
-		})
-		require.NoError(t, err)
-		pgtest.Explain(t, pool, pruneLagSQL, day).RequireIndexed(t, stats+" retention lag", "outbox_event_dispatched")
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode); err != nil {
+					return err
+				}
+				name := stats + " " + mode + ":"
+				pgtest.Explain(t, tx, claimSQL, 32, 30.0).RequireIndexed(t, name+" claim", "outbox_event_pending")
+				pgtest.Explain(t, tx, listFailedSQL, 100).RequireIndexed(t, name+" failed rows", "outbox_event_failed")
+				pgtest.Explain(t, tx, pruneLagSQL, day).RequireIndexed(t, name+" retention lag", "outbox_event_dispatched")
+				if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
+					return err
+				}
+				pgtest.Explain(t, tx, pruneSQL, day, 1000).RequireIndexed(t, name+" retention", "outbox_event_dispatched", "outbox_event_pkey")
+				return nil
+			})
+			require.NoError(t, err)
+		}
 	}
 	check("never analyzed:")
 	pgtest.Seed(t, pool, n, `ANALYZE outbox_event`)
