@@ -98,10 +98,11 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/taskport?sslmode=disable
 export DATABASE_URL
 
 .PHONY: bench
-bench: ## benchmarks: lease engine, Temporal adapter vs raw SDK, outbox latency, lease engine vs DBOS, EnqueueMany vs Enqueue vs River InsertMany (prints tables)
+bench: ## benchmarks: lease engine, Temporal adapter vs raw SDK, outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS, EnqueueMany vs Enqueue vs River InsertMany (prints tables)
 	$(GO) test -run '^$$' -bench . -benchtime 2000x ./leaseadapter/
 	$(GO) test -run '^$$' -bench AdapterVsRawSDK -benchtime 20x ./temporaladapter/
 	$(GO) test -run '^$$' -bench CommitToRunStart -benchtime 200x ./outbox/ ./app/
+	$(GO) test -run '^$$' -bench SteadyRetention -benchtime 1x -timeout 60m ./retention/
 	cd bench && $(GO) run ./cmd/compare -n 3000 -rounds 5 -db "$$TEST_DATABASE_URL"
 	cd bench && $(GO) run ./cmd/compare enqueue -n 20000 -batch 1000 -rounds 5 -db "$$TEST_DATABASE_URL"
 

@@ -42,6 +42,8 @@ type Server struct {
 	origins []string
 	pages   *template.Template
 	router  *http.ServeMux
+	// retention is the retention setting the footer shows (Config.Retention).
+	retention string
 }
 
 // Config is what New wires.
@@ -66,6 +68,10 @@ type Config struct {
 	// RunURL, when set, is where the engine's UI shows a run (the Temporal
 	// UI): the timeline links each hand-off, operation and decision to it.
 	RunURL func(port.RunID) string
+	// Retention is the retention setting (retention.Policy.String) the
+	// pages' footer shows, so operators see how long finished runs are
+	// kept. Empty: not shown.
+	Retention string
 }
 
 // New builds the handler.
@@ -79,7 +85,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	s := &Server{pool: cfg.Pool, plans: cfg.Plans, runs: cfg.Runs, reg: cfg.Registry, log: cfg.Logger,
+		auth: cfg.Auth, origins: cfg.Origins, retention: cfg.Retention, router: http.NewServeMux()}
 	pages, err := template.New("").Funcs(template.FuncMap{
+		"retention": func() string { return s.retention },
 		"ago": func(t time.Time) string {
 			if t.IsZero() {
 				return ""
@@ -96,8 +105,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin templates: %w", err)
 	}
-	s := &Server{pool: cfg.Pool, plans: cfg.Plans, runs: cfg.Runs, reg: cfg.Registry, log: cfg.Logger,
-		auth: cfg.Auth, origins: cfg.Origins, pages: pages, router: http.NewServeMux()}
+	s.pages = pages
 	s.router.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	s.router.HandleFunc("GET /readyz", s.ready)
 	s.router.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/admin", http.StatusFound) })

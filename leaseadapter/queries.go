@@ -1,7 +1,5 @@
 package leaseadapter
 
-import "github.com/taskport/taskport/internal/runstore"
-
 // Every statement of the engine, parameterized. Durations are passed as
 // milliseconds (int64) and turned into intervals in SQL.
 //
@@ -10,6 +8,11 @@ import "github.com/taskport/taskport/internal/runstore"
 // make every other write of the statement depend on that row (data-modifying
 // CTEs reading from it), so a stale claim writes nothing; they return the
 // number of task rows matched (0 = fenced) and the commit time.
+
+import (
+	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/runstore"
+)
 
 // notifyChannel carries wake-up hints: "e:<worker id>" (a run was enqueued
 // by that process, which woke its own worker already) or an empty payload
@@ -85,7 +88,7 @@ SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2
 // claim costs O(backlog): with 500 runs queued, 3-15 ms per claim instead of
 // 0.1. Turning off bitmap and sequential scans leaves the ordered index scan
 // of task_ready, which stops after LIMIT rows whatever the backlog.
-const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+const claimPlanSQL = dbtx.PinIndexScansSQL
 
 // claimSQL takes up to $2 ready runs of the served "<kind>@<version>" pairs
 // ($1; a filter, not a join, so that the rows keep the index order) in one
@@ -405,3 +408,55 @@ WITH o AS (
   DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t WHERE status = 'canceled')
 )
 SELECT old FROM t`
+
+// pruneRunsSQL is the retention of lease runs (package retention): it
+// deletes the runs runstore.PrunableRunsCTE selects with their task rows and
+// step results, in one statement so that the three commit together, and
+// counts each. (The AFTER DELETE triggers of migration 00004 find nothing
+// left to cascade; waiters go by their foreign key.)
+const pruneRunsSQL = runstore.PrunableRunsCTE + `, s AS (
+  DELETE FROM taskport_lease.step_result WHERE task_id IN (SELECT id FROM r) RETURNING 1
+), t AS (
+  DELETE FROM taskport_lease.task WHERE id IN (SELECT id FROM r) RETURNING 1
+), d AS (
+  DELETE FROM taskport.run WHERE id IN (SELECT id FROM r) RETURNING 1
+)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM t), (SELECT count(*) FROM s)`
+
+// pruneSignalsSQL deletes up to $2 consumed signals consumed more than $1
+// ms ago, and up to $2 signals never consumed and sent more than $1 ms ago
+// whose target is not an open run: an early signal that no run came to wait
+// for within the age expires, and a signal sent to a run that then ended is
+// never consumed. A signal to a run still open is kept whatever its age.
+// It runs after dbtx.PinIndexScansSQL: unpinned, a planner without statistics sorts
+// every old unconsumed signal for the LIMIT, or hashes the whole task table
+// for the open-run check, instead of walking task_signal_unconsumed_age in
+// order and probing task_pkey per row.
+const pruneSignalsSQL = `
+WITH c AS (
+  SELECT id FROM taskport_lease.task_signal
+  WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond'
+  ORDER BY consumed_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), u AS (
+  SELECT s.id FROM taskport_lease.task_signal s
+  WHERE s.consumed_by IS NULL AND s.created_at < now() - $1 * interval '1 millisecond'
+    AND NOT EXISTS (SELECT 1 FROM taskport_lease.task t
+                    WHERE t.id = s.target AND t.status IN ('pending', 'running', 'waiting'))
+  ORDER BY s.created_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), x AS MATERIALIZED (
+  SELECT id FROM c UNION ALL SELECT id FROM u
+)
+DELETE FROM taskport_lease.task_signal WHERE id IN (SELECT id FROM x)`
+
+// signalLagSQL is pruneSignalsSQL's lag in ms, 0 when nothing is prunable.
+const signalLagSQL = `
+SELECT coalesce(max(extract(epoch FROM now() - at) * 1000 - $1), 0)::bigint FROM (
+  SELECT (SELECT min(consumed_at) FROM taskport_lease.task_signal
+          WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond')
+  UNION ALL
+  SELECT (SELECT s.created_at FROM taskport_lease.task_signal s
+          WHERE s.consumed_by IS NULL AND s.created_at < now() - $1 * interval '1 millisecond'
+            AND NOT EXISTS (SELECT 1 FROM taskport_lease.task t
+                            WHERE t.id = s.target AND t.status IN ('pending', 'running', 'waiting'))
+          ORDER BY s.created_at LIMIT 1)
+) x(at)`

@@ -70,3 +70,21 @@ SELECT at, source, event, detail, run_id FROM (
     FROM outbox_event WHERE business_key = $1 AND retried_at IS NOT NULL
 ) t
 ORDER BY at, source, event`
+
+// pruneSQL deletes up to $2 rows dispatched more than $1 ms ago (package
+// retention), oldest first, through outbox_event_dispatched. Pending and
+// failed rows are never selected. It runs after dbtx.PinIndexScansSQL:
+// unpinned, a planner without statistics reads every old row and sorts them
+// for the LIMIT.
+const pruneSQL = `
+WITH o AS (
+  SELECT id FROM outbox_event
+  WHERE status = 'dispatched' AND dispatched_at < now() - $1 * interval '1 millisecond'
+  ORDER BY dispatched_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_event WHERE id IN (SELECT id FROM o)`
+
+// pruneLagSQL is pruneSQL's lag in ms, 0 when nothing is prunable.
+const pruneLagSQL = `
+SELECT coalesce((SELECT extract(epoch FROM now() - min(dispatched_at)) * 1000 - $1 FROM outbox_event
+  WHERE status = 'dispatched' AND dispatched_at < now() - $1 * interval '1 millisecond'), 0)::bigint`

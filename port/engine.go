@@ -51,9 +51,14 @@ func (s Status) Valid() bool {
 // Callers: TaskEngine is the only thing business code depends on (ADR-002
 // section 1). Engines implement it; business code never imports one.
 //
-// Enqueue is idempotent on (kind, IdempotencyKey) forever, not within a
-// retention window: the Postgres row with UNIQUE(kind, idempotency_key) is the
-// authority on both engines. Callers normally do not call Enqueue directly but
+// Enqueue is idempotent on (kind, IdempotencyKey) for as long as the run is
+// recorded: the Postgres row with UNIQUE(kind, idempotency_key) is the
+// authority on both engines, and an engine's own retention (Temporal's
+// namespace) does not shorten it. The row stays while the run is open and,
+// once it finished, until the retention cleaner deletes it (package
+// retention: by default 7 days after it succeeded or was canceled, 30 after
+// it failed; never where no cleaner runs). After that, Enqueue with the same
+// key starts a new run with a new RunID. Callers normally do not call Enqueue directly but
 // write an outbox row in their business transaction (ADR 2.1).
 //
 // Lifecycle. Enqueue, Signal, Cancel and Get work whether or not the engine

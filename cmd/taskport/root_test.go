@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -80,4 +81,20 @@ func TestWorkerDeploymentFromEnv(t *testing.T) {
 	c := stack.Config{Engine: "temporal", StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
 	_, err := stack.Build(context.Background(), g, c, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, err, "--temporal-deployment-name and --temporal-worker-build-id go together")
+}
+
+// The retention flags fall back on the environment; a value that does not
+// parse is refused before anything connects.
+func TestRetentionFromEnv(t *testing.T) {
+	t.Setenv("RETENTION_FAILED", "2160h")
+	fs := newWorkerCmd(&stack.Globals{}).Flags()
+	require.Equal(t, "2160h0m0s", fs.Lookup("retention-failed").Value.String())
+	require.Equal(t, "168h0m0s", fs.Lookup("retention-completed").Value.String())
+
+	t.Setenv("RETENTION_CANCELED", "a week")
+	cmd := newWorkerCmd(&stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"})
+	cmd.SetArgs([]string{"--library-root", "/library", "--download-dir", "/downloads"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	require.ErrorContains(t, cmd.ExecuteContext(context.Background()), `RETENTION_CANCELED: time: invalid duration "a week"`)
 }

@@ -30,6 +30,14 @@ type DB interface {
 	Beginner
 }
 
+// PinIndexScansSQL turns off sequential and bitmap scans for the rest of
+// its transaction. A statement that must walk an index in order and stop
+// after its LIMIT runs after it: without statistics (a table never
+// analyzed, or one that outgrew its last ANALYZE) the planner otherwise
+// prefers to read every matching row and sort them, which costs the size
+// of the backlog instead of the LIMIT.
+const PinIndexScansSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+
 // InTx runs fn in a transaction on db and commits it when fn returns nil.
 // The rollback after a failed fn runs even when ctx is canceled, so the
 // connection goes back to its pool clean.

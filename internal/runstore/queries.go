@@ -83,3 +83,79 @@ WHERE engine = 'temporal' AND status IN ('pending', 'running', 'waiting')
   AND (updated_at, id) > ($2, $3)
 ORDER BY updated_at, id
 LIMIT $4`
+
+// PrunableRunsCTE is the head of a retention delete: CTEs p1, p2, p3 lock up
+// to $5 runs each of engine $1 that succeeded, were canceled and failed more
+// than $2, $3 and $4 ms ago (NULL: keep them), oldest first, skipping rows
+// another transaction holds, and CTE r is their ids. Each status is a
+// literal next to the index's own predicate, so that every plan, generic ones
+// included, reads run_finished in finished_at order and no open run can be
+// selected. The engines follow it with their deletes.
+const PrunableRunsCTE = `
+WITH p1 AS (
+  SELECT id FROM taskport.run
+  WHERE engine = $1 AND status = 'succeeded' AND status IN ('succeeded', 'failed', 'canceled')
+    AND finished_at < now() - $2 * interval '1 millisecond'
+  ORDER BY finished_at LIMIT $5 FOR UPDATE SKIP LOCKED
+), p2 AS (
+  SELECT id FROM taskport.run
+  WHERE engine = $1 AND status = 'canceled' AND status IN ('succeeded', 'failed', 'canceled')
+    AND finished_at < now() - $3 * interval '1 millisecond'
+  ORDER BY finished_at LIMIT $5 FOR UPDATE SKIP LOCKED
+), p3 AS (
+  SELECT id FROM taskport.run
+  WHERE engine = $1 AND status = 'failed' AND status IN ('succeeded', 'failed', 'canceled')
+    AND finished_at < now() - $4 * interval '1 millisecond'
+  ORDER BY finished_at LIMIT $5 FOR UPDATE SKIP LOCKED
+), r AS (
+  SELECT id FROM p1 UNION ALL SELECT id FROM p2 UNION ALL SELECT id FROM p3
+)`
+
+// pruneRunsSQL deletes the runs PrunableRunsCTE selects; their waiters go
+// with them (ON DELETE CASCADE).
+const pruneRunsSQL = PrunableRunsCTE + `
+DELETE FROM taskport.run WHERE id IN (SELECT id FROM r)`
+
+// RunLagSQL is how long ago, in ms, the oldest run of engine $1 still there
+// became prunable under the ages $2, $3, $4 (as in PrunableRunsCTE); 0 when
+// none is. Each min() is one probe of run_finished.
+const RunLagSQL = `
+SELECT coalesce(max(extract(epoch FROM now() - f.finished_at) * 1000 - f.age), 0)::bigint FROM (
+  SELECT (SELECT min(finished_at) FROM taskport.run WHERE engine = $1 AND status = 'succeeded'
+      AND status IN ('succeeded', 'failed', 'canceled') AND finished_at < now() - $2 * interval '1 millisecond'),
+    $2::bigint
+  UNION ALL
+  SELECT (SELECT min(finished_at) FROM taskport.run WHERE engine = $1 AND status = 'canceled'
+      AND status IN ('succeeded', 'failed', 'canceled') AND finished_at < now() - $3 * interval '1 millisecond'),
+    $3::bigint
+  UNION ALL
+  SELECT (SELECT min(finished_at) FROM taskport.run WHERE engine = $1 AND status = 'failed'
+      AND status IN ('succeeded', 'failed', 'canceled') AND finished_at < now() - $4 * interval '1 millisecond'),
+    $4::bigint
+) f(finished_at, age)`
+
+// pruneWaitersSQL deletes up to $2 waiters registered more than $1 ms ago
+// whose run ended: nobody waits there any more (a Temporal run terminated or
+// reset while waiting). It runs after dbtx.PinIndexScansSQL and walks waiter_since,
+// checking each waiter's run by its key (a subquery, so that the planner
+// cannot turn it into a join over every ended run); its cost is bounded by
+// the waiters older than the age, which are the open long waits and the
+// orphans. The rows are deleted by their ctid, read under the row lock.
+const pruneWaitersSQL = `
+WITH w AS (
+  SELECT w.ctid FROM taskport.waiter w
+  WHERE w.since < now() - $1 * interval '1 millisecond'
+    AND (SELECT r.status FROM taskport.run r WHERE r.id = w.run_id) IN ('succeeded', 'failed', 'canceled')
+  ORDER BY w.since LIMIT $2
+  FOR UPDATE SKIP LOCKED
+)
+DELETE FROM taskport.waiter WHERE ctid = ANY(ARRAY(SELECT ctid FROM w))`
+
+// waiterLagSQL is pruneWaitersSQL's lag: ms since the oldest orphaned waiter
+// became prunable, 0 when none.
+const waiterLagSQL = `
+SELECT coalesce((
+  SELECT (extract(epoch FROM now() - w.since) * 1000 - $1)::bigint FROM taskport.waiter w
+  WHERE w.since < now() - $1 * interval '1 millisecond'
+    AND (SELECT r.status FROM taskport.run r WHERE r.id = w.run_id) IN ('succeeded', 'failed', 'canceled')
+  ORDER BY w.since LIMIT 1), 0)`

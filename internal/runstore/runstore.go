@@ -1,7 +1,9 @@
 // Package runstore is the Postgres part both engines share: the idempotency
-// authority (taskport.run, UNIQUE(kind, idempotency_key) with no time window),
-// the run projection that stays readable after an engine forgets a run, and
-// the waiter table that makes topic-addressed signals strongly consistent.
+// authority (taskport.run, UNIQUE(kind, idempotency_key): a key is held
+// while its run is recorded, until the retention cleaner deletes the
+// finished run), the run projection that stays readable after an engine
+// forgets a run, and the waiter table that makes topic-addressed signals
+// strongly consistent.
 //
 // Only the engines (and engine test doubles such as apptest.RecordingEngine)
 // import this package; they never import each other. It is internal so that

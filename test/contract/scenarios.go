@@ -23,6 +23,7 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{"idempotent_enqueue", idempotentEnqueue},
+	{"retention_frees_pruned_key", retentionFreesPrunedKey},
 	{"available_at", availableAt},
 	{"step_memoization_across_restart", memoization},
 	{"step_renamed_in_same_version_fails_loudly", renamedStep},

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -59,3 +61,27 @@ func newOutboxMetrics(r prometheus.Registerer) *outboxMetrics {
 }
 
 func (m *outboxMetrics) FailedRows(n int) { m.failed.Set(float64(n)) }
+
+// retentionMetrics adapts the retention cleaner's hook (retention.Metrics).
+type retentionMetrics struct {
+	deleted *prometheus.CounterVec
+	lag     *prometheus.GaugeVec
+}
+
+func newRetentionMetrics(r prometheus.Registerer) *retentionMetrics {
+	m := &retentionMetrics{
+		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskport_retention_deleted_rows_total",
+			Help: "Rows deleted by the retention cleaner."}, []string{"table"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskport_retention_lag_seconds",
+			Help: "After the last pass: how long ago the oldest row still there became prunable (0: none)."}, []string{"table"}),
+	}
+	r.MustRegister(m.deleted, m.lag)
+	return m
+}
+
+func (m *retentionMetrics) Deleted(table string, n int64) {
+	m.deleted.WithLabelValues(table).Add(float64(n))
+}
+func (m *retentionMetrics) Lag(table string, d time.Duration) {
+	m.lag.WithLabelValues(table).Set(d.Seconds())
+}

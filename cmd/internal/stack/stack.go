@@ -36,6 +36,7 @@ import (
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
+	"github.com/taskport/taskport/retention"
 	"github.com/taskport/taskport/temporaladapter"
 )
 
@@ -60,12 +61,18 @@ type Config struct {
 	Concurrency       int
 	StopTimeout       time.Duration
 	ReconcileInterval time.Duration
-	LibraryRoot       string
-	DownloadDir       string
-	QBittorrentURL    string
-	QBittorrentUser   string
-	QBittorrentPass   string
-	WebhookURL        string
+	// Retention is the cleaner's policy (package retention; zero fields
+	// take its defaults); a negative Interval runs no cleaner in this
+	// process.
+	Retention       retention.Policy
+	LibraryRoot     string
+	DownloadDir     string
+	QBittorrentURL  string
+	QBittorrentUser string
+	QBittorrentPass string
+	WebhookURL      string
+
+	envErr error // an environment fallback that did not parse (durationEnv)
 }
 
 // Bind adds the flags to fs.
@@ -79,6 +86,16 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process")
+	fs.DurationVar(&c.Retention.Completed, "retention-completed", c.durationEnv("RETENTION_COMPLETED", retention.DefaultCompleted),
+		"delete succeeded runs (and dispatched outbox rows, consumed or expired signals, waiters of ended runs) this long after they "+
+			"finished; an idempotency key is free again once its run is deleted; negative: keep forever (env RETENTION_COMPLETED)")
+	fs.DurationVar(&c.Retention.Canceled, "retention-canceled", c.durationEnv("RETENTION_CANCELED", retention.DefaultCanceled),
+		"delete canceled runs this long after they finished; negative: keep forever (env RETENTION_CANCELED)")
+	fs.DurationVar(&c.Retention.Failed, "retention-failed", c.durationEnv("RETENTION_FAILED", retention.DefaultFailed),
+		"delete failed runs (dead letters) this long after they finished; negative: keep forever (env RETENTION_FAILED)")
+	fs.DurationVar(&c.Retention.Interval, "retention-interval", c.durationEnv("RETENTION_INTERVAL", retention.DefaultInterval),
+		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); negative: never in this process "+
+			"(env RETENTION_INTERVAL)")
 	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
 	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
@@ -111,6 +128,21 @@ func (c *Config) SecretsFromEnv() {
 	c.WebhookURL = orEnv(c.WebhookURL, "WEBHOOK_URL")
 }
 
+// durationEnv is the duration in the environment variable key, or def when
+// it is unset. A value that does not parse is reported by validate.
+func (c *Config) durationEnv(key string, def time.Duration) time.Duration {
+	v := EnvOr(key, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		c.envErr = errors.Join(c.envErr, fmt.Errorf("%s: %w", key, err))
+		return def
+	}
+	return d
+}
+
 func orEnv(v, key string) string {
 	if v != "" {
 		return v
@@ -119,6 +151,9 @@ func orEnv(v, key string) string {
 }
 
 func (c *Config) validate() error {
+	if c.envErr != nil {
+		return c.envErr
+	}
 	if err := c.validateEngine(); err != nil {
 		return err
 	}
@@ -167,6 +202,10 @@ type Stack struct {
 	tracing       Tracing
 	runs          port.Admin
 	namespace     string // the Temporal namespace, for the UI's links
+	// cleaner prunes finished runs; nil when --retention-interval is negative.
+	cleaner *retention.Cleaner
+	// retention is the retention setting the admin's footer shows.
+	retention string
 }
 
 // With builds the wiring from the flags (secrets from the environment),
@@ -245,6 +284,18 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 		return nil, err
 	}
 	s.runs = lister
+	policy := c.Retention.WithDefaults()
+	s.retention = policy.String()
+	if policy.Interval > 0 {
+		p, ok := s.engine.(interface{ Pruner() retention.Pruner })
+		if !ok {
+			return nil, errors.New("engine offers no retention pruner")
+		}
+		if s.cleaner, err = retention.New(s.bizPool, []retention.Pruner{p.Pruner(), outbox.Pruner(s.bizPool)}, retention.Config{
+			Policy: policy, Logger: log, Metrics: newRetentionMetrics(s.metrics)}); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -304,7 +355,8 @@ func (s *Stack) Runs() port.Admin { return s.runs }
 // channel that reports why serving stopped.
 func (s *Stack) Serve(ctx context.Context, addr string, access AdminAccess) (string, <-chan error, error) {
 	cfg := admin.Config{Pool: s.bizPool, Plans: s.plans, Runs: s.runs, Registry: s.registry, Logger: s.log,
-		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Auth: access.Auth, Origins: access.Origins}
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Auth: access.Auth, Origins: access.Origins,
+		Retention: s.retention}
 	if s.temporal != nil && access.TemporalUI != "" {
 		base, ns := strings.TrimRight(access.TemporalUI, "/"), s.namespace
 		cfg.RunURL = func(id port.RunID) string {

@@ -45,6 +45,12 @@ func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dis
 		}
 		s.dispatchWatch.setRunning(true)
 	}
+	if s.cleaner != nil {
+		if err := s.cleaner.Start(run); err != nil {
+			return errors.Join(fmt.Errorf("start retention cleaner: %w", err), s.stopWorker(c.StopTimeout))
+		}
+		s.log.Info("retention cleaner running", slog.String("retention", s.cleaner.Policy().String()))
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	s.health.register(mux)
@@ -79,7 +85,11 @@ func (s *Stack) stopWorker(bound time.Duration) error {
 	s.log.Info("stopping: in-flight steps finish or are handed back", slog.Duration("bound", bound))
 	ctx, cancel := context.WithTimeout(context.Background(), bound+5*time.Second)
 	defer cancel()
-	derr := s.dispatcher.Stop(ctx)
+	var cerr error
+	if s.cleaner != nil {
+		cerr = s.cleaner.Stop(ctx)
+	}
+	derr := errors.Join(cerr, s.dispatcher.Stop(ctx))
 	s.dispatchWatch.setRunning(false)
 	if err := errors.Join(derr, s.engine.Stop(ctx)); err != nil {
 		return fmt.Errorf("stop: %w", err)

@@ -1,0 +1,85 @@
+package runstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/port"
+)
+
+// seedRuns fills taskport.run as after months of work, never analyzed: n
+// finished Temporal runs over the last two days (nine in ten succeeded, the
+// rest canceled or failed: the dead letters), and 10,000 pending ones,
+// each waiting on a topic registered a day ago.
+func seedRuns(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	start := time.Now()
+	pgtest.Seed(t, pool, n,
+		`ALTER TABLE taskport.run SET (autovacuum_enabled = off)`,
+		`ALTER TABLE taskport.waiter SET (autovacuum_enabled = off)`,
+		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, created_at, finished_at)
+		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'temporal', 'k', 1, 'f' || g, '{}',
+		   CASE g % 20 WHEN 0 THEN 'failed' WHEN 1 THEN 'canceled' ELSE 'succeeded' END,
+		   now() - interval '2 days' + (g - 1) * (interval '2 days' / $1), now() - interval '2 days' + g * (interval '2 days' / $1)
+		 FROM generate_series(1, $1::int) g`,
+		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status)
+		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex($1 + g), 12, '0'))::uuid, 'temporal', 'k', 1, 'o' || g, '{}', 'waiting'
+		 FROM generate_series(1, 10000) g`,
+		`INSERT INTO taskport.waiter (topic, run_id, step, since)
+		 SELECT 't:' || id, id, 'wait', now() - interval '1 day' FROM taskport.run WHERE status = 'waiting'`,
+	)
+	t.Logf("seeded %d finished runs and 10,000 waiting ones in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// The run store's admin listings and retention statements read an index
+// and stop after their LIMIT at a million finished runs: no sequential
+// scan, no sort of the backlog; before any ANALYZE, after one, and (the
+// retention statements, which pgx prepares and runs often) as generic
+// plans.
+func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	seedRuns(t, pool, pgtest.BacklogRows(t))
+	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run", "taskport.waiter")
+
+	day := (24 * time.Hour).Milliseconds()
+	// The retention statements as PruneRuns, PruneWaiters and the lags run
+	// them: the waiter prune after dbtx.PinIndexScansSQL.
+	retention := func(tx pgx.Tx, stats string) {
+		pgtest.Explain(t, tx, pruneRunsSQL, EngineTemporal, day, day, day, 1000).
+			RequireIndexed(t, stats+" retention: runs", "run_finished", "run_pkey")
+		pgtest.Explain(t, tx, RunLagSQL, EngineTemporal, day, day, day).RequireIndexed(t, stats+" retention: run lag", "run_finished")
+		pgtest.Explain(t, tx, waiterLagSQL, int64(3600000)).RequireIndexed(t, stats+" retention: waiter lag", "waiter_since", "run_pkey")
+		_, err := tx.Exec(ctx, dbtx.PinIndexScansSQL)
+		require.NoError(t, err)
+		pgtest.Explain(t, tx, pruneWaitersSQL, int64(3600000), 1000).
+			RequireIndexed(t, stats+" retention: waiters", "waiter_since", "run_pkey")
+	}
+	check := func(stats string) {
+		sql, args, err := listQuery(port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 100})
+		require.NoError(t, err)
+		pgtest.Explain(t, pool, sql, args...).RequireIndexed(t, stats+" dead letters", "run_status_created")
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
+				if err == nil {
+					retention(tx, stats+" "+mode+":")
+				}
+				return err
+			})
+			require.NoError(t, err)
+		}
+	}
+	check("never analyzed:")
+	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport.waiter`)
+	require.NoError(t, err)
+	check("analyzed:")
+}

@@ -1,0 +1,116 @@
+package runstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/retention"
+)
+
+// The table names the pruners report.
+const (
+	TableRun    = "taskport.run"
+	TableWaiter = "taskport.waiter"
+)
+
+// AgeArg is a retention age as the prune statements take it: milliseconds,
+// or NULL for a negative age (keep forever), which selects nothing.
+func AgeArg(d time.Duration) any {
+	if d < 0 {
+		return nil
+	}
+	return d.Milliseconds()
+}
+
+// RunAgeArgs are the $2, $3, $4 of PrunableRunsCTE and RunLagSQL.
+func RunAgeArgs(p retention.Policy) (succeeded, canceled, failed any) {
+	return AgeArg(p.Completed), AgeArg(p.Canceled), AgeArg(p.Failed)
+}
+
+// PruneRuns deletes up to limit runs of engine per terminal status, each
+// finished longer ago than its status's age under p, with their waiters.
+func PruneRuns(ctx context.Context, q DBTX, engine Engine, p retention.Policy, limit int) (int64, error) {
+	s, c, f := RunAgeArgs(p)
+	tag, err := q.Exec(ctx, pruneRunsSQL, engine, s, c, f, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune %s runs: %w", engine, InterpretError(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
+// RunLag is how long ago the oldest run of engine still recorded became
+// prunable under p; zero when none is.
+func RunLag(ctx context.Context, q DBTX, engine Engine, p retention.Policy) (time.Duration, error) {
+	s, c, f := RunAgeArgs(p)
+	var ms int64
+	if err := q.QueryRow(ctx, RunLagSQL, engine, s, c, f).Scan(&ms); err != nil {
+		return 0, fmt.Errorf("%s run retention lag: %w", engine, InterpretError(err))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// PruneWaiters deletes up to limit waiters older than p.Completed whose run
+// ended, in a transaction of its own (under dbtx.PinIndexScansSQL).
+func PruneWaiters(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
+	var n int64
+	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, pruneWaitersSQL, AgeArg(p.Completed), limit)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune waiters: %w", InterpretError(err))
+	}
+	return n, nil
+}
+
+// WaiterLag is PruneWaiters' lag.
+func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, error) {
+	var ms int64
+	if err := q.QueryRow(ctx, waiterLagSQL, AgeArg(p.Completed)).Scan(&ms); err != nil {
+		return 0, fmt.Errorf("waiter retention lag: %w", InterpretError(err))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// Pruner is the retention of the run store for an engine whose runs keep no
+// other rows (Temporal: the projection follows the Policy's ages; the
+// namespace's own retention stays Temporal's): its runs and orphaned
+// waiters.
+func Pruner(db dbtx.DB, engine Engine) retention.Pruner { return runPruner{q: db, engine: engine} }
+
+type runPruner struct {
+	q      dbtx.DB
+	engine Engine
+}
+
+func (r runPruner) Prune(ctx context.Context, p retention.Policy, limit int) (retention.Deleted, error) {
+	runs, err := PruneRuns(ctx, r.q, r.engine, p, limit)
+	if err != nil {
+		return nil, err
+	}
+	waiters, err := PruneWaiters(ctx, r.q, p, limit)
+	if err != nil {
+		return nil, err
+	}
+	return retention.Deleted{TableRun: runs, TableWaiter: waiters}, nil
+}
+
+func (r runPruner) Lag(ctx context.Context, p retention.Policy) (map[string]time.Duration, error) {
+	runs, err := RunLag(ctx, r.q, r.engine, p)
+	if err != nil {
+		return nil, err
+	}
+	waiters, err := WaiterLag(ctx, r.q, p)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]time.Duration{TableRun: runs, TableWaiter: waiters}, nil
+}

@@ -1,0 +1,232 @@
+package pgtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// EnvBacklog names the variable that sets how many finished rows the
+// plan tests seed (BacklogRows); unset, a million.
+const EnvBacklog = "TASKPORT_EXPLAIN_ROWS"
+
+// BacklogRows is the size of the finished backlog the plan tests seed:
+// TASKPORT_EXPLAIN_ROWS, or 1,000,000 (the issue's million-run backlog).
+// It is at least 100,000: on smaller tables a sequential scan or a sort is
+// the planner's right choice (at 20,000 runs it hashes the run table for a
+// batch of 3,000 deletes), and the plans under test are those of a backlog.
+func BacklogRows(tb testing.TB) int {
+	tb.Helper()
+	v := os.Getenv(EnvBacklog)
+	if v == "" {
+		return 1_000_000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 100_000 {
+		tb.Fatalf("pgtest: %s=%q: want a number of rows, at least 100000", EnvBacklog, v)
+	}
+	return n
+}
+
+// Seed runs the statements that fill a plan test's tables, in order; a
+// statement that names $1 gets n, the backlog size, as $1.
+func Seed(tb testing.TB, q interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, n int, statements ...string) {
+	tb.Helper()
+	for _, sql := range statements {
+		var args []any
+		if strings.Contains(sql, "$1") {
+			args = append(args, n)
+		}
+		if _, err := q.Exec(context.Background(), sql, args...); err != nil {
+			tb.Fatalf("pgtest: seed: %v\n%s", err, sql)
+		}
+	}
+}
+
+// Querier is what Explain needs: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// PlanNode is one node of an EXPLAIN (FORMAT JSON) plan.
+type PlanNode struct {
+	NodeType string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
+	Plans    []PlanNode `json:"Plans"`
+}
+
+// Plan is the plan of one statement, as EXPLAIN (FORMAT JSON) returns it.
+type Plan struct {
+	Root PlanNode
+	Raw  string
+}
+
+// Explain plans sql with args (a custom plan: the values are known when it
+// is planned, as for the first executions of a prepared statement).
+func Explain(tb testing.TB, q Querier, sql string, args ...any) Plan {
+	tb.Helper()
+	var raw []byte
+	if err := q.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
+		tb.Fatalf("pgtest: explain: %v\n%s", err, sql)
+	}
+	var out []struct {
+		Plan PlanNode `json:"Plan"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
+		tb.Fatalf("pgtest: explain output %q: %v", raw, err)
+	}
+	return Plan{Root: out[0].Plan, Raw: string(raw)}
+}
+
+// Walk calls fn for every node, depth first.
+func (p Plan) Walk(fn func(PlanNode)) {
+	var walk func(PlanNode)
+	walk = func(n PlanNode) {
+		fn(n)
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(p.Root)
+}
+
+// String is the plan as one line of nodes, e.g. "Limit > Index Scan
+// (task_ready on task)".
+func (p Plan) String() string {
+	var parts []string
+	p.Walk(func(n PlanNode) {
+		s := n.NodeType
+		if n.Index != "" {
+			s += fmt.Sprintf(" (%s on %s)", n.Index, n.Relation)
+		} else if n.Relation != "" {
+			s += " (" + n.Relation + ")"
+		}
+		parts = append(parts, s)
+	})
+	return strings.Join(parts, " > ")
+}
+
+// RequireIndexed fails tb unless the plan reads every table through an
+// index, with no sequential scan and no sort of table rows (either costs
+// the size of the backlog, not the LIMIT), and uses each of indexes. A sort
+// of a CTE's rows (already bounded by the CTE's LIMIT, e.g. to dedupe ids
+// for a semi-join) is allowed.
+func (p Plan) RequireIndexed(tb testing.TB, name string, indexes ...string) {
+	tb.Helper()
+	used := map[string]bool{}
+	var bad []string
+	p.Walk(func(n PlanNode) {
+		used[n.Index] = true
+		switch n.NodeType {
+		case "Seq Scan":
+			bad = append(bad, "Seq Scan on "+n.Relation)
+		case "Sort", "Incremental Sort":
+			if readsTable(n) {
+				bad = append(bad, n.NodeType+" of table rows")
+			}
+		}
+	})
+	if len(bad) > 0 {
+		tb.Errorf("%s: %s in the plan: %s", name, strings.Join(bad, ", "), p)
+	}
+	for _, ix := range indexes {
+		if !used[ix] {
+			tb.Errorf("%s: index %s not used: %s", name, ix, p)
+		}
+	}
+	tb.Logf("%s: %s", name, p)
+}
+
+// readsTable reports whether a node or one below it scans a table.
+func readsTable(n PlanNode) bool {
+	if n.Relation != "" {
+		return true
+	}
+	for _, c := range n.Plans {
+		if readsTable(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// RequireNeverAnalyzed fails tb when one of tables has statistics: the
+// plan tests assert what the planner does before the first ANALYZE (a
+// fresh table, or autovacuum behind a burst).
+func RequireNeverAnalyzed(tb testing.TB, q Querier, tables ...string) {
+	tb.Helper()
+	for _, t := range tables {
+		var reltuples float64
+		if err := q.QueryRow(context.Background(), `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, t).Scan(&reltuples); err != nil {
+			tb.Fatalf("pgtest: reltuples of %s: %v", t, err)
+		}
+		if reltuples >= 0 {
+			tb.Fatalf("pgtest: %s was analyzed (reltuples %.0f)", t, reltuples)
+		}
+	}
+}
+
+// ExecutedPlans runs sql with args in a transaction that it rolls back, on
+// a connection of its own to url with auto_explain loaded (a superuser's
+// LOAD, as the test servers grant), and returns the plan of every statement
+// the execution ran, nested ones included: what a trigger or a foreign key
+// ran on behalf of sql, which EXPLAIN does not show. The key is each
+// statement's text.
+func ExecutedPlans(tb testing.TB, url, sql string, args ...any) map[string]Plan {
+	tb.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	var raw []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { raw = append(raw, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, set := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`, `SET auto_explain.log_format = json`,
+		`SET auto_explain.log_level = notice`, `SET client_min_messages = notice`} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			tb.Fatalf("pgtest: %s (auto_explain needs a superuser): %v", set, err)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		tb.Fatalf("pgtest: begin: %v", err)
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		tb.Fatalf("pgtest: run: %v\n%s", err, sql)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		tb.Fatalf("pgtest: rollback: %v", err)
+	}
+	plans := map[string]Plan{}
+	for _, m := range raw {
+		_, body, ok := strings.Cut(m, "plan:\n")
+		if !ok {
+			continue
+		}
+		var p struct {
+			Query string   `json:"Query Text"`
+			Plan  PlanNode `json:"Plan"`
+		}
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			tb.Fatalf("pgtest: auto_explain output %q: %v", body, err)
+		}
+		plans[p.Query] = Plan{Root: p.Plan, Raw: body}
+	}
+	return plans
+}

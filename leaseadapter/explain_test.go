@@ -1,0 +1,135 @@
+package leaseadapter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+)
+
+// seedBacklog fills a fresh database as a lease engine's after months of
+// work: n finished runs (taskport.run, task and one step result each;
+// four in five succeeded, the rest canceled or failed) finished over the
+// last two days, 10,000 pending runs, 100 running runs whose lease expired
+// and 8 running ones with a live lease, n/5 consumed signals and 1,000
+// that nobody consumed. The tables are never analyzed (autovacuum off for
+// them), which is how they look in a fresh deployment's first minute or
+// when autovacuum is behind a burst. It returns the live claims.
+func seedBacklog(t *testing.T, pool *pgxpool.Pool, n int) (ids, tokens []uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	pgtest.Seed(t, pool, n,
+		`ALTER TABLE taskport.run SET (autovacuum_enabled = off)`,
+		`ALTER TABLE taskport_lease.task SET (autovacuum_enabled = off)`,
+		`ALTER TABLE taskport_lease.step_result SET (autovacuum_enabled = off)`,
+		`ALTER TABLE taskport_lease.task_signal SET (autovacuum_enabled = off)`,
+		// Sequential ids, as UUIDv7 are: finished runs first, then the open ones.
+		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, created_at, finished_at)
+		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'lease', 'k', 1, 'f' || g, '{}',
+		   (ARRAY['succeeded', 'succeeded', 'succeeded', 'succeeded', 'canceled', 'succeeded', 'succeeded', 'succeeded', 'succeeded', 'failed'])[g % 10 + 1],
+		   now() - interval '2 days' + (g - 1) * (interval '2 days' / $1), now() - interval '2 days' + g * (interval '2 days' / $1)
+		 FROM generate_series(1, $1::int) g`,
+		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status)
+		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex($1 + g), 12, '0'))::uuid, 'lease', 'k', 1, 'o' || g, '{}',
+		   CASE WHEN g <= 10000 THEN 'pending' ELSE 'running' END
+		 FROM generate_series(1, 10108) g`,
+		`INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max,
+		   backoff_coefficient, run_seq, created_at, finished_at, next_run_at, lease_owner, lease_token, lease_until)
+		 SELECT id, kind, version, input, status, 3, '1s', '1m', 2, seq, created_at, finished_at, created_at,
+		   CASE WHEN status = 'running' THEN 'w' END, CASE WHEN status = 'running' THEN gen_random_uuid() END,
+		   CASE WHEN status <> 'running' THEN NULL WHEN idempotency_key <= 'o10100' THEN now() - interval '1 minute'
+		        ELSE now() + interval '1 minute' END
+		 FROM taskport.run`,
+		`INSERT INTO taskport_lease.step_result (task_id, seq, name, result)
+		 SELECT id, 0, 's1', '{}' FROM taskport.run WHERE finished_at IS NOT NULL`,
+		`INSERT INTO taskport_lease.task_signal (topic, payload, target, created_at, consumed_by, consumed_at)
+		 SELECT 't' || g, '{}', NULL, now() - interval '2 days' + g * (interval '2 days' / $1),
+		   CASE WHEN g > 1000 THEN gen_random_uuid() END, CASE WHEN g > 1000 THEN now() - interval '2 days' + g * (interval '2 days' / $1) END
+		 FROM generate_series(1, $1::int / 5) g`,
+	)
+	rows, err := pool.Query(ctx, `SELECT id, lease_token FROM taskport_lease.task WHERE status = 'running' AND lease_until > now()`)
+	require.NoError(t, err)
+	var id, token uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id, &token}, func() error {
+		ids, tokens = append(ids, id), append(tokens, token)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, ids, 8)
+	t.Logf("seeded %d finished runs, 10,108 open ones and %d signals in %s", n, n/5, time.Since(start).Round(time.Millisecond))
+	return ids, tokens
+}
+
+// Every statement of the lease engine that runs while a backlog exists
+// (claim, reap, heartbeat) and every retention statement reads an index and
+// stops after its LIMIT: no sequential scan, no sort of the backlog. Checked
+// on never-analyzed tables, where the planner guesses, and again after
+// ANALYZE, where it knows. A million finished runs by default
+// (pgtest.EnvBacklog sets another size).
+func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	ids, tokens := seedBacklog(t, pool, pgtest.BacklogRows(t))
+	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run", "taskport_lease.task", "taskport_lease.step_result", "taskport_lease.task_signal")
+
+	day := (24 * time.Hour).Milliseconds()
+	check := func(stats string) {
+		steps := make([]string, len(ids))
+		progress := make([]*string, len(ids))
+		// Every statement is prepared and run often, so Postgres may switch
+		// to a generic plan: both are checked. The claim and the signal
+		// prune run after the plan pin, as the engine runs them
+		// (claimPlanSQL is dbtx.PinIndexScansSQL).
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode); err != nil {
+					return err
+				}
+				name := stats + " " + mode + ":"
+				pgtest.Explain(t, tx, reapSQL, 100).RequireIndexed(t, name+" reap", "task_leased")
+				pgtest.Explain(t, tx, heartbeatSQL, ids, tokens, steps, progress, int64(10000)).
+					RequireIndexed(t, name+" heartbeat", "task_pkey", "run_pkey")
+				pgtest.Explain(t, tx, pruneRunsSQL, runstore.EngineLease, day, day, day, 1000).
+					RequireIndexed(t, name+" retention: runs", "run_finished", "run_pkey", "task_pkey", "step_result_pkey")
+				pgtest.Explain(t, tx, runstore.RunLagSQL, runstore.EngineLease, day, day, day).
+					RequireIndexed(t, name+" retention: run lag", "run_finished")
+				pgtest.Explain(t, tx, signalLagSQL, day).
+					RequireIndexed(t, name+" retention: signal lag", "task_signal_consumed", "task_signal_unconsumed_age")
+				if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
+					return err
+				}
+				pgtest.Explain(t, tx, claimSQL, []string{"k@1"}, 8, "w", int64(10000)).RequireIndexed(t, name+" claim", "task_ready")
+				pgtest.Explain(t, tx, pruneSignalsSQL, day, 1000).
+					RequireIndexed(t, name+" retention: signals", "task_signal_consumed", "task_signal_unconsumed_age", "task_signal_pkey")
+				return nil
+			})
+			require.NoError(t, err)
+		}
+	}
+	check("never analyzed:")
+	// The deletes a retention batch sets off: the AFTER DELETE triggers of
+	// migration 00004 (which find the rows gone already) and the waiters'
+	// foreign key, as executed.
+	nested := pgtest.ExecutedPlans(t, pool.Config().ConnString(), pruneRunsSQL, runstore.EngineLease, day, day, day, 1000)
+	for _, q := range []struct{ text, index string }{
+		{"DELETE FROM taskport_lease.task WHERE id = ANY (ARRAY(SELECT id FROM gone))", "task_pkey"},
+		{"DELETE FROM taskport_lease.step_result WHERE task_id = ANY (ARRAY(SELECT id FROM gone))", "step_result_pkey"},
+		{`DELETE FROM ONLY "taskport"."waiter" WHERE $1 OPERATOR(pg_catalog.=) "run_id"`, "waiter_run"},
+	} {
+		p, ok := nested[q.text]
+		require.True(t, ok, "no plan for %q among %d", q.text, len(nested))
+		p.RequireIndexed(t, "never analyzed: retention, nested: "+q.text, q.index)
+	}
+	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport_lease.task, taskport_lease.step_result, taskport_lease.task_signal`)
+	require.NoError(t, err)
+	check("analyzed:")
+}

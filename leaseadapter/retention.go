@@ -1,0 +1,73 @@
+package leaseadapter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/retention"
+)
+
+// The tables the lease engine's pruner reports besides the run store's.
+const (
+	tableTask       = "taskport_lease.task"
+	tableStepResult = "taskport_lease.step_result"
+	tableSignal     = "taskport_lease.task_signal"
+)
+
+// Pruner is the lease engine's retention (package retention): its finished
+// runs with their task rows and step results, its signals, and waiters
+// whose run ended.
+func (e *Engine) Pruner() retention.Pruner { return leasePruner{e: e} }
+
+type leasePruner struct{ e *Engine }
+
+func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (retention.Deleted, error) {
+	s, c, f := runstore.RunAgeArgs(p)
+	var runs, tasks, steps int64
+	err := l.e.pool.QueryRow(ctx, pruneRunsSQL, runstore.EngineLease, s, c, f, limit).Scan(&runs, &tasks, &steps)
+	if err != nil {
+		return nil, fmt.Errorf("prune lease runs: %w", runstore.InterpretError(err))
+	}
+	var signals int64
+	err = dbtx.InTx(ctx, l.e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, pruneSignalsSQL, runstore.AgeArg(p.Completed), limit)
+		signals = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("prune signals: %w", runstore.InterpretError(err))
+	}
+	waiters, err := runstore.PruneWaiters(ctx, l.e.pool, p, limit)
+	if err != nil {
+		return nil, err
+	}
+	return retention.Deleted{runstore.TableRun: runs, tableTask: tasks, tableStepResult: steps,
+		tableSignal: signals, runstore.TableWaiter: waiters}, nil
+}
+
+// Lag reports the run lag for the run, task and step_result tables alike:
+// the lease rows of a run go with it.
+func (l leasePruner) Lag(ctx context.Context, p retention.Policy) (map[string]time.Duration, error) {
+	runs, err := runstore.RunLag(ctx, l.e.pool, runstore.EngineLease, p)
+	if err != nil {
+		return nil, err
+	}
+	var ms int64
+	if err := l.e.pool.QueryRow(ctx, signalLagSQL, runstore.AgeArg(p.Completed)).Scan(&ms); err != nil {
+		return nil, fmt.Errorf("signal retention lag: %w", runstore.InterpretError(err))
+	}
+	waiters, err := runstore.WaiterLag(ctx, l.e.pool, p)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]time.Duration{runstore.TableRun: runs, tableTask: runs, tableStepResult: runs,
+		tableSignal: time.Duration(ms) * time.Millisecond, runstore.TableWaiter: waiters}, nil
+}
