@@ -20,9 +20,16 @@ CREATE INDEX plan_status_newest ON plan (status, created_at DESC, id DESC);
 CREATE INDEX plan_title_trgm ON plan USING gin (title gin_trgm_ops);
 -- A dead letter's retry looks for the decision its run opened.
 CREATE INDEX decision_run ON decision (run_id);
+-- The open decisions, oldest first: the list orders by (created_at, id),
+-- so the index ends in id (acquisition's TestDecisionListStaysIndexed;
+-- with created_at alone each page sorted its ties).
+DROP INDEX decision_open;
+CREATE INDEX decision_open ON decision (created_at, id) WHERE status = 'open';
 
 -- +goose Down
 -- pg_trgm stays: another schema in the database may use it.
+DROP INDEX decision_open;
+CREATE INDEX decision_open ON decision (created_at) WHERE status = 'open';
 DROP INDEX decision_run;
 DROP INDEX plan_title_trgm;
 DROP INDEX plan_status_newest;
