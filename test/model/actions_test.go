@@ -212,7 +212,7 @@ func (w *world) decide(p *modelPlan, approve bool) {
 		call, verb = w.plans.Approve, "approve"
 	}
 	ack, err := call(w.ctx, p.id, "model", "")
-	o, acked := w.act(verb + " " + p.label, ack, err)
+	o, acked := w.act(verb+" "+p.label, ack, err)
 	if !acked {
 		return
 	}
@@ -237,7 +237,7 @@ func (w *world) decide(p *modelPlan, approve bool) {
 func (w *world) cancel() {
 	p := w.pick()
 	ack, err := w.plans.Cancel(w.ctx, p.id, "model")
-	o, acked := w.act("cancel " + p.label, ack, err)
+	o, acked := w.act("cancel "+p.label, ack, err)
 	if !acked {
 		return
 	}
