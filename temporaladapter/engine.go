@@ -119,7 +119,7 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 		reg:    reg,
 		cfg:    cfg,
 		logger: cfg.Logger,
-		books:  &bookkeeping{pool: pool, logger: cfg.Logger},
+		books:  &bookkeeping{pool: pool, client: c, logger: cfg.Logger},
 	}, nil
 }
 
@@ -226,7 +226,7 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 	if err != nil {
 		return 0, err
 	}
-	ids, err := runstore.Waiters(ctx, e.pool, topic)
+	ids, err := runstore.SignalTargets(ctx, e.pool, topic, raw)
 	if err != nil {
 		return 0, err
 	}

@@ -42,13 +42,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/internal/testkit/proc"
-	"github.com/taskport/taskport/temporaladapter"
 )
 
 // regressionSeeds found a defect once; they run on every engine, always.
-var regressionSeeds = []uint64{}
+// The seed fixes the model's choices, not the engines' timing, so each
+// defect also has a deterministic test of its own (named here).
+var regressionSeeds = []uint64{
+	3, // temporal: a download report's wake-up, sent between check-download and its wait, was lost (app.TestSignalBetweenCheckAndWait)
+}
 
 // engine is how a seed's workers run one engine.
 type engine struct {
@@ -61,10 +63,10 @@ func leaseEngine(*testing.T) engine {
 	return engine{name: "lease", args: func(*world) []string { return []string{"--engine", "lease"} }}
 }
 
-// temporalEngine runs a dev server for the engine's seeds; each seed has a
-// task queue of its own.
-func temporalEngine(t *testing.T) engine {
-	s := devserver.Start(t, devserver.Options{SearchAttributes: temporaladapter.SearchAttributes()})
+// temporalEngine runs on the package's dev server; each seed has a task
+// queue of its own.
+func temporalEngine(*testing.T) engine {
+	s := temporalServer
 	return engine{name: "temporal", args: func(w *world) []string {
 		return []string{"--engine", "temporal", "--temporal-address", s.HostPort, "--temporal-namespace", s.Namespace, "--task-queue", w.queue()}
 	}}
