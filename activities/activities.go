@@ -72,8 +72,9 @@ type Files interface {
 	// Verify returns nil when path has exactly size bytes hashing to sha256;
 	// a missing file is an error wrapping fs.ErrNotExist, a different one
 	// (or not a regular file) one wrapping fileimport.ErrMismatch or
-	// fileimport.ErrInvalidRequest.
-	Verify(path string, size int64, sha256 string) error
+	// fileimport.ErrInvalidRequest. It heartbeats the step of ctx as it
+	// hashes, and stops when ctx ends.
+	Verify(ctx context.Context, path string, size int64, sha256 string) error
 	// RemoveTemps removes temp files an import of target left behind.
 	RemoveTemps(target string) error
 }

@@ -16,11 +16,22 @@ import (
 	"github.com/taskport/taskport/workflows"
 )
 
-// ImportProgress is what the import step reports through its heartbeat.
+// ImportProgress is what the import and verify steps report through their
+// heartbeats.
 type ImportProgress struct {
 	Bytes   int64   `json:"bytes"`
 	Total   int64   `json:"total"`
 	Percent float64 `json:"percent"`
+}
+
+// progressOf is the heartbeat detail of a copy or a hash that has done
+// bytes of total.
+func progressOf(bytes, total int64) ImportProgress {
+	pr := ImportProgress{Bytes: bytes, Total: total}
+	if total > 0 {
+		pr.Percent = 100 * float64(bytes) / float64(total)
+	}
+	return pr
 }
 
 // ImportAsset copies the download into the library through the ledger.
@@ -43,7 +54,7 @@ func (a *Activities) ImportAsset(ctx context.Context, ref workflows.PlanRef) (wo
 			if err != nil || !noted {
 				return workflows.ImportOutcome{}, false, err
 			}
-			if err := a.files.Verify(p.TargetPath, n.Size, n.SHA256); err != nil {
+			if err := a.files.Verify(ctx, p.TargetPath, n.Size, n.SHA256); err != nil {
 				return workflows.ImportOutcome{}, false, nil //nolint:nilerr // not in place yet: import again
 			}
 			return workflows.ImportOutcome{Size: n.Size, SHA256: n.SHA256, Reconciled: true, Origin: n.Origin}, true, nil
@@ -130,7 +141,7 @@ func (a *Activities) claimTarget(ctx context.Context, p acquisition.Plan, o ledg
 		return "", err
 	}
 	n := importNote{Origin: originCreated, Size: p.ExpectedSize, SHA256: p.ExpectedSHA256}
-	err = a.files.Verify(p.TargetPath, p.ExpectedSize, p.ExpectedSHA256)
+	err = a.files.Verify(ctx, p.TargetPath, p.ExpectedSize, p.ExpectedSHA256)
 	switch {
 	case err == nil && !(noted && prev.Origin == originCreated):
 		n.Origin = originAdopted
@@ -168,11 +179,7 @@ func (a *Activities) importRequest(ctx context.Context, p acquisition.Plan, sour
 			return err
 		},
 		Progress: func(copied, total int64) {
-			pr := ImportProgress{Bytes: copied, Total: total}
-			if total > 0 {
-				pr.Percent = 100 * float64(copied) / float64(total)
-			}
-			if err := port.Heartbeat(ctx, pr); err != nil {
+			if err := port.Heartbeat(ctx, progressOf(copied, total)); err != nil {
 				mu.Lock()
 				beatErr = err
 				mu.Unlock()
@@ -201,7 +208,7 @@ func (a *Activities) discard(ctx context.Context, p acquisition.Plan) error {
 	if err != nil || !noted || n.Origin != originCreated {
 		return err
 	}
-	err = a.files.Verify(p.TargetPath, n.Size, n.SHA256)
+	err = a.files.Verify(ctx, p.TargetPath, n.Size, n.SHA256)
 	switch {
 	case err == nil:
 		return removeTarget(p.TargetPath)
@@ -241,7 +248,7 @@ func (a *Activities) VerifyAsset(ctx context.Context, ref workflows.PlanRef) (wo
 	return ledger.Run(ctx, a.pool, ledger.Fenced[workflows.Outcome]{
 		PlanID: p.ID, Op: ledger.OpVerify,
 		Do: func(context.Context, ledger.Operation) (workflows.Outcome, error) {
-			if err := a.files.Verify(p.TargetPath, p.ExpectedSize, p.ExpectedSHA256); err != nil {
+			if err := a.files.Verify(ctx, p.TargetPath, p.ExpectedSize, p.ExpectedSHA256); err != nil {
 				return workflows.Outcome{}, port.NonRetryable(fmt.Errorf("verify plan %s: %w", p.ID, err))
 			}
 			return workflows.Outcome{}, nil

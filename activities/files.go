@@ -30,9 +30,16 @@ func (LocalFiles) Import(ctx context.Context, req ImportRequest) (ImportResult, 
 	return ImportResult{Size: r.Size, SHA256: r.SHA256, Reconciled: r.Reconciled}, nil
 }
 
-// Verify implements Files.
-func (LocalFiles) Verify(path string, size int64, sha256 string) error {
-	return fileimport.Verify(path, size, sha256)
+// Verify implements Files. It heartbeats after each chunk hashed: a big
+// file takes minutes to hash, and a step that stops heartbeating is how
+// Temporal learns that its worker died (asset.verify's heartbeat timeout)
+// before the step's whole timeout runs out.
+func (LocalFiles) Verify(ctx context.Context, path string, size int64, sha256 string) error {
+	return fileimport.Verify(ctx, path, size, sha256, func(hashed int64) {
+		// A heartbeat that fails because the step was canceled ends ctx,
+		// which stops the hashing; nothing else is to be done with it here.
+		_ = port.Heartbeat(ctx, progressOf(hashed, size))
+	})
 }
 
 // RemoveTemps implements Files.

@@ -113,7 +113,7 @@ func Import(ctx context.Context, req Request) (Result, error) {
 	want := strings.ToLower(req.ExpectedSHA256)
 	res := Result{Size: req.ExpectedSize, SHA256: want}
 
-	if done, err := inPlace(req.Target, req.ExpectedSize, want); err != nil || done {
+	if done, err := inPlace(ctx, req.Target, req.ExpectedSize, want); err != nil || done {
 		res.Reconciled = done
 		return res, err
 	}
@@ -130,7 +130,7 @@ func Import(ctx context.Context, req Request) (Result, error) {
 	}
 	// Something may have appeared at the target while copying (an
 	// overlapping attempt of the same import, or someone else's file).
-	if done, err := inPlace(req.Target, req.ExpectedSize, want); err != nil || done {
+	if done, err := inPlace(ctx, req.Target, req.ExpectedSize, want); err != nil || done {
 		_ = os.Remove(tmp)
 		res.Reconciled = done
 		return res, err
@@ -144,7 +144,7 @@ func Import(ctx context.Context, req Request) (Result, error) {
 	}
 	// Read back what the disk holds now, not what was written: this is the
 	// verification the ledger records.
-	if err := Verify(req.Target, req.ExpectedSize, want); err != nil {
+	if err := Verify(ctx, req.Target, req.ExpectedSize, want, nil); err != nil {
 		if errors.Is(err, ErrMismatch) {
 			_ = os.Remove(req.Target)
 		}
@@ -156,8 +156,8 @@ func Import(ctx context.Context, req Request) (Result, error) {
 // inPlace reports whether target already holds the expected content (then
 // the stale temporary files of earlier attempts are removed). A missing
 // target is not in place; a different file there is ErrTargetTaken.
-func inPlace(target string, size int64, want string) (bool, error) {
-	err := Verify(target, size, want)
+func inPlace(ctx context.Context, target string, size int64, want string) (bool, error) {
+	err := Verify(ctx, target, size, want, nil)
 	switch {
 	case err == nil:
 		if _, err := RemoveTemps(target); err != nil {
@@ -259,8 +259,11 @@ func copyToTemp(ctx context.Context, req Request, want string) (_ string, err er
 
 // Verify checks that path is a regular file of the given size and SHA-256
 // (64 hex digits). A difference is a *MismatchError; a missing file is
-// reported as fs.ErrNotExist.
-func Verify(path string, size int64, sha256Hex string) error {
+// reported as fs.ErrNotExist. It hashes in chunks: progress, when set, is
+// called with the bytes hashed so far after each chunk (a step heartbeats
+// there, so a lost worker is noticed within a heartbeat timeout however big
+// the file), and an ended ctx stops it with ctx's cause.
+func Verify(ctx context.Context, path string, size int64, sha256Hex string, progress func(hashed int64)) error {
 	if err := checkExpectation(size, sha256Hex); err != nil {
 		return err
 	}
@@ -281,9 +284,24 @@ func Verify(path string, size int64, sha256Hex string) error {
 		return &MismatchError{Path: path, WantSize: size, GotSize: st.Size(), WantSHA256: want}
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return fmt.Errorf("verify: read %s: %w", path, err)
+	buf := make([]byte, verifyChunk)
+	var n int64
+	for {
+		if ctx.Err() != nil {
+			return fmt.Errorf("verify %s: %w", path, context.Cause(ctx))
+		}
+		k, err := f.Read(buf)
+		h.Write(buf[:k])
+		n += int64(k)
+		if k > 0 && progress != nil {
+			progress(n)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("verify: read %s: %w", path, err)
+		}
 	}
 	got := hex.EncodeToString(h.Sum(nil))
 	if n != size || got != want {
@@ -291,6 +309,9 @@ func Verify(path string, size int64, sha256Hex string) error {
 	}
 	return nil
 }
+
+// verifyChunk is how much Verify hashes between two progress calls.
+const verifyChunk = 1 << 20
 
 // RemoveTemps deletes the temporary files of imports into target
 // (".<base>.tp-import-<digits>" in target's directory) and returns how many

@@ -298,23 +298,48 @@ func TestImportRefusesBadRequests(t *testing.T) {
 	require.ErrorIs(t, err, fs.ErrNotExist)
 }
 
+// verify is fileimport.Verify without a deadline or progress.
+func verify(path string, size int64, sum string) error {
+	return fileimport.Verify(context.Background(), path, size, sum, nil)
+}
+
+// Verify reports its progress chunk by chunk, so that a step can heartbeat
+// while it hashes a big file, and stops when its context ends.
+func TestVerifyReportsProgressAndStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3<<20+5)
+	size := int64(len(f.data))
+	var seen []int64
+	require.NoError(t, fileimport.Verify(t.Context(), f.src, size, f.sum, func(n int64) { seen = append(seen, n) }))
+	require.Equal(t, []int64{1 << 20, 2 << 20, 3 << 20, size}, seen)
+
+	ctx, cancel := context.WithCancelCause(t.Context())
+	stop := errors.New("stop")
+	err := fileimport.Verify(ctx, f.src, size, f.sum, func(n int64) {
+		if n >= 1<<20 {
+			cancel(stop)
+		}
+	})
+	require.ErrorIs(t, err, stop)
+}
+
 func TestVerify(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1000)
 	size := int64(len(f.data))
-	require.NoError(t, fileimport.Verify(f.src, size, f.sum))
-	require.NoError(t, fileimport.Verify(f.src, size, strings.ToUpper(f.sum)))
+	require.NoError(t, verify(f.src, size, f.sum))
+	require.NoError(t, verify(f.src, size, strings.ToUpper(f.sum)))
 
 	var me *fileimport.MismatchError
-	require.ErrorAs(t, fileimport.Verify(f.src, size+1, f.sum), &me)
+	require.ErrorAs(t, verify(f.src, size+1, f.sum), &me)
 	require.Equal(t, fileimport.MismatchError{Path: f.src, WantSize: size + 1, GotSize: size, WantSHA256: f.sum}, *me)
-	require.ErrorAs(t, fileimport.Verify(f.src, size, strings.Repeat("00", 32)), &me)
+	require.ErrorAs(t, verify(f.src, size, strings.Repeat("00", 32)), &me)
 	require.Equal(t, f.sum, me.GotSHA256)
 
-	require.ErrorIs(t, fileimport.Verify(filepath.Join(f.dir, "absent"), size, f.sum), fs.ErrNotExist)
-	require.ErrorIs(t, fileimport.Verify(f.dir, size, f.sum), fileimport.ErrInvalidRequest)
-	require.ErrorIs(t, fileimport.Verify(f.src, -1, f.sum), fileimport.ErrInvalidRequest)
-	require.ErrorIs(t, fileimport.Verify(f.src, size, "xyz"), fileimport.ErrInvalidRequest)
+	require.ErrorIs(t, verify(filepath.Join(f.dir, "absent"), size, f.sum), fs.ErrNotExist)
+	require.ErrorIs(t, verify(f.dir, size, f.sum), fileimport.ErrInvalidRequest)
+	require.ErrorIs(t, verify(f.src, -1, f.sum), fileimport.ErrInvalidRequest)
+	require.ErrorIs(t, verify(f.src, size, "xyz"), fileimport.ErrInvalidRequest)
 }
 
 func TestRemoveTempsTouchesOnlyThisTargetsTemps(t *testing.T) {

@@ -8,8 +8,9 @@ import (
 	"github.com/taskport/taskport/port"
 )
 
-// ImportStepTimeout bounds one import attempt; the heartbeat notices a stuck
-// copy long before.
+// ImportStepTimeout bounds one import or verify attempt (a big file takes a
+// while to copy or hash); the heartbeat timeout notices a stuck or lost
+// attempt long before.
 const (
 	ImportStepTimeout      = time.Hour
 	ImportHeartbeatTimeout = time.Minute
@@ -24,7 +25,7 @@ func Definitions() []port.Definition {
 		{Kind: KindAssetImport, Version: 1, Retry: port.FileRetry(), StepTimeout: ImportStepTimeout,
 			HeartbeatTimeout: ImportHeartbeatTimeout, Handler: port.Handle(assetImport)},
 		{Kind: KindAssetVerify, Version: 1, Retry: port.FileRetry(), StepTimeout: ImportStepTimeout,
-			Handler: port.Handle(assetVerify)},
+			HeartbeatTimeout: ImportHeartbeatTimeout, Handler: port.Handle(assetVerify)},
 		{Kind: KindDownloadCleanup, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(downloadCleanup)},
 		{Kind: KindPlanCancel, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(planCancel)},
 		{Kind: KindDecisionResolve, Version: 1, Retry: port.NetworkRetry(), Handler: port.Handle(decisionResolve)},
