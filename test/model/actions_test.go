@@ -3,6 +3,8 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
+	"net/http"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -49,7 +51,9 @@ var actions = []action{
 	{"finish a download", func(w *world) int { return when(len(w.ps) > 0, 5) }, (*world).completeDownload},
 	{"webhook receiver fails", func(*world) int { return 1 }, func(w *world) { w.hooks.setFailing(true); w.note("webhook receiver answers 400") }},
 	{"webhook receiver recovers", func(*world) int { return 2 }, func(w *world) { w.hooks.setFailing(false); w.note("webhook receiver answers 204") }},
-	{"qbittorrent fails", func(*world) int { return 1 }, (*world).qbtFails},
+	{"qbittorrent fails a few requests", func(*world) int { return 1 }, (*world).qbtFails},
+	{"qbittorrent goes down", func(w *world) int { return when(!w.qbtDown, 1) }, func(w *world) { w.setQBTDown(true) }},
+	{"qbittorrent comes back", func(w *world) int { return when(w.qbtDown, 1) }, func(w *world) { w.setQBTDown(false) }},
 	{"resolve a decision", func(*world) int { return 3 }, (*world).resolveDecision},
 	{"kill a worker", func(w *world) int { return when(len(w.workers) > 0, 2) }, (*world).killWorker},
 	{"restart a worker", func(w *world) int { return when(len(w.workers) > 0, 1) }, (*world).restartWorker},
@@ -296,6 +300,20 @@ func (w *world) qbtFails() {
 	w.note(fmt.Sprintf("qbittorrent answers 500 to the next %d requests", n))
 }
 
+// setQBTDown makes qBittorrent answer 503 to everything, long enough for
+// the network kinds to exhaust their attempts and open decisions, or
+// brings it back.
+func (w *world) setQBTDown(down bool) {
+	w.qbtDown = down
+	if down {
+		w.qbt.FailNext(math.MaxInt32, http.StatusServiceUnavailable)
+		w.note("qbittorrent answers 503 to everything")
+		return
+	}
+	w.qbt.FailNext(0, 0)
+	w.note("qbittorrent answers again")
+}
+
 // resolveDecision resolves an open decision as retry or abandon.
 func (w *world) resolveDecision() {
 	open, err := w.plans.ListDecisions(w.ctx, acquisition.DecisionOpen, 0)
@@ -304,7 +322,11 @@ func (w *world) resolveDecision() {
 		w.pause()
 		return
 	}
-	d := open[w.rng.IntN(len(open))]
+	w.resolve(open[w.rng.IntN(len(open))])
+}
+
+// resolve resolves d as retry or abandon, at random.
+func (w *world) resolve(d acquisition.Decision) {
 	action := acquisition.DecisionRetry
 	if w.rng.IntN(2) == 0 {
 		action = acquisition.DecisionAbandon

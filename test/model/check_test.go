@@ -24,16 +24,52 @@ import (
 // (its one-minute start-to-close timeout), and a few retry backoffs.
 const settleWait = 3 * time.Minute
 
-// settle ends the seed's story: the receiver answers again, a worker runs,
-// and the operator approves whatever still awaits approval and qBittorrent
-// finishes whatever is still downloading, until nothing moves any more.
-// Open decisions are left open: a plan may end waiting on one.
+// decisionRounds bounds the rounds of the decision phase of settle.
+const decisionRounds = 3
+
+// settle ends the seed's story. First the operator approves whatever awaits
+// approval and qBittorrent finishes whatever downloads, until nothing moves
+// (the receiver and qBittorrent stay as the actions left them, so plans
+// fail into decisions). Then, in rounds: qBittorrent comes back, the
+// receiver too (in the first round only sometimes), and every open decision
+// is resolved as retry or abandon, now and then with one more cancel; until
+// no decision is open or the rounds run out. A plan may end waiting on an
+// open decision.
 func (w *world) settle() {
-	w.hooks.setFailing(false)
-	w.note("settle: webhook receiver answers 204; approve what awaits approval, finish what downloads")
 	if len(w.workers) == 0 {
 		w.startWorker()
 	}
+	w.note("settle: approve what awaits approval, finish what downloads")
+	if !w.drain() {
+		return
+	}
+	for round := 1; round <= decisionRounds; round++ {
+		if w.qbtDown {
+			w.setQBTDown(false)
+		}
+		failing := round == 1 && w.rng.IntN(3) == 0
+		w.hooks.setFailing(failing)
+		w.note(fmt.Sprintf("settle round %d: webhook receiver failing: %t", round, failing))
+		open, err := w.plans.ListDecisions(w.ctx, acquisition.DecisionOpen, 0)
+		require.NoError(w.t, err)
+		if len(open) == 0 && !failing {
+			return
+		}
+		for _, d := range open {
+			w.resolve(d)
+		}
+		if w.rng.IntN(4) == 0 {
+			w.cancel()
+		}
+		if !w.drain() {
+			return
+		}
+	}
+}
+
+// drain approves and finishes downloads until nothing moves; false when
+// that does not happen within settleWait (an anomaly).
+func (w *world) drain() bool {
 	deadline := time.Now().Add(settleWait)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -50,11 +86,11 @@ func (w *world) settle() {
 		}
 		busy := w.busy()
 		if len(busy) == 0 {
-			return
+			return true
 		}
 		if time.Now().After(deadline) {
 			w.anomaly("not quiescent %s after the last action:\n      %s", settleWait, strings.Join(busy, "\n      "))
-			return
+			return false
 		}
 		<-tick.C
 	}

@@ -49,6 +49,7 @@ type world struct {
 	dl    string
 
 	workers []*proc.Process // live ones
+	qbtDown bool
 	started int             // workers started so far, for their names
 
 	ps    []*modelPlan
