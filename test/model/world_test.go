@@ -50,7 +50,7 @@ type world struct {
 
 	workers []*proc.Process // live ones
 	qbtDown bool
-	started int             // workers started so far, for their names
+	started int // workers started so far, for their names
 
 	ps    []*modelPlan
 	ops   []*op
