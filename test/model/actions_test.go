@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,6 +49,7 @@ var actions = []action{
 	{"approve", func(w *world) int { return when(len(w.ps) > 0, 6) }, (*world).approve},
 	{"reject", func(w *world) int { return when(len(w.ps) > 0, 1) }, (*world).reject},
 	{"cancel", func(w *world) int { return when(len(w.ps) > 0, 2) }, (*world).cancel},
+	{"two calls at once", func(w *world) int { return when(len(w.ps) > 0, 2) }, (*world).together},
 	{"finish a download", func(w *world) int { return when(len(w.ps) > 0, 5) }, (*world).completeDownload},
 	{"webhook receiver fails", func(*world) int { return 1 }, func(w *world) { w.hooks.setFailing(true); w.note("webhook receiver answers 400") }},
 	{"webhook receiver recovers", func(*world) int { return 2 }, func(w *world) { w.hooks.setFailing(false); w.note("webhook receiver answers 204") }},
@@ -57,6 +59,8 @@ var actions = []action{
 	{"resolve a decision", func(*world) int { return 3 }, (*world).resolveDecision},
 	{"kill a worker", func(w *world) int { return when(len(w.workers) > 0, 2) }, (*world).killWorker},
 	{"restart a worker", func(w *world) int { return when(len(w.workers) > 0, 1) }, (*world).restartWorker},
+	{"freeze a worker", func(w *world) int { return when(len(w.workers) > 0 && w.frozen == nil, 1) }, (*world).freezeWorker},
+	{"thaw the frozen worker", func(w *world) int { return when(w.frozen != nil, 2) }, (*world).thawWorker},
 	{"start a worker", func(w *world) int {
 		if len(w.workers) == 0 {
 			return 4
@@ -192,10 +196,34 @@ func (w *world) countPlans() int {
 	return n
 }
 
+// call is an operator call through the business API, prepared so that it
+// can run alone or at the same moment as another one.
+type call struct {
+	what string
+	do   func() (plans.Ack, error)
+	// check tells after quiescence whether the call, if acknowledged, took
+	// effect.
+	check func() string
+}
+
+// run makes the call and records it.
+func (w *world) run(c call) {
+	ack, err := c.do()
+	w.finish(c, ack, err)
+}
+
+// finish records a call that returned.
+func (w *world) finish(c call, ack plans.Ack, err error) {
+	if o, acked := w.act(c.what, ack, err); acked {
+		o.check = c.check
+	}
+}
+
 // approve and reject mostly pick a plan that awaits approval, and
 // sometimes any plan, whose refusal must then be a clear one.
-func (w *world) approve() { w.decide(w.pickAwaiting(), true) }
-func (w *world) reject()  { w.decide(w.pickAwaiting(), false) }
+func (w *world) approve() { w.run(w.decideCall(w.pickAwaiting(), true)) }
+func (w *world) reject()  { w.run(w.decideCall(w.pickAwaiting(), false)) }
+func (w *world) cancel()  { w.run(w.cancelCall(w.pick())) }
 
 func (w *world) pickAwaiting() *modelPlan {
 	var awaiting []*modelPlan
@@ -210,17 +238,53 @@ func (w *world) pickAwaiting() *modelPlan {
 	return awaiting[w.rng.IntN(len(awaiting))]
 }
 
-func (w *world) decide(p *modelPlan, approve bool) {
-	call, verb := w.plans.Reject, "reject"
+// together makes two operator calls on one plan at the same moment, as two
+// operators (or one and a retried CLI command) would.
+func (w *world) together() {
+	p := w.pick()
+	cs := []call{w.randomCall(p), w.randomCall(p)}
+	type result struct {
+		ack plans.Ack
+		err error
+	}
+	rs := make([]result, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { rs[i].ack, rs[i].err = c.do() })
+	}
+	wg.Wait()
+	w.note(fmt.Sprintf("the next %d calls ran at the same moment", len(cs)))
+	for i, c := range cs {
+		w.finish(c, rs[i].ack, rs[i].err)
+	}
+}
+
+// randomCall is an approve, reject, cancel, or the resolution of one of p's
+// open decisions.
+func (w *world) randomCall(p *modelPlan) call {
+	switch w.rng.IntN(4) {
+	case 0:
+		return w.decideCall(p, true)
+	case 1:
+		return w.decideCall(p, false)
+	case 2:
+		open, err := w.plans.ListDecisions(w.ctx, acquisition.DecisionOpen, 0)
+		require.NoError(w.t, err)
+		for _, d := range open {
+			if d.PlanID.String() == p.id {
+				return w.resolveCall(d)
+			}
+		}
+	}
+	return w.cancelCall(p)
+}
+
+func (w *world) decideCall(p *modelPlan, approve bool) call {
+	api, verb := w.plans.Reject, "reject"
 	if approve {
-		call, verb = w.plans.Approve, "approve"
+		api, verb = w.plans.Approve, "approve"
 	}
-	ack, err := call(w.ctx, p.id, "model", "")
-	o, acked := w.act(verb+" "+p.label, ack, err)
-	if !acked {
-		return
-	}
-	o.check = func() string {
+	return call{what: verb + " " + p.label, do: func() (plans.Ack, error) { return api(w.ctx, p.id, "model", "") }, check: func() string {
 		var decision string
 		if err := w.pool.QueryRow(w.ctx, `SELECT decision FROM approval WHERE plan_id = $1`, p.id).Scan(&decision); err != nil {
 			return fmt.Sprintf("no approval row: %v", err)
@@ -235,17 +299,11 @@ func (w *world) decide(p *modelPlan, approve bool) {
 			return fmt.Sprintf("rejected, but the plan is %s", s)
 		}
 		return ""
-	}
+	}}
 }
 
-func (w *world) cancel() {
-	p := w.pick()
-	ack, err := w.plans.Cancel(w.ctx, p.id, "model")
-	o, acked := w.act("cancel "+p.label, ack, err)
-	if !acked {
-		return
-	}
-	o.check = func() string {
+func (w *world) cancelCall(p *modelPlan) call {
+	return call{what: "cancel " + p.label, do: func() (plans.Ack, error) { return w.plans.Cancel(w.ctx, p.id, "model") }, check: func() string {
 		s := w.status(p)
 		if s == acquisition.Canceled || s == acquisition.Abandoned {
 			return ""
@@ -254,7 +312,7 @@ func (w *world) cancel() {
 			return ""
 		}
 		return fmt.Sprintf("cancel acknowledged, but the plan is %s", s)
-	}
+	}}
 }
 
 // completeDownload finishes the torrent of a plan that has one, and reports
@@ -276,21 +334,17 @@ func (w *world) finishDownloadAndReport(p *modelPlan, t qbittorrent.Torrent) {
 	if w.rng.IntN(3) == 0 {
 		ref, by = p.asset.Hash, " by info hash"
 	}
-	ack, err := w.plans.ReportDownloadComplete(w.ctx, ref, "")
-	o, acked := w.act(fmt.Sprintf("finish the download of %s and report it%s", p.label, by), ack, err)
-	if !acked {
-		return
-	}
-	o.check = func() string {
-		var state string
-		if err := w.pool.QueryRow(w.ctx, `SELECT state FROM download_task WHERE plan_id = $1`, p.id).Scan(&state); err != nil {
-			return fmt.Sprintf("no download row: %v", err)
-		}
-		if state != string(acquisition.DownloadCompleted) && state != string(acquisition.DownloadRemoved) {
-			return "download reported complete, but it is " + state
-		}
-		return ""
-	}
+	w.run(call{what: fmt.Sprintf("finish the download of %s and report it%s", p.label, by),
+		do: func() (plans.Ack, error) { return w.plans.ReportDownloadComplete(w.ctx, ref, "") }, check: func() string {
+			var state string
+			if err := w.pool.QueryRow(w.ctx, `SELECT state FROM download_task WHERE plan_id = $1`, p.id).Scan(&state); err != nil {
+				return fmt.Sprintf("no download row: %v", err)
+			}
+			if state != string(acquisition.DownloadCompleted) && state != string(acquisition.DownloadRemoved) {
+				return "download reported complete, but it is " + state
+			}
+			return ""
+		}})
 }
 
 // qbtFails makes the next few requests to qBittorrent answer 500.
@@ -326,32 +380,30 @@ func (w *world) resolveDecision() {
 }
 
 // resolve resolves d as retry or abandon, at random.
-func (w *world) resolve(d acquisition.Decision) {
+func (w *world) resolve(d acquisition.Decision) { w.run(w.resolveCall(d)) }
+
+func (w *world) resolveCall(d acquisition.Decision) call {
 	action := acquisition.DecisionRetry
 	if w.rng.IntN(2) == 0 {
 		action = acquisition.DecisionAbandon
 	}
 	p := w.byID(d.PlanID)
-	ack, err := w.plans.ResolveDecision(w.ctx, d.ID.String(), action, "model")
-	o, acked := w.act(fmt.Sprintf("resolve the %s decision of %s as %s", d.Kind, p.label, action), ack, err)
-	if !acked {
-		return
-	}
-	o.check = func() string {
-		var status string
-		if err := w.pool.QueryRow(w.ctx, `SELECT status FROM decision WHERE id = $1`, d.ID).Scan(&status); err != nil {
-			return err.Error()
-		}
-		if status != string(action) {
-			return "the decision is " + status
-		}
-		if action == acquisition.DecisionAbandon && d.Kind != workflows.KindNotifyWebhook {
-			if s := w.status(p); !s.Final() && !slices.Contains(w.openDecisionKinds(p), workflows.KindPlanCancel) {
-				return fmt.Sprintf("abandoned, but the plan is %s", s)
+	return call{what: fmt.Sprintf("resolve the %s decision of %s as %s", d.Kind, p.label, action),
+		do: func() (plans.Ack, error) { return w.plans.ResolveDecision(w.ctx, d.ID.String(), action, "model") }, check: func() string {
+			var status string
+			if err := w.pool.QueryRow(w.ctx, `SELECT status FROM decision WHERE id = $1`, d.ID).Scan(&status); err != nil {
+				return err.Error()
 			}
-		}
-		return ""
-	}
+			if status != string(action) {
+				return "the decision is " + status
+			}
+			if action == acquisition.DecisionAbandon && d.Kind != workflows.KindNotifyWebhook {
+				if s := w.status(p); !s.Final() && !slices.Contains(w.openDecisionKinds(p), workflows.KindPlanCancel) {
+					return fmt.Sprintf("abandoned, but the plan is %s", s)
+				}
+			}
+			return ""
+		}}
 }
 
 func (w *world) byID(id uuid.UUID) *modelPlan {

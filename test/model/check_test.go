@@ -36,6 +36,9 @@ const decisionRounds = 3
 // no decision is open or the rounds run out. A plan may end waiting on an
 // open decision.
 func (w *world) settle() {
+	if w.frozen != nil {
+		w.thawWorker()
+	}
 	if len(w.workers) == 0 {
 		w.startWorker()
 	}
@@ -77,7 +80,7 @@ func (w *world) drain() bool {
 		for _, p := range shuffle(w.rng, w.ps) {
 			switch w.status(p) {
 			case acquisition.AwaitingApproval:
-				w.decide(p, true)
+				w.run(w.decideCall(p, true))
 			case acquisition.Downloading:
 				if t, ok := w.torrent(p); ok && t.Progress < 1 {
 					w.finishDownloadAndReport(p, t)

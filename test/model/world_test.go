@@ -49,6 +49,7 @@ type world struct {
 	dl    string
 
 	workers []*proc.Process // live ones
+	frozen  *proc.Process   // a worker stopped with SIGSTOP, if any
 	qbtDown bool
 	started int // workers started so far, for their names
 
@@ -151,6 +152,28 @@ func (w *world) killWorker() {
 	w.workers = append(w.workers[:i], w.workers[i+1:]...)
 	require.NoError(w.t, p.Kill(w.ctx))
 	w.note(fmt.Sprintf("kill -9 %s (pid %d)", p.Name, p.Pid()))
+}
+
+// freezeWorker stops a live worker with SIGSTOP: it keeps its leases,
+// claims and connections but runs nothing, like a long GC pause or a
+// stalled VM, until thawWorker; meanwhile its leases expire and other
+// workers take its steps over, which the ledger's fencing must absorb.
+func (w *world) freezeWorker() {
+	i := w.rng.IntN(len(w.workers))
+	p := w.workers[i]
+	w.workers = append(w.workers[:i], w.workers[i+1:]...)
+	require.NoError(w.t, p.Stop())
+	w.frozen = p
+	w.note(fmt.Sprintf("kill -STOP %s (pid %d)", p.Name, p.Pid()))
+}
+
+// thawWorker resumes the frozen worker (SIGCONT).
+func (w *world) thawWorker() {
+	p := w.frozen
+	w.frozen = nil
+	require.NoError(w.t, p.Cont())
+	w.workers = append(w.workers, p)
+	w.note(fmt.Sprintf("kill -CONT %s (pid %d)", p.Name, p.Pid()))
 }
 
 // restartWorker stops a live worker gracefully (SIGTERM: in-flight steps
