@@ -221,6 +221,9 @@ func summarize(raw []byte, limit int) string {
 
 // Signal reads the runs registered as waiting on topic in Postgres and
 // signals each. A run that finished meanwhile is skipped, not an error.
+// With no run waiting, the signal is kept for the next wait on the topic
+// (runstore.SignalTargets; addWaiter hands it over), as the lease engine
+// keeps one: a wake-up sent between a run's check and its wait is not lost.
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
 	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
