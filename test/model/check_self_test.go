@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/plans"
 )
 
 // The checks can fail: a plan forced to completed behind the lifecycle's
@@ -31,4 +34,18 @@ func TestChecksReportBrokenInvariants(t *testing.T) {
 	} {
 		require.Contains(t, all, want)
 	}
+}
+
+// A call that cannot reach Postgres is told apart from a refusal of the
+// business API (it is not an anomaly: it did nothing, and said so).
+func TestUnreachableIsNotARefusal(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=5")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	svc, err := plans.New(pool, plans.Config{})
+	require.NoError(t, err)
+	_, err = svc.Cancel(t.Context(), "01a2318c-17b0-77f9-bb8d-5c70e6a89c31", "model")
+	require.Error(t, err)
+	require.True(t, unreachable(err), "%v", err)
+	require.False(t, clearRefusal(err))
 }

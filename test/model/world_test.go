@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -321,4 +322,12 @@ func (r *receiver) badRequests() []string {
 // (a conflict with the plan's state, or bad input), as opposed to a failure.
 func clearRefusal(err error) bool {
 	return errors.Is(err, plans.ErrConflict)
+}
+
+// unreachable tells whether err is a connection to Postgres that could not
+// be opened (e.g. the server's max_connections, shared with other test
+// binaries, is exhausted): such a call wrote nothing.
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce)
 }
