@@ -165,8 +165,17 @@ func (w *world) freezeWorker() {
 	w.workers = append(w.workers[:i], w.workers[i+1:]...)
 	require.NoError(w.t, p.Stop())
 	w.frozen = p
-	w.note(fmt.Sprintf("kill -STOP %s (pid %d)", p.Name, p.Pid()))
+	// A frozen worker may hold a row lock in an open transaction, and the
+	// next operator call then waits for it: the freeze ends by itself (a
+	// stall, not a hang), or the model would wait on its own fault.
+	d := time.Duration(1+w.rng.IntN(maxFreezeSeconds)) * time.Second
+	time.AfterFunc(d, func() { _ = p.Cont() })
+	w.note(fmt.Sprintf("kill -STOP %s (pid %d) for at most %s", p.Name, p.Pid(), d))
 }
+
+// maxFreezeSeconds bounds a freeze: past the lease engine's 10s lease, so
+// that other workers take the frozen one's steps over.
+const maxFreezeSeconds = 15
 
 // thawWorker resumes the frozen worker (SIGCONT).
 func (w *world) thawWorker() {
