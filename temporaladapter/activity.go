@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/taskport/taskport/internal/enginekit"
@@ -93,6 +95,7 @@ func (h heartbeat) Beat(ctx context.Context, progress any) error {
 // activities (cheap: no task-queue round trip) and by activities inline.
 type bookkeeping struct {
 	pool   *pgxpool.Pool
+	client client.Client // hands kept signals to the runs that wait (addWaiter)
 	logger *slog.Logger
 }
 
@@ -144,11 +147,28 @@ func (b *bookkeeping) projectQuietly(ctx context.Context, log *slog.Logger, id p
 	}
 }
 
+// addWaiter registers the run as waiting on topic. A signal sent to the
+// topic while nobody waited was kept (Engine.Signal): addWaiter sends it to
+// the run now, so the wait that follows receives it at once, and marks it
+// taken only once sent. A worker that dies in between sends it again on the
+// retry; a signal is only a hint, a repeat costs one more check.
 func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.Topic, step string) error {
-	if err := runstore.AddWaiter(ctx, b.pool, topic, id, step); err != nil {
+	kept, err := runstore.WaitKeepingSignals(ctx, b.pool, topic, id, step)
+	if err != nil {
 		return err
 	}
-	return runstore.Project(ctx, b.pool, id, runstore.Projection{Status: port.StatusWaiting, CurrentStep: step})
+	if err := runstore.Project(ctx, b.pool, id, runstore.Projection{Status: port.StatusWaiting, CurrentStep: step}); err != nil {
+		return err
+	}
+	for _, k := range kept {
+		if err := interpretError(b.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), k.Payload)); err != nil {
+			return fmt.Errorf("hand the kept signal %d on %s to run %s: %w", k.ID, topic, id, err)
+		}
+		if err := runstore.TakeKeptSignal(ctx, b.pool, k.ID, id, step); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *bookkeeping) removeWaiters(ctx context.Context, id port.RunID, topics []port.Topic) error {

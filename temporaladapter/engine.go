@@ -128,7 +128,7 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 		reg:     reg,
 		cfg:     cfg,
 		logger:  cfg.Logger,
-		books:   &bookkeeping{pool: pool, logger: cfg.Logger},
+		books:   &bookkeeping{pool: pool, client: c, logger: cfg.Logger},
 	}, nil
 }
 
@@ -269,12 +269,15 @@ func summarize(raw []byte, limit int) string {
 
 // Signal reads the runs registered as waiting on topic in Postgres and
 // signals each. A run that finished meanwhile is skipped, not an error.
+// With no run waiting, the signal is kept for the next wait on the topic
+// (runstore.SignalTargets; addWaiter hands it over), as the lease engine
+// keeps one: a wake-up sent between a run's check and its wait is not lost.
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
 	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
 		return 0, err
 	}
-	ids, err := runstore.Waiters(ctx, e.pool, topic)
+	ids, err := runstore.SignalTargets(ctx, e.pool, topic, raw)
 	if err != nil {
 		return 0, err
 	}

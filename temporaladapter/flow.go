@@ -226,7 +226,8 @@ func stepError(name, activityName string, so port.StepOptions, err error) *port.
 
 // WaitSignal registers the run in the Postgres waiter table (a local
 // activity) before its first wait on topic, so a Signal that follows finds
-// it. The registration stays until the run ends, so a signal sent while the
+// it; one sent before, while nobody waited, was kept, and the registration
+// sends it to this run. The registration stays until the run ends, so a signal sent while the
 // run is in a later step is accepted and buffered in the topic's channel,
 // and the next wait receives it at once. The channel receive is recorded in
 // history, so replay takes the same branch. A zero timeout only takes a

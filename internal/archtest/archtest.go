@@ -99,15 +99,18 @@ func Owners() map[string][]string {
 	// both commit as one; the Temporal engine goes through runstore.
 	runs := []string{"runstore", "internal/runstore", "leaseadapter"}
 	return map[string][]string{
-		"plan":             {"acquisition"},
-		"approval":         {"acquisition"},
-		"download_task":    {"acquisition"},
-		"decision":         {"acquisition"},
-		"asset_operation":  {"ledger"},
-		"outbox_event":     {"outbox"},
-		"taskport.run":     runs,
-		"taskport.waiter":  runs,
-		"taskport_lease.*": {"leaseadapter"},
+		"plan":            {"acquisition"},
+		"approval":        {"acquisition"},
+		"download_task":   {"acquisition"},
+		"decision":        {"acquisition"},
+		"asset_operation": {"ledger"},
+		"outbox_event":    {"outbox"},
+		"taskport.run":    runs,
+		"taskport.waiter": runs,
+		// Early signals are the Temporal engine's (the lease engine keeps its
+		// own in taskport_lease.task_signal).
+		"taskport.early_signal": runstores,
+		"taskport_lease.*":      {"leaseadapter"},
 	}
 }
 

@@ -159,3 +159,19 @@ SELECT coalesce((
   WHERE w.since < now() - $1 * interval '1 millisecond'
     AND (SELECT r.status FROM taskport.run r WHERE r.id = w.run_id) IN ('succeeded', 'failed', 'canceled')
   ORDER BY w.since LIMIT 1), 0)`
+
+// topicLockSQL serializes the senders and waiters of a topic (the early
+// signals of the Temporal engine), so that a signal either finds the waiter
+// registered or is seen by the wait. The key is the lease engine's topic
+// lock's, which serializes the same thing there.
+const topicLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 7454))`
+
+const keepEarlySignalSQL = `INSERT INTO taskport.early_signal (topic, payload) VALUES ($1, $2)`
+
+// keptSignalsSQL lists the signals kept on a topic and not taken yet.
+const keptSignalsSQL = `
+SELECT id, payload FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id`
+
+const takeKeptSignalSQL = `
+UPDATE taskport.early_signal SET consumed_by = $2, consumed_step = $3, consumed_at = now()
+WHERE id = $1 AND consumed_by IS NULL`

@@ -328,6 +328,77 @@ func Waiters(ctx context.Context, q DBTX, topic port.Topic) ([]port.RunID, error
 	return ids, nil
 }
 
+// SignalTargets returns the runs waiting on topic, for the caller to wake;
+// when none waits, it keeps the signal for the next wait on the topic
+// (WaitKeepingSignals), so that a signal sent between a run's check of the
+// business DB and its wait is not lost (ADR 2.2). It runs under the topic's
+// lock, in a transaction of its own.
+func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage) ([]port.RunID, error) {
+	var ids []port.RunID
+	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
+			return err
+		}
+		var err error
+		if ids, err = Waiters(ctx, tx, topic); err != nil || len(ids) > 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("signal %s: %w", topic, InterpretError(err))
+	}
+	return ids, nil
+}
+
+// KeptSignal is a signal SignalTargets kept for a topic nobody waited on.
+type KeptSignal struct {
+	ID      int64
+	Payload json.RawMessage
+}
+
+// WaitKeepingSignals registers run id as waiting on topic at step, like
+// AddWaiter, and returns the signals kept for the topic that no wait has
+// taken yet, oldest first, for the caller to hand to the run and then mark
+// taken (TakeKeptSignal). It runs under the topic's lock, in a transaction of
+// its own, so a concurrent SignalTargets either sees the waiter or kept its
+// signal before.
+func WaitKeepingSignals(ctx context.Context, db dbtx.Beginner, topic port.Topic, id port.RunID, step string) ([]KeptSignal, error) {
+	var kept []KeptSignal
+	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
+			return err
+		}
+		if err := AddWaiter(ctx, tx, topic, id, step); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, keptSignalsSQL, topic)
+		if err != nil {
+			return err
+		}
+		kept, err = pgx.CollectRows(rows, pgx.RowToStructByPos[KeptSignal])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wait %s on %s: %w", id, topic, InterpretError(err))
+	}
+	return kept, nil
+}
+
+// TakeKeptSignal records that the wait of run id at step took the kept
+// signal sid; a signal already taken stays with its first taker.
+func TakeKeptSignal(ctx context.Context, q DBTX, sid int64, id port.RunID, step string) error {
+	u, err := ParseID(id)
+	if err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, takeKeptSignalSQL, sid, u, step); err != nil {
+		return fmt.Errorf("take kept signal %d for %s: %w", sid, id, InterpretError(err))
+	}
+	return nil
+}
+
 // collectRun reads the one run a statement returns, through InterpretError:
 // none is port.ErrNotFound.
 func collectRun(rows pgx.Rows, err error) (Run, error) {

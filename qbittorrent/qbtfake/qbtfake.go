@@ -67,6 +67,9 @@ type Server struct {
 	failStatus   int
 	delay        time.Duration
 	calls        map[string]int
+	// added counts, per tag, the torrents that add requests put in (not
+	// the requests refused as duplicates or failed).
+	added map[string]int
 }
 
 type torrent struct {
@@ -98,6 +101,7 @@ func Start(tb testing.TB, opts Options) *Server {
 		torrents: map[string]*torrent{},
 		deleted:  map[string]bool{},
 		calls:    map[string]int{},
+		added:    map[string]int{},
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
@@ -200,6 +204,15 @@ func (s *Server) Calls(apiPath string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[apiPath]
+}
+
+// Added counts the torrents carrying tag that add requests put in, over the
+// server's life: a torrent deleted and added again counts twice. Requests
+// refused as duplicates ("Fails.") or failed on purpose do not count.
+func (s *Server) Added(tag string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.added[tag]
 }
 
 // AddRequests counts torrents/add requests, rejected and dropped ones
@@ -364,6 +377,9 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 		s.torrents[c.Hash] = t
 		s.order = append(s.order, c.Hash)
 		added++
+		for _, tag := range tags {
+			s.added[tag]++
+		}
 	}
 	drop := s.dropAdds > 0
 	if drop {
