@@ -20,10 +20,11 @@ import (
 
 // BenchmarkBacklog is the growth benchmark of issue 14: lease throughput and
 // enqueue -> first step at backlogs of pending runs. Run it once
-// (-benchtime 1x); the sizes, the batch and the rounds come from the
-// environment, so that the million stays out of the default `make bench`:
+// (-benchtime 1x); the sizes, the batch, the samples and the rounds may be
+// set in the environment (defaults shown; about 2 minutes on 2 cores):
 //
-//	TASKPORT_BACKLOG_SIZES=1000,100000,1000000 go test -run '^$' -bench Backlog -benchtime 1x -timeout 60m ./leaseadapter
+//	TASKPORT_BACKLOG_SIZES=1000,100000,1000000 TASKPORT_BACKLOG_RUNS=2000 TASKPORT_BACKLOG_SAMPLES=200 \
+//	TASKPORT_BACKLOG_ROUNDS=5 go test -run '^$' -bench Backlog -benchtime 1x -timeout 30m ./leaseadapter
 //
 // The backlog models a user who imported plans whose runs are scheduled
 // ahead (EnqueueOptions.AvailableAt, a day and more away): pending rows of
@@ -46,10 +47,10 @@ import (
 // Enqueue until its first step runs. After the rounds every backlog run is
 // still pending with no step: the measurement never touched it.
 func BenchmarkBacklog(b *testing.B) {
-	sizes := envInts(b, "TASKPORT_BACKLOG_SIZES", "1000,100000")
+	sizes := envInts(b, "TASKPORT_BACKLOG_SIZES", "1000,100000,1000000")
 	n := envInts(b, "TASKPORT_BACKLOG_RUNS", "2000")[0]
 	samples := envInts(b, "TASKPORT_BACKLOG_SAMPLES", "200")[0]
-	rounds := envInts(b, "TASKPORT_BACKLOG_ROUNDS", "3")[0]
+	rounds := envInts(b, "TASKPORT_BACKLOG_ROUNDS", "5")[0]
 	probe := &benchProbe{first: map[port.RunID]chan struct{}{}}
 	reg := benchRegistry(b, probe)
 
