@@ -2,7 +2,7 @@ package leaseadapter_test
 
 // Benchmarks (not timed tests): run with
 //
-//	go test -run '^$' -bench . -benchtime 2000x ./leaseadapter
+//	go test -run '^$' -bench 'Throughput|EnqueueToFirstStep|SignalToWake' -benchtime 2000x ./leaseadapter
 //
 // b.N is the number of runs (or samples). Each reports its figures with
 // ReportMetric, so the bench output is the table: runs/s and Postgres

@@ -3,12 +3,18 @@
 // and Postgres commits per run of a 3-step no-op workflow at each
 // concurrency.
 //
-// DBOS runs in its fastest mode: the workflow is started directly with
-// dbos.RunWorkflow (no queue) by `concurrency` goroutines, each waiting for
-// its result before starting the next. The lease engine gets the same work:
-// `concurrency` goroutines enqueue the runs while a worker with
-// Concurrency=`concurrency` executes them. Both timings cover start to last
-// completion; commits are the pg_stat_database xact_commit delta of each
+// Two loop modes (-modes), each engine's rounds alternating with the
+// other's. Closed loop: DBOS runs in its fastest mode, the workflow started
+// directly with dbos.RunWorkflow (no queue) by `concurrency` goroutines,
+// each waiting for its result before starting the next; the lease engine
+// gets the same work: `concurrency` goroutines enqueue the runs while a
+// worker with Concurrency=`concurrency` executes them. Open loop: every
+// workflow is started at once and awaited at the end. DBOS: `concurrency`
+// goroutines call dbos.RunWorkflow for all of them without waiting, then
+// every handle's GetResult (without a queue DBOS runs every started
+// workflow at once; there is no limit to set). Lease: one EnqueueMany of
+// all the runs, then the wait for all, the worker at
+// Concurrency=`concurrency`. Every timing covers start to last completion; commits are the pg_stat_database xact_commit delta of each
 // engine's own fresh database (every statement of the engine counted).
 // Each engine reaches it through a pool of the same size (-pool, default 20,
 // which is what DBOS sets for itself; pgxpool's own default is 4 here).
@@ -57,6 +63,7 @@ func main() {
 
 type result struct {
 	engine      string
+	mode        string
 	concurrency int
 	runsPerSec  float64
 	commitsRun  float64
@@ -72,6 +79,7 @@ func run(ctx context.Context) error {
 		conc   = flag.String("c", "1,8,32", "concurrencies")
 		rounds = flag.Int("rounds", 3, "alternating rounds per engine and concurrency; the median is reported")
 		pool   = flag.Int("pool", 20, "connections per engine (pool_max_conns); 20 is DBOS's own default")
+		modes  = flag.String("modes", "closed,open", "loop modes: closed (each starter awaits its workflow), open (all started at once, awaited at the end)")
 	)
 	flag.Parse()
 	if *dbURL == "" {
@@ -85,32 +93,43 @@ func run(ctx context.Context) error {
 		}
 		levels = append(levels, c)
 	}
+	runners := map[string][2]runner{"closed": {runLease, runDBOS}, "open": {runLeaseOpen, runDBOSOpen}}
+	var modeList []string
+	for f := range strings.SplitSeq(*modes, ",") {
+		m := strings.TrimSpace(f)
+		if _, ok := runners[m]; !ok {
+			return fmt.Errorf("bad mode %q: want closed or open", f)
+		}
+		modeList = append(modeList, m)
+	}
 	var results []result
 	for _, c := range levels {
-		// Rounds alternate between the engines so that both see the same
-		// swings of a shared machine; the median of each is kept.
-		var lease, dbosRounds []result
+		// Rounds alternate between the engines and the modes so that all see
+		// the same swings of a shared machine; the median of each is kept.
+		lease, dbosRounds := map[string][]result{}, map[string][]result{}
 		for range max(*rounds, 1) {
-			r, err := measure(ctx, *dbURL, *pool, "lease", c, *runs, runLease)
-			if err != nil {
-				return err
+			for _, m := range modeList {
+				r, err := measure(ctx, *dbURL, *pool, "lease", m, c, *runs, runners[m][0])
+				if err != nil {
+					return err
+				}
+				lease[m] = append(lease[m], r)
+				r, err = measure(ctx, *dbURL, *pool, "dbos", m, c, *runs, runners[m][1])
+				if err != nil {
+					return err
+				}
+				dbosRounds[m] = append(dbosRounds[m], r)
 			}
-			lease = append(lease, r)
-			r, err = measure(ctx, *dbURL, *pool, "dbos", c, *runs, runDBOS)
-			if err != nil {
-				return err
-			}
-			dbosRounds = append(dbosRounds, r)
 		}
-		results = append(results, median(lease), median(dbosRounds))
+		for _, m := range modeList {
+			results = append(results, median(lease[m]), median(dbosRounds[m]))
+		}
 	}
-	fmt.Printf("\n%-8s %12s %10s %12s %14s\n", "engine", "concurrency", "runs/s", "commits/run", "lease/dbos")
-	for i, r := range results {
-		ratio := ""
-		if r.engine == "lease" && i+1 < len(results) {
-			ratio = fmt.Sprintf("%.2fx", r.runsPerSec/results[i+1].runsPerSec)
-		}
-		fmt.Printf("%-8s %12d %10.1f %12.2f %14s\n", r.engine, r.concurrency, r.runsPerSec, r.commitsRun, ratio)
+	fmt.Printf("\n| mode | concurrency | lease runs/s | DBOS runs/s | lease/DBOS | commits/run lease / DBOS |\n|---|---|---|---|---|---|\n")
+	for i := 0; i+1 < len(results); i += 2 {
+		l, d := results[i], results[i+1]
+		fmt.Printf("| %s | %d | %.1f | %.1f | %.2fx | %.2f / %.2f |\n", l.mode, l.concurrency, l.runsPerSec, d.runsPerSec,
+			l.runsPerSec/d.runsPerSec, l.commitsRun, d.commitsRun)
 	}
 	return nil
 }
@@ -127,13 +146,13 @@ type runner func(ctx context.Context, url string, c, n int) (time.Duration, erro
 
 // measure gives the engine a fresh database, reached through a pool of
 // poolSize connections, and reads its commit counter around the run.
-func measure(ctx context.Context, server string, poolSize int, engine string, c, n int, fn runner) (result, error) {
+func measure(ctx context.Context, server string, poolSize int, engine, mode string, c, n int, fn runner) (result, error) {
 	admin, err := pgx.Connect(ctx, server)
 	if err != nil {
 		return result{}, fmt.Errorf("connect: %w", err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	name, dsn, drop, err := freshDB(ctx, admin, server, fmt.Sprintf("%s_%d", engine, c), poolSize)
+	name, dsn, drop, err := freshDB(ctx, admin, server, fmt.Sprintf("%s_%s_%d", engine, mode, c), poolSize)
 	if err != nil {
 		return result{}, err
 	}
@@ -144,15 +163,15 @@ func measure(ctx context.Context, server string, poolSize int, engine string, c,
 	}
 	elapsed, err := fn(ctx, dsn, c, n)
 	if err != nil {
-		return result{}, fmt.Errorf("%s at concurrency %d: %w", engine, c, err)
+		return result{}, fmt.Errorf("%s %s at concurrency %d: %w", engine, mode, c, err)
 	}
-	fmt.Fprintf(os.Stderr, "%s concurrency=%d: %d workflows in %s (%.1f/s)\n", engine, c, n,
+	fmt.Fprintf(os.Stderr, "%s %s concurrency=%d: %d workflows in %s (%.1f/s)\n", engine, mode, c, n,
 		elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
 	after, err := commits(ctx, admin, name)
 	if err != nil {
 		return result{}, err
 	}
-	return result{engine: engine, concurrency: c, runsPerSec: float64(n) / elapsed.Seconds(),
+	return result{engine: engine, mode: mode, concurrency: c, runsPerSec: float64(n) / elapsed.Seconds(),
 		commitsRun: float64(after-before) / float64(n)}, nil
 }
 
@@ -265,6 +284,17 @@ func openLease(ctx context.Context, dbURL string, metrics leaseadapter.Metrics) 
 }
 
 func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+	return timeLease(ctx, dbURL, c, n, func(eng *leaseadapter.Engine) error {
+		return spread(c, n, func(i int) error {
+			_, err := eng.Enqueue(ctx, noopKind, struct{}{}, port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)})
+			return err
+		})
+	})
+}
+
+// timeLease starts a lease worker at concurrency c, runs enqueue and
+// returns the time from enqueue's start until n runs succeeded.
+func timeLease(ctx context.Context, dbURL string, c, n int, enqueue func(*leaseadapter.Engine) error) (time.Duration, error) {
 	done := &finished{want: int64(n), all: make(chan struct{})}
 	eng, pool, err := openLease(ctx, dbURL, done)
 	if err != nil {
@@ -275,11 +305,7 @@ func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error
 		return 0, err
 	}
 	start := time.Now()
-	err = spread(c, n, func(i int) error {
-		_, err := eng.Enqueue(ctx, noopKind, struct{}{}, port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)})
-		return err
-	})
-	if err != nil {
+	if err := enqueue(eng); err != nil {
 		_ = eng.Stop(ctx)
 		return 0, err
 	}
@@ -311,6 +337,21 @@ func (*finished) LeaseLost(port.Kind)    {}
 func (*finished) FencedCommit(port.Kind) {}
 func (*finished) QueueDepth(int)         {}
 
+// launchDBOS returns a launched DBOS context on dbURL that knows
+// dbosWorkflow; shut it down when done.
+func launchDBOS(ctx context.Context, dbURL string) (dbos.Context, error) {
+	dctx, err := dbos.NewContext(ctx, dbos.Config{AppName: "taskport-compare", DatabaseURL: dbURL,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, fmt.Errorf("dbos context: %w", err)
+	}
+	dbos.RegisterWorkflow(dctx, dbosWorkflow)
+	if err := dbos.Launch(dctx); err != nil {
+		return nil, fmt.Errorf("dbos launch: %w", err)
+	}
+	return dctx, nil
+}
+
 func dbosNoop(_ context.Context) (int, error) { return 0, nil }
 
 func dbosWorkflow(ctx dbos.Context, _ int) (int, error) {
@@ -323,14 +364,9 @@ func dbosWorkflow(ctx dbos.Context, _ int) (int, error) {
 }
 
 func runDBOS(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
-	dctx, err := dbos.NewContext(ctx, dbos.Config{AppName: "taskport-compare", DatabaseURL: dbURL,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	dctx, err := launchDBOS(ctx, dbURL)
 	if err != nil {
-		return 0, fmt.Errorf("dbos context: %w", err)
-	}
-	dbos.RegisterWorkflow(dctx, dbosWorkflow)
-	if err := dbos.Launch(dctx); err != nil {
-		return 0, fmt.Errorf("dbos launch: %w", err)
+		return 0, err
 	}
 	start := time.Now()
 	err = spread(c, n, func(i int) error {
@@ -341,9 +377,40 @@ func runDBOS(ctx context.Context, dbURL string, c, n int) (time.Duration, error)
 		_, err = h.GetResult()
 		return err
 	})
-	elapsed := time.Since(start)
-	if serr := dbos.Shutdown(dctx, 10*time.Second); serr != nil && err == nil {
-		err = serr
+	return time.Since(start), errors.Join(err, dbos.Shutdown(dctx, 10*time.Second))
+}
+
+// runLeaseOpen enqueues all n runs in one EnqueueMany and waits for all.
+func runLeaseOpen(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+	items := make([]port.EnqueueItem, n)
+	for i := range items {
+		items[i] = port.EnqueueItem{Kind: noopKind, Input: struct{}{}, Options: port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)}}
 	}
-	return elapsed, err
+	return timeLease(ctx, dbURL, c, n, func(eng *leaseadapter.Engine) error {
+		_, err := eng.EnqueueMany(ctx, items)
+		return err
+	})
+}
+
+// runDBOSOpen starts all n workflows from c goroutines without waiting,
+// then awaits every result.
+func runDBOSOpen(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+	dctx, err := launchDBOS(ctx, dbURL)
+	if err != nil {
+		return 0, err
+	}
+	handles := make([]dbos.WorkflowHandle[int], n)
+	start := time.Now()
+	err = spread(c, n, func(i int) error {
+		h, err := dbos.RunWorkflow(dctx, dbosWorkflow, i)
+		handles[i] = h
+		return err
+	})
+	for _, h := range handles {
+		if err != nil {
+			break
+		}
+		_, err = h.GetResult()
+	}
+	return time.Since(start), errors.Join(err, dbos.Shutdown(dctx, 10*time.Second))
 }
