@@ -34,6 +34,23 @@ func CLIPath() (string, error) {
 	return p, nil
 }
 
+// dynamicConfig is the server configuration the dev server runs with, as
+// `--dynamic-config-value KEY=JSON` (the temporal-pg harness sets the same in
+// internal/testkit/temporalserver):
+//   - matching.longPollExpirationInterval 5s (default 1 minute): bounds how
+//     long a frozen worker's open polls go on swallowing tasks (the reason
+//     and its measurement are written in internal/testkit/temporalserver);
+//   - history.workflowTaskRetryMaxInterval 10s (default 10 minutes): a
+//     workflow task that keeps failing (its workflow type is a version this
+//     worker does not serve) is held by the SDK until its timeout, which the
+//     server stretches by 5 s x 2^(attempt-4) up to this cap. With the
+//     default, a run parked behind a worker that lacks its version waits up
+//     to 10 minutes after a worker that serves it appears.
+var dynamicConfig = []string{
+	`matching.longPollExpirationInterval="5s"`,
+	`history.workflowTaskRetryMaxInterval="10s"`,
+}
+
 // Options tune the server.
 type Options struct {
 	// CLI is the temporal binary to run; default CLIPath's.
@@ -97,6 +114,9 @@ func Launch(ctx context.Context, opts Options) (*Server, error) {
 	var extra []string
 	for _, name := range names {
 		extra = append(extra, "--search-attribute", name+"="+opts.SearchAttributes[name])
+	}
+	for _, kv := range dynamicConfig {
+		extra = append(extra, "--dynamic-config-value", kv)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -38,7 +38,9 @@ const baseConfig = "config/development-postgres12.yaml"
 //     (TASKPORT_SOAK=5, sigstop_past_lease_commit_fenced, median): the run
 //     finished on another worker 7.9 s after the freeze instead of 20.0 s.
 //     The cost is an idle poller asking again every 5 s instead of every
-//     minute.
+//     minute;
+//   - history.workflowTaskRetryMaxInterval 10s (default 10 minutes), as on
+//     the dev server (internal/devserver, where the reason is written).
 const dynamicConfig = `frontend.enableCancelWorkerPollsOnShutdown:
   - value: true
 matching.numTaskqueueReadPartitions:
@@ -47,6 +49,8 @@ matching.numTaskqueueWritePartitions:
   - value: 1
 matching.longPollExpirationInterval:
   - value: 5s
+history.workflowTaskRetryMaxInterval:
+  - value: 10s
 `
 
 // services are the server's roles, each with its own gRPC and membership
