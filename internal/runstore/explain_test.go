@@ -64,7 +64,7 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 			RequireIndexed(t, stats+" retention: waiters", "waiter_since", "run_pkey")
 	}
 	check := func(stats string) {
-		sql, args, err := listQuery(port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 100})
+		sql, args, err := listQuery(ctx, pool, port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 100})
 		require.NoError(t, err)
 		pgtest.Explain(t, pool, sql, args...).RequireIndexed(t, stats+" dead letters", "run_status_created")
 		for _, mode := range []string{"auto", "force_generic_plan"} {

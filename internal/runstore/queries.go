@@ -56,14 +56,26 @@ WHERE id = $1 AND status NOT IN ('succeeded', 'failed', 'canceled')`
 // per filter that is set, so that each combination of filters is a statement
 // of its own with a plan of its own: a filter that the statement switches
 // off by a parameter's value (kind = $1 OR $1 is empty) leaves a generic
-// plan no index to page with. The keyset condition is
-// always there (the first page starts after an infinite cursor), so that
-// every page begins with an index seek on one of run_created,
-// run_status_created and run_kind_created (migration 00011).
+// plan no index to page with. The keyset condition is always there (the
+// first page starts after an infinite cursor), so that every branch of a
+// listing begins with an index seek on run_status_created or
+// run_kind_version_status_created (migration 00012; see listQuery).
 const (
 	listRunsSelect = `SELECT ` + runColumns + ` FROM taskport.run WHERE (created_at, id) < ($1, $2)`
 	listRunsOrder  = ` ORDER BY created_at DESC, id DESC LIMIT `
 )
+
+// kindVersionsSQL lists the versions of kind $1 below $2 that have runs,
+// ascending: a loose scan of run_kind_version_status_created, one seek per
+// version however many runs each has.
+const kindVersionsSQL = `
+WITH RECURSIVE v AS (
+  SELECT min(version) AS version FROM taskport.run WHERE kind = $1
+  UNION ALL
+  SELECT (SELECT min(r.version) FROM taskport.run r WHERE r.kind = $1 AND r.version > v.version)
+  FROM v WHERE v.version < $2
+)
+SELECT version FROM v WHERE version < $2`
 
 const addWaiterSQL = `
 INSERT INTO taskport.waiter (topic, run_id, step) VALUES ($1, $2, $3)
