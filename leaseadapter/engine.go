@@ -210,16 +210,18 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 		p.add(pe.Definition)
 	}
 	tc := tracing.FromContext(ctx)
-	runs, created, err := runstore.InsertManyWith(ctx, e.pool, runstore.NewRuns(runstore.EngineLease, prep), enqueueManySQL,
+	ids, created, err := runstore.InsertManyWith(ctx, e.pool, runstore.NewRuns(runstore.EngineLease, prep), enqueueManySQL,
 		p.kinds, p.versions, p.maxAttempts, p.initial, p.max, p.coeff, notifyChannel, e.enqueueHint(), tc.Parent, tc.State)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
 	}
-	out := make([]port.EnqueueResult, len(runs))
+	out := make([]port.EnqueueResult, len(ids))
 	ready := false
-	for i, run := range runs {
-		out[i] = port.EnqueueResult{ID: run.ID, Created: created[i]}
-		ready = ready || (created[i] && !run.AvailableAt.After(time.Now()))
+	now := time.Now()
+	for i, id := range ids {
+		out[i] = port.EnqueueResult{ID: id, Created: created[i]}
+		// A run created now is due at the time it asked for, or now.
+		ready = ready || (created[i] && !prep[i].Options.AvailableAt.After(now))
 	}
 	if ready {
 		e.pokeLocal()

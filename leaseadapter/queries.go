@@ -36,10 +36,10 @@ SELECT pg_notify($11, $12) FROM ins WHERE next_run_at <= now()`
 // retry policy of its (kind, version) ($10-$15), and one notification
 // ($16, $17) if any is ready. Every task row keeps the enqueuer's trace
 // context ($18, $19: the batch is one call, so one trace). It returns the
-// inserted runs, as runstore.InsertManyWith expects; the WHERE only makes
-// the notification run.
+// ids of the inserted runs, as runstore.InsertManyWith expects; the WHERE
+// only makes the notification run.
 const enqueueManySQL = `
-WITH r AS (` + runstore.InsertRunsSQL + `
+WITH r AS (` + runstore.InsertRunsReturningSQL + `id, kind, version, input, priority, available_at, seq
 ), p AS (
   SELECT * FROM unnest($10::text[], $11::int[], $12::int[], $13::bigint[], $14::bigint[], $15::float8[])
     AS p(kind, version, max_attempts, initial, max_interval, coefficient)
@@ -53,7 +53,7 @@ WITH r AS (` + runstore.InsertRunsSQL + `
 ), n AS (
   SELECT pg_notify($16, $17) FROM (SELECT FROM t WHERE next_run_at <= now() LIMIT 1) AS any_ready
 )
-SELECT ` + runstore.RunColumns + ` FROM r WHERE (SELECT count(*) FROM n) >= 0`
+SELECT id FROM r WHERE (SELECT count(*) FROM n) >= 0`
 
 // enqueueSQL is Enqueue in one statement (one round trip, one commit): the
 // taskport.run row (the same insert as runstore.Insert, the idempotency

@@ -2,6 +2,7 @@ package runstore
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -64,9 +65,20 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 			RequireIndexed(t, stats+" retention: waiters", "waiter_since", "run_pkey")
 	}
 	check := func(stats string) {
-		sql, args, err := listQuery(port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 100})
+		sql, args, err := listQuery(ctx, pool, port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 100})
 		require.NoError(t, err)
 		pgtest.Explain(t, pool, sql, args...).RequireIndexed(t, stats+" dead letters", "run_status_created")
+		// Every run, and one kind: a branch per status, or per (version,
+		// status), each stopping after the LIMIT; the kind's versions by a
+		// loose scan.
+		sql, args, err = listQuery(ctx, pool, port.RunFilter{Limit: 100})
+		require.NoError(t, err)
+		pgtest.Explain(t, pool, sql, args...).RequireIndexed(t, stats+" every run", "run_status_created")
+		sql, args, err = listQuery(ctx, pool, port.RunFilter{Kind: "k", Limit: 100})
+		require.NoError(t, err)
+		pgtest.Explain(t, pool, sql, args...).RequireIndexed(t, stats+" one kind", "run_kind_version_status_created")
+		pgtest.Explain(t, pool, kindVersionsSQL, "k", math.MaxInt32).
+			RequireIndexed(t, stats+" a kind's versions", "run_kind_version_status_created")
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)

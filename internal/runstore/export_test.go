@@ -3,5 +3,6 @@ package runstore
 // StaleTemporalSQL lets the external tests EXPLAIN the statement.
 const StaleTemporalSQL = staleTemporalSQL
 
-// ListQuery lets the external tests EXPLAIN the listing.
+// ListQuery lets the external tests EXPLAIN the listing (its versions
+// read on the database given).
 var ListQuery = listQuery

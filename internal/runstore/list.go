@@ -5,11 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/taskport/taskport/port"
@@ -18,9 +21,9 @@ import (
 // List returns the runs matching f, newest first (created_at, then id, both
 // descending), after f.After. Each view carries its Cursor.
 func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error) {
-	sql, args, err := listQuery(f)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
+	sql, args, err := listQuery(ctx, q, f)
+	if err != nil || sql == "" {
+		return nil, err
 	}
 	runs, err := collectRuns(q.Query(ctx, sql, args...))
 	if err != nil {
@@ -33,9 +36,25 @@ func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error)
 	return out, nil
 }
 
+// allStatuses are the statuses a run can have (the row check of migration
+// 00004 refuses others), in the order a listing's branches take them.
+var allStatuses = []port.Status{port.StatusPending, port.StatusRunning, port.StatusWaiting,
+	port.StatusSucceeded, port.StatusFailed, port.StatusCanceled}
+
 // listQuery builds the listing statement for f from the fixed parts in
-// queries.go; every value is a parameter.
-func listQuery(f port.RunFilter) (string, []any, error) {
+// queries.go; every value is a parameter. An empty statement means that no
+// run can match (a kind with no run on the versions asked for).
+//
+// The listing indexes (migration 00012) lead with status, or with kind,
+// version and status, then (created_at, id): each yields in the listing's
+// order the runs of one status, or of one (kind, version, status). A
+// listing that spans several is a UNION ALL of one branch per status, or
+// per (version, status), each a seek on its index stopping after the LIMIT;
+// Postgres merges them in order (Merge Append), so a page costs its size
+// times the branches, never a sort of the table. Every run has one of the
+// six statuses, so the branches of all six are every run. A kind's versions
+// are read first (kindVersionsSQL, one seek per version).
+func listQuery(ctx context.Context, q DBTX, f port.RunFilter) (string, []any, error) {
 	limit := f.Limit
 	switch {
 	case limit == 0:
@@ -60,33 +79,104 @@ func listQuery(f port.RunFilter) (string, []any, error) {
 		}
 		after, afterID = pgtype.Timestamptz{Time: at, Valid: true}, id
 	}
-	var sql strings.Builder
-	sql.WriteString(listRunsSelect)
 	args := []any{after, afterID}
-	// where adds a condition whose "$" is the placeholder of arg.
-	where := func(cond string, arg any) {
-		args = append(args, arg)
-		sql.WriteString(" AND " + strings.Replace(cond, "$", "$"+strconv.Itoa(len(args)), 1))
-	}
-	if f.Kind != "" {
-		where("kind = $", string(f.Kind))
-	}
-	if f.Version != 0 {
-		where("version = $", f.Version)
-	}
-	if f.BelowVersion != 0 {
-		where("version < $", f.BelowVersion)
-	}
-	if len(f.Statuses) > 0 {
-		sql.WriteString(" AND " + statusCondition(f.Statuses))
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
 	}
 	if f.BusinessKey != "" {
-		// The literal lets every plan, generic ones included, prove the
-		// predicate of the partial index run_business_key.
-		where("business_key = $ AND business_key <> ''", f.BusinessKey)
+		// A business key's runs are few: run_business_key finds them, the
+		// other filters sift them and they are sorted.
+		conds := []string{
+			// The literal lets every plan, generic ones included, prove
+			// the predicate of the partial index run_business_key.
+			"business_key = " + param(f.BusinessKey) + " AND business_key <> ''",
+		}
+		if f.Kind != "" {
+			conds = append(conds, "kind = "+param(string(f.Kind)))
+		}
+		conds = append(conds, versionConditions(f, param)...)
+		if len(f.Statuses) > 0 {
+			conds = append(conds, statusCondition(f.Statuses))
+		}
+		return branch(conds, param(limit)), args, nil
 	}
-	args = append(args, limit)
-	return sql.String() + listRunsOrder + "$" + strconv.Itoa(len(args)), args, nil
+	statuses := allStatuses
+	if len(f.Statuses) > 0 {
+		statuses = slices.Compact(slices.Sorted(slices.Values(f.Statuses)))
+	}
+	var branches []string
+	var lim string
+	if f.Kind == "" {
+		common := versionConditions(f, param)
+		lim = param(limit)
+		for _, s := range statuses {
+			branches = append(branches, branch(append(slices.Clip(common), statusCondition([]port.Status{s})), lim))
+		}
+	} else {
+		versions, err := kindVersions(ctx, q, f)
+		if err != nil {
+			return "", nil, err
+		}
+		if len(versions) == 0 {
+			return "", nil, nil
+		}
+		kind := param(string(f.Kind))
+		lim = param(limit)
+		for _, v := range versions {
+			version := param(v)
+			for _, s := range statuses {
+				branches = append(branches, branch([]string{"kind = " + kind, "version = " + version, statusCondition([]port.Status{s})}, lim))
+			}
+		}
+	}
+	if len(branches) == 1 {
+		return branches[0], args, nil
+	}
+	return `SELECT ` + runColumns + ` FROM ((` + strings.Join(branches, ") UNION ALL (") + `)) AS r` + listRunsOrder + lim, args, nil
+}
+
+// branch is one listing statement: conds after the keyset condition.
+func branch(conds []string, limit string) string {
+	return listRunsSelect + " AND " + strings.Join(conds, " AND ") + listRunsOrder + limit
+}
+
+// versionConditions are the conditions of f on the version.
+func versionConditions(f port.RunFilter, param func(any) string) []string {
+	var conds []string
+	if f.Version != 0 {
+		conds = append(conds, "version = "+param(f.Version))
+	}
+	if f.BelowVersion != 0 {
+		conds = append(conds, "version < "+param(f.BelowVersion))
+	}
+	return conds
+}
+
+// kindVersions are the versions of f.Kind that f lists: f.Version, or
+// those the kind has runs on, below f.BelowVersion if set. A version
+// recorded after this read is missed by the page being built, as a run
+// created after the statement would be.
+func kindVersions(ctx context.Context, q DBTX, f port.RunFilter) ([]int, error) {
+	below := math.MaxInt32
+	if f.BelowVersion != 0 {
+		below = f.BelowVersion
+	}
+	if f.Version != 0 {
+		if f.Version >= below {
+			return nil, nil
+		}
+		return []int{f.Version}, nil
+	}
+	rows, err := q.Query(ctx, kindVersionsSQL, string(f.Kind), below)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: versions of %s: %w", f.Kind, InterpretError(err))
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("list runs: versions of %s: %w", f.Kind, InterpretError(err))
+	}
+	return versions, nil
 }
 
 // statusCondition is the condition on statuses, valid ones (listQuery

@@ -11,21 +11,22 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::timestamptz, now()))
 ON CONFLICT (kind, idempotency_key) DO NOTHING
 RETURNING ` + runColumns
 
-// RunColumns are the columns of a run as scanRun reads them, for a
-// statement handed to InsertManyWith.
-const RunColumns = runColumns
-
-// InsertRunsSQL is insertRunSQL for a batch, one array per column; a NULL
-// available_at is now. The ORDER BY fixes the order in which the rows take
-// their unique-index entries (see InsertMany).
-const InsertRunsSQL = `
+// InsertRunsReturningSQL is insertRunSQL for a batch, one array per column,
+// up to its RETURNING, whose columns the statement that embeds it names; a
+// NULL available_at is now. The ORDER BY fixes the order in which the rows
+// take their unique-index entries (see InsertMany).
+const InsertRunsReturningSQL = `
 INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
 SELECT i.id, i.engine, i.kind, i.version, i.key, i.business_key, i.priority, i.input::jsonb, coalesce(i.available_at, now())
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::text[], $9::timestamptz[])
   AS i(id, engine, kind, version, key, business_key, priority, input, available_at)
 ORDER BY i.kind, i.key
 ON CONFLICT (kind, idempotency_key) DO NOTHING
-RETURNING ` + runColumns
+RETURNING `
+
+// InsertRunsSQL is InsertMany's statement: the batch insert, returning the
+// inserted runs whole.
+const InsertRunsSQL = InsertRunsReturningSQL + runColumns
 
 // selectRunsByKeysSQL finds the runs of the (kind, key) pairs $1, $2.
 const selectRunsByKeysSQL = `
@@ -55,14 +56,26 @@ WHERE id = $1 AND status NOT IN ('succeeded', 'failed', 'canceled')`
 // per filter that is set, so that each combination of filters is a statement
 // of its own with a plan of its own: a filter that the statement switches
 // off by a parameter's value (kind = $1 OR $1 is empty) leaves a generic
-// plan no index to page with. The keyset condition is
-// always there (the first page starts after an infinite cursor), so that
-// every page begins with an index seek on one of run_created,
-// run_status_created and run_kind_created (migration 00011).
+// plan no index to page with. The keyset condition is always there (the
+// first page starts after an infinite cursor), so that every branch of a
+// listing begins with an index seek on run_status_created or
+// run_kind_version_status_created (migration 00012; see listQuery).
 const (
 	listRunsSelect = `SELECT ` + runColumns + ` FROM taskport.run WHERE (created_at, id) < ($1, $2)`
 	listRunsOrder  = ` ORDER BY created_at DESC, id DESC LIMIT `
 )
+
+// kindVersionsSQL lists the versions of kind $1 below $2 that have runs,
+// ascending: a loose scan of run_kind_version_status_created, one seek per
+// version however many runs each has.
+const kindVersionsSQL = `
+WITH RECURSIVE v AS (
+  SELECT min(version) AS version FROM taskport.run WHERE kind = $1
+  UNION ALL
+  SELECT (SELECT min(r.version) FROM taskport.run r WHERE r.kind = $1 AND r.version > v.version)
+  FROM v WHERE v.version < $2
+)
+SELECT version FROM v WHERE version < $2`
 
 const addWaiterSQL = `
 INSERT INTO taskport.waiter (topic, run_id, step) VALUES ($1, $2, $3)

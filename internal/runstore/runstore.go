@@ -117,86 +117,174 @@ func NewRuns(engine Engine, prep []enginekit.PreparedEnqueue) []NewRun {
 // entries in the same order and never deadlock
 // (TestInsertManyRacingBatches deadlocks without it).
 func InsertMany(ctx context.Context, q DBTX, rs []NewRun) (runs []Run, created []bool, err error) {
-	return InsertManyWith(ctx, q, rs, InsertRunsSQL)
+	b, err := newBatch(rs)
+	if err != nil {
+		return nil, nil, err
+	}
+	inserted, err := collectRuns(q.Query(ctx, InsertRunsSQL, b.args()...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), err)
+	}
+	got := make([]Run, len(b.ids))
+	fresh := make([]bool, len(b.ids))
+	for _, r := range inserted {
+		j := b.slot[runKey{r.Kind, r.IdempotencyKey}]
+		got[j], fresh[j] = r, true
+	}
+	existing, err := b.taken(ctx, q, fresh)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range existing {
+		got[b.slot[runKey{r.Kind, r.IdempotencyKey}]] = r
+	}
+	runs = make([]Run, len(rs))
+	for i, j := range b.entries {
+		if got[j].ID == "" {
+			return nil, nil, b.lost(j)
+		}
+		runs[i] = got[j]
+	}
+	return runs, b.created(fresh), nil
 }
 
-// InsertManyWith is InsertMany through stmt, a statement that runs
-// InsertRunsSQL on its parameters $1-$9 (as a data-modifying WITH query)
-// and returns RunColumns of the runs it inserted, so that an engine can
-// write rows of its own for them from args ($10 on) in the same statement:
-// the lease engine inserts its task rows so.
-func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args ...any) (runs []Run, created []bool, err error) {
-	type key struct {
-		kind port.Kind
-		key  string
-	}
-	first := make(map[key]int, len(rs)) // key -> index of its first entry
-	var uniq []int
-	for i, r := range rs {
-		k := key{r.Kind, r.Key}
-		if _, dup := first[k]; !dup {
-			first[k] = i
-			uniq = append(uniq, i)
-		}
-	}
-	n := len(uniq)
-	var (
-		ids = make([]uuid.UUID, n)
-		// Plain strings: pgx encodes a slice of a named string type through
-		// reflection, element by element.
-		engines  = make([]string, n)
-		kinds    = make([]string, n)
-		versions = make([]int, n)
-		keys     = make([]string, n)
-		business = make([]string, n)
-		prios    = make([]int, n)
-		inputs   = make([]string, n)
-		avails   = make([]*time.Time, n)
-	)
-	for j, i := range uniq {
-		r := rs[i]
-		if ids[j], err = uuid.NewV7(); err != nil {
-			return nil, nil, fmt.Errorf("new run id: %w", err)
-		}
-		engines[j], kinds[j], versions[j], keys[j] = string(r.Engine), string(r.Kind), r.Version, r.Key
-		business[j], prios[j], inputs[j] = r.BusinessKey, r.Priority, string(r.Input)
-		if !r.AvailableAt.IsZero() {
-			avails[j] = &r.AvailableAt
-		}
-	}
-	got := make(map[key]Run, n)
-	fresh := make(map[key]bool, n)
-	inserted, err := collectRuns(q.Query(ctx, stmt, append([]any{ids, engines, kinds, versions, keys, business, prios, inputs, avails}, args...)...))
+// InsertManyWith is InsertMany through stmt, which returns ids only: a
+// statement that runs InsertRunsReturningSQL on its parameters $1-$9 (as a
+// data-modifying WITH query, naming the columns it needs of the inserted
+// rows), and returns the id of each run it inserted. An engine writes rows
+// of its own for them from args ($10 on) in the same statement: the lease
+// engine inserts its task rows so. Reading back only ids spares the server
+// writing, and the client decoding, every column of every run it already
+// has.
+func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args ...any) (ids []port.RunID, created []bool, err error) {
+	b, err := newBatch(rs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("insert %d runs: %w", n, err)
+		return nil, nil, err
 	}
-	for _, r := range inserted {
-		got[key{r.Kind, r.IdempotencyKey}] = r
-		fresh[key{r.Kind, r.IdempotencyKey}] = true
+	rows, err := q.Query(ctx, stmt, b.args(args...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), InterpretError(err))
 	}
-	if len(inserted) < n {
-		// The keys ON CONFLICT found taken: a statement of its own, whose
-		// snapshot sees the runs committed while the insert waited on them.
-		existing, err := collectRuns(q.Query(ctx, selectRunsByKeysSQL, kinds, keys))
-		if err != nil {
-			return nil, nil, fmt.Errorf("find %d existing runs: %w", n-len(inserted), err)
-		}
-		for _, r := range existing {
-			if k := (key{r.Kind, r.IdempotencyKey}); !fresh[k] {
-				got[k] = r
-			}
-		}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), InterpretError(err))
 	}
-	runs, created = make([]Run, len(rs)), make([]bool, len(rs))
-	for i, r := range rs {
-		k := key{r.Kind, r.Key}
-		run, ok := got[k]
+	slotOf := make(map[[16]byte]int, len(b.ids))
+	for j, id := range b.ids {
+		slotOf[id] = j
+	}
+	got := make([]port.RunID, len(b.ids))
+	fresh := make([]bool, len(b.ids))
+	for _, id := range inserted {
+		j, ok := slotOf[id]
 		if !ok {
-			return nil, nil, fmt.Errorf("insert runs: run %s/%s neither inserted nor found", r.Kind, r.Key)
+			return nil, nil, fmt.Errorf("insert runs: unknown run id %s returned", uuid.UUID(id))
 		}
-		runs[i], created[i] = run, fresh[k] && first[k] == i
+		got[j], fresh[j] = port.RunID(uuid.UUID(id).String()), true
 	}
-	return runs, created, nil
+	existing, err := b.taken(ctx, q, fresh)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range existing {
+		got[b.slot[runKey{r.Kind, r.IdempotencyKey}]] = r.ID
+	}
+	ids = make([]port.RunID, len(rs))
+	for i, j := range b.entries {
+		if got[j] == "" {
+			return nil, nil, b.lost(j)
+		}
+		ids[i] = got[j]
+	}
+	return ids, b.created(fresh), nil
+}
+
+type runKey struct {
+	kind port.Kind
+	key  string
+}
+
+// batch is a batch of NewRuns as InsertRunsSQL takes them: one slot per
+// (kind, key), filled from the first entry that names it, with a fresh id.
+type batch struct {
+	slot    map[runKey]int // key -> its slot
+	entries []int          // entry -> its key's slot
+	first   []int          // slot -> its first entry
+	// Plain arrays and strings: pgx encodes a uuid.UUID as a driver.Valuer
+	// (to a string, parsed back; half the client's time in a batch of
+	// 1000), and a slice of a named string type through reflection,
+	// element by element.
+	ids                                    [][16]byte
+	engines, kinds, keys, business, inputs []string
+	versions, prios                        []int
+	avails                                 []*time.Time
+}
+
+func newBatch(rs []NewRun) (*batch, error) {
+	b := &batch{slot: make(map[runKey]int, len(rs)), entries: make([]int, len(rs))}
+	for i, r := range rs {
+		k := runKey{r.Kind, r.Key}
+		j, dup := b.slot[k]
+		if !dup {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("new run id: %w", err)
+			}
+			j = len(b.ids)
+			b.slot[k] = j
+			b.first = append(b.first, i)
+			b.ids = append(b.ids, [16]byte(id))
+			b.engines, b.kinds, b.keys = append(b.engines, string(r.Engine)), append(b.kinds, string(r.Kind)), append(b.keys, r.Key)
+			b.business, b.inputs = append(b.business, r.BusinessKey), append(b.inputs, string(r.Input))
+			b.versions, b.prios = append(b.versions, r.Version), append(b.prios, r.Priority)
+			var avail *time.Time
+			if !r.AvailableAt.IsZero() {
+				avail = &r.AvailableAt
+			}
+			b.avails = append(b.avails, avail)
+		}
+		b.entries[i] = j
+	}
+	return b, nil
+}
+
+// args are the parameters $1-$9 of InsertRunsSQL, then more.
+func (b *batch) args(more ...any) []any {
+	return append([]any{b.ids, b.engines, b.kinds, b.versions, b.keys, b.business, b.prios, b.inputs, b.avails}, more...)
+}
+
+// taken reads the runs of the slots the insert did not fill (fresh[j]
+// false: ON CONFLICT found the key taken), in a statement of its own,
+// whose snapshot sees the runs committed while the insert waited on them.
+func (b *batch) taken(ctx context.Context, q DBTX, fresh []bool) ([]Run, error) {
+	var kinds, keys []string
+	for j, f := range fresh {
+		if !f {
+			kinds, keys = append(kinds, b.kinds[j]), append(keys, b.keys[j])
+		}
+	}
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	runs, err := collectRuns(q.Query(ctx, selectRunsByKeysSQL, kinds, keys))
+	if err != nil {
+		return nil, fmt.Errorf("find %d existing runs: %w", len(kinds), err)
+	}
+	return runs, nil
+}
+
+// created reports, per entry, whether it started its run: the first entry
+// of a slot the insert filled.
+func (b *batch) created(fresh []bool) []bool {
+	out := make([]bool, len(b.entries))
+	for i, j := range b.entries {
+		out[i] = fresh[j] && b.first[j] == i
+	}
+	return out
+}
+
+func (b *batch) lost(j int) error {
+	return fmt.Errorf("insert runs: run %s/%s neither inserted nor found", b.kinds[j], b.keys[j])
 }
 
 // ParseID validates a run id. A malformed id is reported as ErrNotFound: no
