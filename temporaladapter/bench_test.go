@@ -332,8 +332,10 @@ func BenchmarkAdapterVsRawSDK(b *testing.B) {
 	b.StopTimer()
 
 	ratios := make([]float64, rounds)
+	each := make([]string, rounds)
 	for i := range ratios {
 		ratios[i] = adapter.rates[i] / raw.rates[i]
+		each[i] = fmt.Sprintf("%.2f", ratios[i])
 	}
 	slices.Sort(ratios)
 	ratio := ratios[len(ratios)/2]
@@ -354,6 +356,6 @@ func BenchmarkAdapterVsRawSDK(b *testing.B) {
 			s.pct(0.5).Round(time.Microsecond), s.pct(0.99).Round(time.Microsecond), float64(s.commits)/float64(s.runs),
 			s.perRun(s.cpu[0]), s.perRun(s.cpu[1]), s.perRun(s.cpu[2]))
 	}
-	fmt.Fprintf(tw, "adapter/raw (median of round ratios)\t\t%.3f\t\t\t\t\t\t\t\t\n", ratio)
+	fmt.Fprintf(tw, "adapter/raw (median of round ratios)\t\t%.3f\t%s\t\t\t\t\t\t\t\n", ratio, strings.Join(each, " "))
 	tw.Flush()
 }
