@@ -31,7 +31,7 @@ import (
 // BenchmarkAdapterVsRawSDK runs the same 3-step no-op workflow through the
 // adapter and written directly on the SDK:
 //
-//	go test -run '^$' -bench AdapterVsRawSDK -benchtime 3x ./temporaladapter/
+//	go test -run '^$' -bench AdapterVsRawSDK -benchtime 7x ./temporaladapter/
 //
 // -benchtime Nx runs N rounds (b.Loop: no extra probing round).
 // benchMethod, printed above the table, says what is held equal between the
@@ -50,7 +50,7 @@ the adapter's sticky schedule-to-start and workflow-task timeouts on both; %d pr
 median of the per-round ratios; enqueue->first step runs from before the start call to the start of the run's first
 activity, over every round; commits are the pg_stat_database.xact_commit delta of the benchmark's database over the
 side's rounds, every pool connection flushing its statistics first; CPU is utime+stime per run of this process, of the
-dev server, and of the Postgres backends connected to the benchmark's database`, benchSlots, benchProducers, benchRuns)
+dev server, and of the Postgres backends connected to the benchmark's database; the adapter's pool has pgxpool's default size`, benchSlots, benchProducers, benchRuns)
 
 var noop = port.DeclareActivity[string, string]("bench.noop")
 
