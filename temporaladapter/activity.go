@@ -124,6 +124,11 @@ type projection struct {
 	LastError string
 }
 
+// project writes the run's projection without waiting for the disk
+// (runstore.ProjectLazily): this write sits on every run's path (the first
+// step, the end), and one lost to a Postgres crash is repaired as every
+// missing projection is: a later write of the run, the reconciler, or a Get
+// that finds the workflow closed.
 func (b *bookkeeping) project(ctx context.Context, id port.RunID, p projection) error {
 	rp := runstore.Projection{Status: p.Status, Attempts: p.Attempts, LastError: p.LastError, CurrentStep: p.Step}
 	if p.Step == "" {
@@ -136,7 +141,7 @@ func (b *bookkeeping) project(ctx context.Context, id port.RunID, p projection) 
 			rp.LastError = run.LastError
 		}
 	}
-	return runstore.Project(ctx, b.pool, id, rp)
+	return runstore.ProjectLazily(ctx, b.pool, id, rp)
 }
 
 // projectQuietly is for activities: the projection is a read model, so a

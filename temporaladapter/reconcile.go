@@ -157,12 +157,13 @@ func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunV
 	// The handler's own terminal projection, written just before the
 	// workflow closes, may have landed after the first read: Project left
 	// it alone, and its outcome (the handler's error, not "workflow
-	// failed") is what the run reports.
+	// failed", and the attempts and step of its last step, not those of
+	// the first read) is what the run reports.
 	cur, err := runstore.Get(ctx, e.pool, run.ID)
 	if err != nil {
 		return port.RunView{}, false, err
 	}
-	if cur.Status != view.Status || cur.LastError != view.LastError {
+	if cur.Status != view.Status || cur.LastError != view.LastError || cur.Attempts != view.Attempts || cur.CurrentStep != view.CurrentStep {
 		return viewFromDescription(cur.RunView, desc), false, nil
 	}
 	e.logger.InfoContext(ctx, "recorded a run's end that its workflow did not project",

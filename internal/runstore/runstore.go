@@ -336,14 +336,58 @@ type Projection struct {
 // Project records what the engine reports about a run. A terminal status
 // sets finished_at once; a terminal row is never moved back to an open one.
 func Project(ctx context.Context, q DBTX, id port.RunID, p Projection) error {
-	u, err := ParseID(id)
+	args, err := projectArgs(id, p)
 	if err != nil {
 		return err
 	}
-	if !p.Status.Valid() {
-		return fmt.Errorf("project run %s: status %q: %w", id, p.Status, port.ErrInvalidInput)
+	if _, err := q.Exec(ctx, projectSQL, args...); err != nil {
+		return fmt.Errorf("project run %s: %w", id, InterpretError(err))
 	}
-	if _, err := q.Exec(ctx, projectSQL, u, p.Status, p.Attempts, p.LastError, p.CurrentStep); err != nil {
+	return nil
+}
+
+// projectArgs are projectSQL's arguments, once id and p are checked.
+func projectArgs(id port.RunID, p Projection) ([]any, error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return nil, err
+	}
+	if !p.Status.Valid() {
+		return nil, fmt.Errorf("project run %s: status %q: %w", id, p.Status, port.ErrInvalidInput)
+	}
+	return []any{u, p.Status, p.Attempts, p.LastError, p.CurrentStep}, nil
+}
+
+// Batcher sends a pgx.Batch: *pgxpool.Pool and *pgx.Conn (and pgx.Tx, which
+// ProjectLazily must not be given).
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// lazyCommitSQL lets the rest of its transaction commit without waiting
+// for its WAL to reach the disk.
+const lazyCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+
+// ProjectLazily is Project committed without waiting for the WAL flush
+// (synchronous_commit off for its own transaction only): every reader sees
+// the write once it returns, as with Project, but a Postgres crash in the
+// next moment (up to three wal_writer_delay, 0.6 s by default) may undo
+// it. A commit that waits for the flush costs a disk sync, milliseconds,
+// which an engine that projects on its hot path pays on every run; this
+// is for the writes whose loss the engine repairs on its own (see
+// temporaladapter's reconciler). The two statements go as one batch, one
+// round trip, which Postgres runs as one implicit transaction: db must be
+// a pool or a connection outside any transaction, or the caller's whole
+// transaction would commit lazily.
+func ProjectLazily(ctx context.Context, db Batcher, id port.RunID, p Projection) error {
+	args, err := projectArgs(id, p)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(lazyCommitSQL)
+	b.Queue(projectSQL, args...)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("project run %s: %w", id, InterpretError(err))
 	}
 	return nil

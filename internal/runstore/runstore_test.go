@@ -123,6 +123,38 @@ func TestGetCancelProjectList(t *testing.T) {
 	require.Len(t, ofPlan, 2, "only the runs of plan-1")
 }
 
+// ProjectLazily writes what Project writes, keeps a terminal row as it is,
+// and leaves synchronous_commit alone on the connection it ran on.
+func TestProjectLazily(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	r, _, err := runstore.Insert(ctx, conn, newRun("lazy"))
+	require.NoError(t, err)
+
+	require.NoError(t, runstore.ProjectLazily(ctx, conn, r.ID, runstore.Projection{Status: port.StatusRunning, Attempts: 1, CurrentStep: "copy"}))
+	got, err := runstore.Get(ctx, conn, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusRunning, got.Status)
+	require.Equal(t, "copy", got.CurrentStep)
+	var setting string
+	require.NoError(t, conn.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&setting))
+	require.Equal(t, "on", setting, "the lazy commit is the batch's own")
+
+	require.NoError(t, runstore.ProjectLazily(ctx, conn, r.ID, runstore.Projection{Status: port.StatusFailed, Attempts: 3, LastError: "boom", CurrentStep: "copy"}))
+	require.NoError(t, runstore.ProjectLazily(ctx, conn, r.ID, runstore.Projection{Status: port.StatusRunning, Attempts: 4}))
+	got, err = runstore.Get(ctx, conn, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusFailed, got.Status, "a terminal run never moves back")
+	require.Equal(t, 3, got.Attempts)
+	require.Equal(t, "boom", got.LastError)
+	require.False(t, got.FinishedAt.IsZero())
+	require.ErrorIs(t, runstore.ProjectLazily(ctx, conn, r.ID, runstore.Projection{Status: "dead"}), port.ErrInvalidInput)
+	require.ErrorIs(t, runstore.ProjectLazily(ctx, conn, "not-a-uuid", runstore.Projection{Status: port.StatusRunning}), port.ErrNotFound)
+}
+
 func TestWaiters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
