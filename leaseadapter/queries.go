@@ -96,10 +96,34 @@ const claimPlanSQL = dbtx.PinIndexScansSQL
 // taskport.run projection alone: a status change there rewrites every index
 // of the row, and "running" is transient, so Get and ListRuns read it from
 // the task row instead (liveStatusSQL).
+//
+// The scan of task_ready is bounded per priority. With next_run_at <=
+// now() alone, the bound holds only on the index's second column, so a
+// claim that finds fewer ready runs than it asks for (an idle worker asks
+// for all its free slots) reads on through every scheduled run: the whole
+// index at a backlog of runs scheduled ahead (issue 14: 3836 pages at a
+// million). With priority = ANY (the priorities present), the index scan
+// descends once per priority and stops each at its first scheduled entry,
+// still in (priority, next_run_at) order, so ORDER BY needs no sort and
+// LIMIT with SKIP LOCKED keeps its meaning: rows are locked one at a time
+// as the scan returns them, locked ones are skipped, and the scan stops
+// after $2. The priorities present come from a loose index scan of
+// task_ready (present: the smallest, then each next one, one descent
+// each), so a claim costs about two descents per distinct priority of the
+// open runs, whatever their number. present reads the claim's snapshot: a
+// run enqueued meanwhile at a new priority waits for the next claim, as it
+// would with a plain scan.
 const claimSQL = `
-WITH c AS (
+WITH RECURSIVE present AS (
+  SELECT min(priority) AS priority FROM taskport_lease.task WHERE status IN ('pending', 'waiting')
+  UNION ALL
+  SELECT (SELECT min(priority) FROM taskport_lease.task
+          WHERE status IN ('pending', 'waiting') AND priority > present.priority)
+  FROM present WHERE present.priority IS NOT NULL
+), c AS (
   SELECT id FROM taskport_lease.task
   WHERE status IN ('pending', 'waiting') AND next_run_at <= now()
+    AND priority = ANY (ARRAY(SELECT priority FROM present WHERE priority IS NOT NULL))
     AND kind || '@' || handler_version = ANY($1::text[])
   ORDER BY priority, next_run_at
   LIMIT $2
