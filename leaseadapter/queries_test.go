@@ -134,11 +134,12 @@ VALUES ($1, 'k', 1, '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1
 	require.True(t, leaseUntil().After(before), "renewed once the lock is gone")
 }
 
-// The claim bounds its scan per priority (claimSQL): it must still take the
-// ready runs of the served versions in (priority, next_run_at) order across
-// priorities, skip the rows another transaction holds, and leave scheduled
-// runs, unserved versions and runs that are not open alone, whichever
-// priority they have.
+// The claim bounds its scan per priority (readyByPriority): it must still
+// take the ready runs of the served versions in (priority, next_run_at)
+// order across priorities, skip the rows another transaction holds, and
+// leave scheduled runs, unserved versions and runs that are not open alone,
+// whichever priority they have. The queue depth, bounded alike, counts the
+// ready runs of every priority.
 func TestClaimTakesReadyRunsInPriorityOrderAcrossPriorities(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -175,6 +176,10 @@ INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, prior
 VALUES ($1, 'k', $2, '{}', $3, $4, now() + $5::interval, 3, '1s', '1m', 2, $6)`, id, k.version, k.status, k.priority, k.due, i)
 		require.NoError(t, err)
 	}
+
+	var depth int
+	require.NoError(t, pool.QueryRow(ctx, queueDepthSQL).Scan(&depth))
+	require.Equal(t, 7, depth, "the queue depth counts every ready run, served or not")
 
 	lock, err := pool.Begin(ctx)
 	require.NoError(t, err)

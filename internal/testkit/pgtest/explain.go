@@ -61,14 +61,20 @@ type Querier interface {
 // and the buffer counts are set by ExplainAnalyze only; they include the
 // node's children and the subplans it ran.
 type PlanNode struct {
-	NodeType   string     `json:"Node Type"`
-	Relation   string     `json:"Relation Name"`
-	Index      string     `json:"Index Name"`
-	Plans      []PlanNode `json:"Plans"`
-	ActualRows float64    `json:"Actual Rows"`
-	SharedHit  int64      `json:"Shared Hit Blocks"`
-	SharedRead int64      `json:"Shared Read Blocks"`
+	NodeType    string     `json:"Node Type"`
+	Relation    string     `json:"Relation Name"`
+	Index       string     `json:"Index Name"`
+	SubplanName string     `json:"Subplan Name"` // e.g. "CTE c"
+	Plans       []PlanNode `json:"Plans"`
+	ActualRows  float64    `json:"Actual Rows"`
+	SharedHit   int64      `json:"Shared Hit Blocks"`
+	SharedRead  int64      `json:"Shared Read Blocks"`
 }
+
+// Pages is the number of shared buffers (pages of tables and indexes) the
+// node and those below it read, from the cache or not, as ExplainAnalyze
+// measured it.
+func (n PlanNode) Pages() int64 { return n.SharedHit + n.SharedRead }
 
 // Plan is the plan of one statement, as EXPLAIN (FORMAT JSON) returns it.
 type Plan struct {
@@ -106,9 +112,21 @@ func explain(tb testing.TB, q Querier, options, sql string, args ...any) Plan {
 	return Plan{Root: out[0].Plan, Raw: string(raw)}
 }
 
-// Pages is the number of shared buffers (pages of tables and indexes) the
-// statement read, from the cache or not, as ExplainAnalyze measured it.
-func (p Plan) Pages() int64 { return p.Root.SharedHit + p.Root.SharedRead }
+// Subplan returns the node of the subplan named name (e.g. "CTE c"), or
+// fails tb.
+func (p Plan) Subplan(tb testing.TB, name string) PlanNode {
+	tb.Helper()
+	var found *PlanNode
+	p.Walk(func(n PlanNode) {
+		if n.SubplanName == name && found == nil {
+			found = &n
+		}
+	})
+	if found == nil {
+		tb.Fatalf("pgtest: no subplan %q in %s", name, p)
+	}
+	return *found
+}
 
 // Walk calls fn for every node, depth first.
 func (p Plan) Walk(fn func(PlanNode)) {
