@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/retention"
 )
@@ -57,15 +55,7 @@ func RunLag(ctx context.Context, q DBTX, engine Engine, p retention.Policy) (tim
 // PruneWaiters deletes up to limit waiters older than p.Completed whose run
 // ended, in a transaction of its own (under dbtx.PinIndexScansSQL).
 func PruneWaiters(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
-	var n int64
-	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, pruneWaitersSQL, AgeArg(p.Completed), limit)
-		n = tag.RowsAffected()
-		return err
-	})
+	n, err := dbtx.ExecPinned(ctx, db, pruneWaitersSQL, AgeArg(p.Completed), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune waiters: %w", InterpretError(err))
 	}
@@ -88,15 +78,7 @@ func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, 
 // batch by hashing the whole table and, without statistics, sorts every old
 // signal not taken for the LIMIT.
 func PruneEarlySignals(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
-	var n int64
-	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, pruneEarlySignalsSQL, AgeArg(p.Completed), limit)
-		n = tag.RowsAffected()
-		return err
-	})
+	n, err := dbtx.ExecPinned(ctx, db, pruneEarlySignalsSQL, AgeArg(p.Completed), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune early signals: %w", InterpretError(err))
 	}

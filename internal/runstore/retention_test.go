@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/runstore"
@@ -59,13 +60,8 @@ WHERE topic IN ('t:taken-old', 't:expired', 't:locked')`)
 		t.Helper()
 		rows, err := pool.Query(ctx, `SELECT topic FROM taskport.early_signal ORDER BY topic`)
 		require.NoError(t, err)
-		var out []string
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out = append(out, s)
-		}
-		require.NoError(t, rows.Err())
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
 		return out
 	}
 	require.Equal(t, []string{"t:expired", "t:expired", "t:fresh", "t:locked", "t:taken-old", "t:taken-young"}, topics())
