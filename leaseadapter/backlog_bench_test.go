@@ -42,7 +42,9 @@ import (
 // import. Then, per round and size in turns (the first size rotating, so
 // that load swings hit every size alike): a fresh batch of N runs (3 no-op
 // steps) enqueued with EnqueueMany before the worker starts, timed from
-// Start until all N succeeded (concurrency 8); then an idle worker
+// Start until all N succeeded (concurrency 8), with the pages the database
+// read meanwhile (pg_stat_database, per run: the work, which the machine's
+// load does not change as it changes the rate); then an idle worker
 // (concurrency 8) and S runs enqueued one at a time, each timed from
 // Enqueue until its first step runs. After the rounds every backlog run is
 // still pending with no step: the measurement never touched it.
@@ -56,6 +58,7 @@ func BenchmarkBacklog(b *testing.B) {
 
 	type result struct {
 		rates    []float64
+		pages    int64
 		firsts   []time.Duration
 		seedTook time.Duration
 	}
@@ -74,7 +77,9 @@ func BenchmarkBacklog(b *testing.B) {
 		for k := range sizes {
 			i := (r + k) % len(sizes)
 			key := fmt.Sprintf("r%d", r)
-			results[i].rates = append(results[i].rates, backlogThroughput(b, urls[i], reg, key, n))
+			rate, pages := backlogThroughput(b, urls[i], reg, key, n)
+			results[i].rates = append(results[i].rates, rate)
+			results[i].pages += pages
 			results[i].firsts = append(results[i].firsts, backlogFirstSteps(b, urls[i], reg, probe, key, samples)...)
 		}
 	}
@@ -85,8 +90,8 @@ func BenchmarkBacklog(b *testing.B) {
 
 	fmt.Printf("\nlease engine, backlog of scheduled pending runs (3-step no-op kind, concurrency 8; %d runs per throughput round, %d enqueue->first-step samples per round, median rate of %d rounds)\n\n",
 		n, samples, rounds)
-	fmt.Println("| backlog | seeded in | runs/s (median) | runs/s rounds | vs first | first step p50 | p99 | p99 vs first |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| backlog | seeded in | runs/s (median) | runs/s rounds | vs first | pages/run | first step p50 | p99 | p99 vs first |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	var baseRate float64
 	var baseP99 time.Duration
 	for i, size := range sizes {
@@ -100,8 +105,9 @@ func BenchmarkBacklog(b *testing.B) {
 		for j, x := range results[i].rates {
 			rs[j] = fmt.Sprintf("%.0f", x)
 		}
-		fmt.Printf("| %d | %s | %.0f | %s | %.2f | %s | %s | %.2f |\n", size, results[i].seedTook.Round(100*time.Millisecond),
-			rate, strings.Join(rs, ", "), rate/baseRate, ms(p50), ms(p99), float64(p99)/float64(baseP99))
+		fmt.Printf("| %d | %s | %.0f | %s | %.2f | %.0f | %s | %s | %.2f |\n", size, results[i].seedTook.Round(100*time.Millisecond),
+			rate, strings.Join(rs, ", "), rate/baseRate, float64(results[i].pages)/float64(rounds*n), ms(p50), ms(p99),
+			float64(p99)/float64(baseP99))
 		b.ReportMetric(rate, fmt.Sprintf("runs/s@%d", size))
 		b.ReportMetric(float64(p99.Microseconds())/1000, fmt.Sprintf("p99_ms@%d", size))
 	}
@@ -125,13 +131,13 @@ func seedScheduled(b *testing.B, pool *pgxpool.Pool, size int) {
 }
 
 // backlogThroughput enqueues n fresh runs, starts a worker and returns its
-// runs/s from Start until all n succeeded.
-func backlogThroughput(b *testing.B, url string, reg *port.Registry, round string, n int) float64 {
+// runs/s from Start until all n succeeded, and the pages (shared buffers)
+// the database read meanwhile: the work, whatever the machine's load.
+func backlogThroughput(b *testing.B, url string, reg *port.Registry, round string, n int) (rate float64, pages int64) {
 	b.Helper()
 	ctx := context.Background()
-	pool := pgtest.Connect(b, sizedPool(b, url))
-	defer pool.Close()
-	client := benchEngine(b, pool, reg)
+	loader := pgtest.Connect(b, url)
+	client := benchEngine(b, loader, reg)
 	items := make([]port.EnqueueItem, 0, 1000)
 	for i := range n {
 		items = append(items, port.EnqueueItem{Kind: benchNoop, Input: struct{}{},
@@ -143,6 +149,10 @@ func backlogThroughput(b *testing.B, url string, reg *port.Registry, round strin
 			items = items[:0]
 		}
 	}
+	loader.Close()
+	_, before := dbStats(b, url)
+	pool := pgtest.Connect(b, sizedPool(b, url))
+	defer pool.Close()
 	done := &finishCounter{all: make(chan struct{})}
 	done.want.Store(int64(n))
 	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Logger: slog.New(slog.DiscardHandler), Metrics: done})
@@ -158,7 +168,9 @@ func backlogThroughput(b *testing.B, url string, reg *port.Registry, round strin
 	if err := eng.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}
-	return float64(n) / elapsed.Seconds()
+	pool.Close()
+	_, after := dbStats(b, url)
+	return float64(n) / elapsed.Seconds(), after - before
 }
 
 // backlogFirstSteps starts an idle worker and times samples runs, enqueued

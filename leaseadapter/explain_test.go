@@ -2,6 +2,7 @@ package leaseadapter
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -104,6 +105,7 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 					RequireIndexed(t, name+" retention: run lag", "run_finished")
 				pgtest.Explain(t, tx, signalLagSQL, day).
 					RequireIndexed(t, name+" retention: signal lag", "task_signal_consumed", "task_signal_unconsumed_age")
+				pgtest.Explain(t, tx, queueDepthSQL).RequireIndexed(t, name+" queue depth", "task_ready")
 				if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
 					return err
 				}
@@ -132,4 +134,81 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport_lease.task, taskport_lease.step_result, taskport_lease.task_signal`)
 	require.NoError(t, err)
 	check("analyzed:")
+}
+
+// An idle worker's claim asks for more runs than are ready, and the queue
+// depth counts them all. With runs scheduled ahead in task_ready (an
+// imported plan), each must still read a handful of pages, not the index:
+// the pages their reads of the ready runs take (the claim's: CTE c, the
+// selection; its update of the row it took depends on where the new row
+// version lands) with a million scheduled runs (pgtest.EnvBacklog sets
+// another size) and one ready stay within twice those with a thousand, in
+// either plan mode, before and after ANALYZE; and the claim takes the
+// ready run, no scheduled one.
+func TestClaimReadsFewPagesWhateverTheScheduledBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	// Task rows only (no run rows: the task table carries no foreign key
+	// since 00004), sequential ids as UUIDv7 are, due a day and more ahead.
+	schedule := `
+INSERT INTO taskport_lease.task (id, kind, handler_version, input, next_run_at, max_attempts, backoff_initial, backoff_max,
+  backoff_coefficient, run_seq)
+SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'k', 1, '{}', now() + interval '1 day' + g * interval '1 second',
+  3, '1s', '1m', 2, g
+FROM generate_series($1::int, $2::int) g`
+	_, err := pool.Exec(ctx, `ALTER TABLE taskport_lease.task SET (autovacuum_enabled = off)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, schedule, 1, 1000)
+	require.NoError(t, err)
+	ready := uuid.New()
+	_, err = pool.Exec(ctx, `
+INSERT INTO taskport_lease.task (id, kind, handler_version, input, max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
+VALUES ($1, 'k', 1, '{}', 3, '1s', '1m', 2, 0)`, ready)
+	require.NoError(t, err)
+
+	// pages counts and claims, as the engine runs them, in every plan mode
+	// and returns the most pages a count and a claim's selection read; each
+	// claim is rolled back, so each finds the same ready run.
+	pages := func(backlog string) (depth, claim int64) {
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
+			require.NoError(t, err)
+			name := backlog + " " + mode + ": queue depth"
+			p := pgtest.ExplainAnalyze(t, tx, queueDepthSQL)
+			p.RequireIndexed(t, name, "task_ready")
+			t.Logf("%s: %d pages", name, p.Root.Pages())
+			depth = max(depth, p.Root.Pages())
+			_, err = tx.Exec(ctx, claimPlanSQL)
+			require.NoError(t, err)
+			name = backlog + " " + mode + ": claim"
+			p = pgtest.ExplainAnalyze(t, tx, claimSQL, []string{"k@1"}, 8, "w", int64(10000))
+			p.RequireIndexed(t, name, "task_ready")
+			var claimed uuid.UUID
+			require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM taskport_lease.task WHERE status = 'running'`).Scan(&claimed))
+			require.Equal(t, ready, claimed, "%s: the ready run and only it is claimed", name)
+			require.Equal(t, float64(1), p.Root.ActualRows, name)
+			require.NoError(t, tx.Rollback(ctx))
+			c := p.Subplan(t, "CTE c")
+			t.Logf("%s: %d pages, %d of them selecting", name, p.Root.Pages(), c.Pages())
+			claim = max(claim, c.Pages())
+		}
+		return depth, claim
+	}
+	smallDepth, smallClaim := pages("1,000 scheduled")
+	n := pgtest.BacklogRows(t)
+	_, err = pool.Exec(ctx, schedule, 1001, n)
+	require.NoError(t, err)
+	pgtest.RequireNeverAnalyzed(t, pool, "taskport_lease.task")
+	for _, stats := range []string{"never analyzed", "analyzed"} {
+		if stats == "analyzed" {
+			_, err = pool.Exec(ctx, `ANALYZE taskport_lease.task`)
+			require.NoError(t, err)
+		}
+		depth, claim := pages(fmt.Sprintf("%d scheduled, %s", n, stats))
+		require.LessOrEqual(t, depth, 2*smallDepth, "%s: queue depth pages", stats)
+		require.LessOrEqual(t, claim, 2*smallClaim, "%s: claim selection pages", stats)
+	}
 }

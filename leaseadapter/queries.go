@@ -81,6 +81,35 @@ WITH r AS (
 SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2 AND idempotency_key = $4)),
   (SELECT count(*) FROM t WHERE next_run_at <= now()), (SELECT count(*) FROM n)`
 
+// presentPrioritiesCTE and readyByPriority bound a read of the ready runs
+// to them. On next_run_at <= now() alone, the index task_ready (priority,
+// next_run_at) is bounded on its second column only, so a read that finds
+// fewer ready runs than it wants (a claim for all of an idle worker's free
+// slots, a count) reads on through every scheduled run: the whole index at
+// a backlog of runs scheduled ahead (issue 14: 3836 pages at a million).
+// With priority = ANY (the priorities present), the index scan descends
+// once per priority and stops each at its first scheduled entry, still in
+// (priority, next_run_at) order, so ORDER BY needs no sort and LIMIT with
+// SKIP LOCKED keeps its meaning: rows are locked one at a time as the scan
+// returns them, locked ones are skipped, and the scan stops after LIMIT.
+// present is a loose index scan of task_ready (the smallest priority, then
+// each next one, one descent each), so a read costs about two descents per
+// distinct priority of the open runs, whatever their number. It reads the
+// statement's snapshot: a run enqueued meanwhile at a new priority waits for
+// the next read, as it would with a plain scan.
+const (
+	presentPrioritiesCTE = `
+WITH RECURSIVE present AS (
+  SELECT min(priority) AS priority FROM taskport_lease.task WHERE status IN ('pending', 'waiting')
+  UNION ALL
+  SELECT (SELECT min(priority) FROM taskport_lease.task
+          WHERE status IN ('pending', 'waiting') AND priority > present.priority)
+  FROM present WHERE present.priority IS NOT NULL
+)`
+	readyByPriority = `status IN ('pending', 'waiting') AND next_run_at <= now()
+    AND priority = ANY (ARRAY(SELECT priority FROM present WHERE priority IS NOT NULL))`
+)
+
 // claimPlanSQL precedes claimSQL in its transaction. Without it the planner,
 // trusting statistics taken while the table was small or the backlog empty
 // (a fresh table is never analyzed in its first minute; a burst outgrows the
@@ -95,11 +124,11 @@ const claimPlanSQL = dbtx.PinIndexScansSQL
 // statement and returns each with its step history. It leaves the
 // taskport.run projection alone: a status change there rewrites every index
 // of the row, and "running" is transient, so Get and ListRuns read it from
-// the task row instead (liveStatusSQL).
-const claimSQL = `
-WITH c AS (
+// the task row instead (liveStatusSQL). Its scan of task_ready is bounded
+// per priority (readyByPriority).
+const claimSQL = presentPrioritiesCTE + `, c AS (
   SELECT id FROM taskport_lease.task
-  WHERE status IN ('pending', 'waiting') AND next_run_at <= now()
+  WHERE ` + readyByPriority + `
     AND kind || '@' || handler_version = ANY($1::text[])
   ORDER BY priority, next_run_at
   LIMIT $2
@@ -322,8 +351,11 @@ SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status
 const liveStatusSQL = `
 SELECT id, current_step FROM taskport_lease.task WHERE id = ANY($1) AND status = 'running'`
 
-const queueDepthSQL = `
-SELECT count(*) FROM taskport_lease.task WHERE status IN ('pending', 'waiting') AND next_run_at <= now()`
+// queueDepthSQL counts the ready runs (Metrics.QueueDepth, every poll
+// interval): bounded per priority, it reads the ready entries of task_ready,
+// not the scheduled ones.
+const queueDepthSQL = presentPrioritiesCTE + `
+SELECT count(*) FROM taskport_lease.task WHERE ` + readyByPriority
 
 // topicLockSQL serializes a topic's signal senders and waiters, so that a
 // signal is either seen by a waiter's check or finds the waiter registered.

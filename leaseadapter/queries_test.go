@@ -133,3 +133,101 @@ VALUES ($1, 'k', 1, '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1
 	require.Contains(t, live, id)
 	require.True(t, leaseUntil().After(before), "renewed once the lock is gone")
 }
+
+// The claim bounds its scan per priority (readyByPriority): it must still
+// take the ready runs of the served versions in (priority, next_run_at)
+// order across priorities, skip the rows another transaction holds, and
+// leave scheduled runs, unserved versions and runs that are not open alone,
+// whichever priority they have. The queue depth, bounded alike, counts the
+// ready runs of every priority.
+func TestClaimTakesReadyRunsInPriorityOrderAcrossPriorities(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	type task struct {
+		name, status string
+		version      int
+		priority     int
+		due          string // next_run_at, relative to now
+	}
+	tasks := []task{
+		{"succeeded", "succeeded", 1, -9, "-1 hour"},
+		{"running", "running", 1, -9, "-1 hour"},
+		{"scheduled", "pending", 1, -7, "1 hour"},
+		{"unserved version", "pending", 2, -7, "-1 hour"},
+		{"locked", "pending", 1, -3, "-2 minutes"},
+		{"woken waiter", "waiting", 1, -3, "-1 minute"},
+		{"parked waiter", "waiting", 1, -3, "1 day"},
+		{"0 later", "pending", 1, 0, "-1 minute"},
+		{"0 earlier", "pending", 1, 0, "-2 minutes"},
+		{"0 scheduled", "pending", 1, 0, "1 minute"},
+		{"4", "pending", 1, 4, "-1 second"},
+		{"9", "pending", 1, 9, "-1 hour"},
+		{"9 scheduled", "pending", 1, 9, "1 hour"},
+	}
+	names := map[uuid.UUID]string{}
+	ids := map[string]uuid.UUID{}
+	for i, k := range tasks {
+		id := uuid.New()
+		names[id], ids[k.name] = k.name, id
+		_, err := pool.Exec(ctx, `
+INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, priority, next_run_at, max_attempts,
+  backoff_initial, backoff_max, backoff_coefficient, run_seq)
+VALUES ($1, 'k', $2, '{}', $3, $4, now() + $5::interval, 3, '1s', '1m', 2, $6)`, id, k.version, k.status, k.priority, k.due, i)
+		require.NoError(t, err)
+	}
+
+	var depth int
+	require.NoError(t, pool.QueryRow(ctx, queueDepthSQL).Scan(&depth))
+	require.Equal(t, 7, depth, "the queue depth counts every ready run, served or not")
+
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(ctx) //nolint:errcheck // released below; this releases the row on failure
+	_, err = lock.Exec(ctx, `SELECT 1 FROM taskport_lease.task WHERE id = $1 FOR UPDATE`, ids["locked"])
+	require.NoError(t, err)
+
+	claim := func(n int) []string {
+		t.Helper()
+		var got []string
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, claimSQL, []string{"k@1"}, n, "w", int64(time.Minute/time.Millisecond))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				v, err := rows.Values()
+				if err != nil {
+					return err
+				}
+				got = append(got, names[uuid.UUID(v[0].([16]byte))])
+			}
+			return rows.Err()
+		})
+		require.NoError(t, err)
+		return got
+	}
+	// One slot at a time shows the order; the rows a claim returns come
+	// back in no particular order.
+	require.Equal(t, []string{"woken waiter"}, claim(1), "the lowest priority with a ready, unlocked run first")
+	require.Equal(t, []string{"0 earlier"}, claim(1), "then the next priority, earliest due first")
+	require.ElementsMatch(t, []string{"0 later", "4"}, claim(2), "a claim spans priorities")
+	require.Equal(t, []string{"9"}, claim(8), "fewer ready runs than asked: the rest stay")
+	require.Empty(t, claim(8), "the locked run is skipped, nothing else is ready")
+	require.NoError(t, lock.Rollback(ctx))
+	require.Equal(t, []string{"locked"}, claim(8), "once released it is claimed")
+	require.Empty(t, claim(8))
+
+	var running []string
+	rows, err := pool.Query(ctx, `SELECT id FROM taskport_lease.task WHERE status = 'running' AND lease_owner = 'w'`)
+	require.NoError(t, err)
+	var id uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { running = append(running, names[id]); return nil })
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"woken waiter", "0 earlier", "0 later", "4", "9", "locked"}, running,
+		"scheduled runs, parked waiters, unserved versions and closed runs are never claimed")
+}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/retention"
@@ -33,15 +31,7 @@ func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("prune lease runs: %w", runstore.InterpretError(err))
 	}
-	var signals int64
-	err = dbtx.InTx(ctx, l.e.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, pruneSignalsSQL, runstore.AgeArg(p.Completed), limit)
-		signals = tag.RowsAffected()
-		return err
-	})
+	signals, err := dbtx.ExecPinned(ctx, l.e.pool, pruneSignalsSQL, runstore.AgeArg(p.Completed), limit)
 	if err != nil {
 		return nil, fmt.Errorf("prune signals: %w", runstore.InterpretError(err))
 	}

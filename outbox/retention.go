@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/retention"
 )
@@ -28,15 +26,7 @@ func (o pruner) Prune(ctx context.Context, p retention.Policy, limit int) (reten
 	if p.Completed < 0 {
 		return retention.Deleted{TableEvent: 0}, nil
 	}
-	var n int64
-	err := dbtx.InTx(ctx, o.q, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, pruneSQL, p.Completed.Milliseconds(), limit)
-		n = tag.RowsAffected()
-		return err
-	})
+	n, err := dbtx.ExecPinned(ctx, o.q, pruneSQL, p.Completed.Milliseconds(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("prune outbox: %w", err)
 	}

@@ -8,6 +8,8 @@
 //     longest since they are the dead letters;
 //   - the lease engine's consumed signals, and signals nobody consumed (no
 //     run waited on the topic, or the run they were sent to ended);
+//   - the Temporal engine's early signals a wait took, and those no wait
+//     took (they expire);
 //   - waiters whose run ended (a Temporal run terminated or reset while it
 //     waited leaves one);
 //   - dispatched outbox rows.
@@ -31,11 +33,12 @@
 // # Cost
 //
 // Each statement deletes at most BatchSize rows, chosen through an index in
-// the order of their age (migration 00007) with FOR UPDATE SKIP LOCKED, and
-// commits on its own: no lock is held longer than one batch, and a row some
-// other transaction holds is left for the next pass. A pass repeats batches
-// until a table has nothing older than its age, so a backlog drains at the
-// rate of the deletes and the lag metric says how far behind it is.
+// the order of their age (migrations 00007 and 00013) with FOR UPDATE SKIP
+// LOCKED, and commits on its own: no lock is held longer than one batch,
+// and a row some other transaction holds is left for the next pass. A pass
+// repeats batches until a table has nothing older than its age, so a
+// backlog drains at the rate of the deletes and the lag metric says how far
+// behind it is.
 //
 // # One leader
 //

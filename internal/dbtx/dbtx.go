@@ -55,3 +55,20 @@ func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 	}
 	return nil
 }
+
+// ExecPinned runs sql with args after PinIndexScansSQL, in a transaction of
+// its own on db, and returns the number of rows it affected: a batch that
+// must read its index in order and stop after its LIMIT, e.g. a retention
+// delete.
+func ExecPinned(ctx context.Context, db Beginner, sql string, args ...any) (int64, error) {
+	var n int64
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, PinIndexScansSQL); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, sql, args...)
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}

@@ -18,13 +18,15 @@ import (
 // seedRuns fills taskport.run as after months of work, never analyzed: n
 // finished Temporal runs over the last two days (nine in ten succeeded, the
 // rest canceled or failed: the dead letters), and 10,000 pending ones,
-// each waiting on a topic registered a day ago.
+// each waiting on a topic registered a day ago; and n/5 early signals sent
+// over the two days, all taken but the first 1,000.
 func seedRuns(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
 	start := time.Now()
 	pgtest.Seed(t, pool, n,
 		`ALTER TABLE taskport.run SET (autovacuum_enabled = off)`,
 		`ALTER TABLE taskport.waiter SET (autovacuum_enabled = off)`,
+		`ALTER TABLE taskport.early_signal SET (autovacuum_enabled = off)`,
 		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, created_at, finished_at)
 		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'temporal', 'k', 1, 'f' || g, '{}',
 		   CASE g % 20 WHEN 0 THEN 'failed' WHEN 1 THEN 'canceled' ELSE 'succeeded' END,
@@ -35,6 +37,11 @@ func seedRuns(t *testing.T, pool *pgxpool.Pool, n int) {
 		 FROM generate_series(1, 10000) g`,
 		`INSERT INTO taskport.waiter (topic, run_id, step, since)
 		 SELECT 't:' || id, id, 'wait', now() - interval '1 day' FROM taskport.run WHERE status = 'waiting'`,
+		`INSERT INTO taskport.early_signal (topic, payload, created_at, consumed_by, consumed_step, consumed_at)
+		 SELECT 't' || g, '{}', now() - interval '2 days' + g * (interval '2 days' / $1),
+		   CASE WHEN g > 1000 THEN gen_random_uuid() END, CASE WHEN g > 1000 THEN 'wait' ELSE '' END,
+		   CASE WHEN g > 1000 THEN now() - interval '2 days' + g * (interval '2 days' / $1) END
+		 FROM generate_series(1, $1::int / 5) g`,
 	)
 	t.Logf("seeded %d finished runs and 10,000 waiting ones in %s", n, time.Since(start).Round(time.Millisecond))
 }
@@ -49,20 +56,25 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	seedRuns(t, pool, pgtest.BacklogRows(t))
-	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run", "taskport.waiter")
+	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run", "taskport.waiter", "taskport.early_signal")
 
 	day := (24 * time.Hour).Milliseconds()
-	// The retention statements as PruneRuns, PruneWaiters and the lags run
-	// them: the waiter prune after dbtx.PinIndexScansSQL.
+	// The retention statements as PruneRuns, PruneWaiters, PruneEarlySignals
+	// and the lags run them: the waiter and signal prunes after
+	// dbtx.PinIndexScansSQL.
 	retention := func(tx pgx.Tx, stats string) {
 		pgtest.Explain(t, tx, pruneRunsSQL, EngineTemporal, day, day, day, 1000).
 			RequireIndexed(t, stats+" retention: runs", "run_finished", "run_pkey")
 		pgtest.Explain(t, tx, RunLagSQL, EngineTemporal, day, day, day).RequireIndexed(t, stats+" retention: run lag", "run_finished")
 		pgtest.Explain(t, tx, waiterLagSQL, int64(3600000)).RequireIndexed(t, stats+" retention: waiter lag", "waiter_since", "run_pkey")
+		pgtest.Explain(t, tx, earlySignalLagSQL, day).
+			RequireIndexed(t, stats+" retention: early signal lag", "early_signal_consumed", "early_signal_unconsumed_age")
 		_, err := tx.Exec(ctx, dbtx.PinIndexScansSQL)
 		require.NoError(t, err)
 		pgtest.Explain(t, tx, pruneWaitersSQL, int64(3600000), 1000).
 			RequireIndexed(t, stats+" retention: waiters", "waiter_since", "run_pkey")
+		pgtest.Explain(t, tx, pruneEarlySignalsSQL, day, 1000).
+			RequireIndexed(t, stats+" retention: early signals", "early_signal_consumed", "early_signal_unconsumed_age", "early_signal_pkey")
 	}
 	check := func(stats string) {
 		sql, args, err := listQuery(ctx, pool, port.RunFilter{Statuses: []port.Status{port.StatusFailed}, Limit: 100})
@@ -91,7 +103,7 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 		}
 	}
 	check("never analyzed:")
-	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport.waiter`)
+	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport.waiter, taskport.early_signal`)
 	require.NoError(t, err)
 	check("analyzed:")
 }

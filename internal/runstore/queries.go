@@ -188,3 +188,34 @@ SELECT id, payload FROM taskport.early_signal WHERE topic = $1 AND consumed_by I
 const takeKeptSignalSQL = `
 UPDATE taskport.early_signal SET consumed_by = $2, consumed_step = $3, consumed_at = now()
 WHERE id = $1 AND consumed_by IS NULL`
+
+// pruneEarlySignalsSQL deletes up to $2 kept signals that a wait took more
+// than $1 ms ago (nothing reads them again: keptSignalsSQL skips them), and
+// up to $2 that no wait took within $1 ms of being sent: an early signal
+// expires, as the lease engine's untargeted ones do. Each reads its own
+// index of migration 00013 in age order, skipping rows another transaction
+// holds (a wait taking the signal).
+const pruneEarlySignalsSQL = `
+WITH c AS (
+  SELECT id FROM taskport.early_signal
+  WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond'
+  ORDER BY consumed_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), u AS (
+  SELECT id FROM taskport.early_signal
+  WHERE consumed_by IS NULL AND created_at < now() - $1 * interval '1 millisecond'
+  ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), x AS MATERIALIZED (
+  SELECT id FROM c UNION ALL SELECT id FROM u
+)
+DELETE FROM taskport.early_signal WHERE id IN (SELECT id FROM x)`
+
+// earlySignalLagSQL is pruneEarlySignalsSQL's lag in ms, 0 when nothing is
+// prunable. Each min() is one probe of its index.
+const earlySignalLagSQL = `
+SELECT coalesce(max(extract(epoch FROM now() - at) * 1000 - $1), 0)::bigint FROM (
+  SELECT (SELECT min(consumed_at) FROM taskport.early_signal
+          WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond')
+  UNION ALL
+  SELECT (SELECT min(created_at) FROM taskport.early_signal
+          WHERE consumed_by IS NULL AND created_at < now() - $1 * interval '1 millisecond')
+) x(at)`

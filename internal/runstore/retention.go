@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/retention"
 )
 
 // The table names the pruners report.
 const (
-	TableRun    = "taskport.run"
-	TableWaiter = "taskport.waiter"
+	TableRun         = "taskport.run"
+	TableWaiter      = "taskport.waiter"
+	TableEarlySignal = "taskport.early_signal"
 )
 
 // AgeArg is a retention age as the prune statements take it: milliseconds,
@@ -56,15 +55,7 @@ func RunLag(ctx context.Context, q DBTX, engine Engine, p retention.Policy) (tim
 // PruneWaiters deletes up to limit waiters older than p.Completed whose run
 // ended, in a transaction of its own (under dbtx.PinIndexScansSQL).
 func PruneWaiters(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
-	var n int64
-	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, pruneWaitersSQL, AgeArg(p.Completed), limit)
-		n = tag.RowsAffected()
-		return err
-	})
+	n, err := dbtx.ExecPinned(ctx, db, pruneWaitersSQL, AgeArg(p.Completed), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune waiters: %w", InterpretError(err))
 	}
@@ -80,10 +71,33 @@ func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, 
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
+// PruneEarlySignals deletes up to limit kept signals taken longer ago than
+// p.Completed and up to limit never taken and sent longer ago than that
+// (SignalTargets keeps them, TakeKeptSignal takes them), in a transaction
+// of its own under dbtx.PinIndexScansSQL: unpinned, the planner deletes the
+// batch by hashing the whole table and, without statistics, sorts every old
+// signal not taken for the LIMIT.
+func PruneEarlySignals(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
+	n, err := dbtx.ExecPinned(ctx, db, pruneEarlySignalsSQL, AgeArg(p.Completed), limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune early signals: %w", InterpretError(err))
+	}
+	return n, nil
+}
+
+// EarlySignalLag is PruneEarlySignals' lag.
+func EarlySignalLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, error) {
+	var ms int64
+	if err := q.QueryRow(ctx, earlySignalLagSQL, AgeArg(p.Completed)).Scan(&ms); err != nil {
+		return 0, fmt.Errorf("early signal retention lag: %w", InterpretError(err))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // Pruner is the retention of the run store for an engine whose runs keep no
 // other rows (Temporal: the projection follows the Policy's ages; the
-// namespace's own retention stays Temporal's): its runs and orphaned
-// waiters.
+// namespace's own retention stays Temporal's): its runs, orphaned waiters
+// and the early signals SignalTargets kept, taken or expired.
 func Pruner(db dbtx.DB, engine Engine) retention.Pruner { return runPruner{q: db, engine: engine} }
 
 type runPruner struct {
@@ -100,7 +114,11 @@ func (r runPruner) Prune(ctx context.Context, p retention.Policy, limit int) (re
 	if err != nil {
 		return nil, err
 	}
-	return retention.Deleted{TableRun: runs, TableWaiter: waiters}, nil
+	signals, err := PruneEarlySignals(ctx, r.q, p, limit)
+	if err != nil {
+		return nil, err
+	}
+	return retention.Deleted{TableRun: runs, TableWaiter: waiters, TableEarlySignal: signals}, nil
 }
 
 func (r runPruner) Lag(ctx context.Context, p retention.Policy) (map[string]time.Duration, error) {
@@ -112,5 +130,9 @@ func (r runPruner) Lag(ctx context.Context, p retention.Policy) (map[string]time
 	if err != nil {
 		return nil, err
 	}
-	return map[string]time.Duration{TableRun: runs, TableWaiter: waiters}, nil
+	signals, err := EarlySignalLag(ctx, r.q, p)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]time.Duration{TableRun: runs, TableWaiter: waiters, TableEarlySignal: signals}, nil
 }

@@ -57,13 +57,24 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// PlanNode is one node of an EXPLAIN (FORMAT JSON) plan.
+// PlanNode is one node of an EXPLAIN (FORMAT JSON) plan. The actual rows
+// and the buffer counts are set by ExplainAnalyze only; they include the
+// node's children and the subplans it ran.
 type PlanNode struct {
-	NodeType string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Index    string     `json:"Index Name"`
-	Plans    []PlanNode `json:"Plans"`
+	NodeType    string     `json:"Node Type"`
+	Relation    string     `json:"Relation Name"`
+	Index       string     `json:"Index Name"`
+	SubplanName string     `json:"Subplan Name"` // e.g. "CTE c"
+	Plans       []PlanNode `json:"Plans"`
+	ActualRows  float64    `json:"Actual Rows"`
+	SharedHit   int64      `json:"Shared Hit Blocks"`
+	SharedRead  int64      `json:"Shared Read Blocks"`
 }
+
+// Pages is the number of shared buffers (pages of tables and indexes) the
+// node and those below it read, from the cache or not, as ExplainAnalyze
+// measured it.
+func (n PlanNode) Pages() int64 { return n.SharedHit + n.SharedRead }
 
 // Plan is the plan of one statement, as EXPLAIN (FORMAT JSON) returns it.
 type Plan struct {
@@ -75,8 +86,21 @@ type Plan struct {
 // is planned, as for the first executions of a prepared statement).
 func Explain(tb testing.TB, q Querier, sql string, args ...any) Plan {
 	tb.Helper()
+	return explain(tb, q, "FORMAT JSON", sql, args...)
+}
+
+// ExplainAnalyze runs sql with args under EXPLAIN (ANALYZE, BUFFERS) and
+// returns its plan with the rows and pages each node read. It executes the
+// statement: run it in a transaction that is rolled back.
+func ExplainAnalyze(tb testing.TB, q Querier, sql string, args ...any) Plan {
+	tb.Helper()
+	return explain(tb, q, "ANALYZE, BUFFERS, FORMAT JSON", sql, args...)
+}
+
+func explain(tb testing.TB, q Querier, options, sql string, args ...any) Plan {
+	tb.Helper()
 	var raw []byte
-	if err := q.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
+	if err := q.QueryRow(context.Background(), "EXPLAIN ("+options+") "+sql, args...).Scan(&raw); err != nil {
 		tb.Fatalf("pgtest: explain: %v\n%s", err, sql)
 	}
 	var out []struct {
@@ -86,6 +110,22 @@ func Explain(tb testing.TB, q Querier, sql string, args ...any) Plan {
 		tb.Fatalf("pgtest: explain output %q: %v", raw, err)
 	}
 	return Plan{Root: out[0].Plan, Raw: string(raw)}
+}
+
+// Subplan returns the node of the subplan named name (e.g. "CTE c"), or
+// fails tb.
+func (p Plan) Subplan(tb testing.TB, name string) PlanNode {
+	tb.Helper()
+	var found *PlanNode
+	p.Walk(func(n PlanNode) {
+		if n.SubplanName == name && found == nil {
+			found = &n
+		}
+	})
+	if found == nil {
+		tb.Fatalf("pgtest: no subplan %q in %s", name, p)
+	}
+	return *found
 }
 
 // Walk calls fn for every node, depth first.
