@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -40,6 +43,9 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 		if call.Project && info.Attempt == 1 {
 			e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: 1, Step: info.Step})
 		}
+		if info.Attempt > 1 {
+			e.unstick(ctx, log, ai)
+		}
 
 		// The body's context ends when Temporal's does, but with the port's
 		// cause; it does not inherit Temporal's cause, hence WithoutCancel.
@@ -64,6 +70,30 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 		})
 	}
 }
+
+// unstick sends the run's next workflow task to the task queue that every
+// worker polls instead of the sticky queue of the worker that ran its last
+// one. A retried attempt often follows a worker that died or froze (its
+// attempt timed out), and the workflow task this attempt's completion
+// schedules would wait on that worker's sticky queue until the sticky
+// schedule-to-start timeout (Config.StickyScheduleToStartTimeout) moved it
+// on: about a second of every takeover (README, recovery soak). The cost,
+// once per retried attempt: whichever worker takes that workflow task
+// replays the run's history. A failed reset costs only that second.
+func (e *Engine) unstick(ctx context.Context, log *slog.Logger, ai activity.Info) {
+	ctx, cancel := context.WithTimeout(ctx, unstickTimeout)
+	defer cancel()
+	_, err := e.client.WorkflowService().ResetStickyTaskQueue(ctx, &workflowservice.ResetStickyTaskQueueRequest{
+		Namespace: ai.WorkflowNamespace,
+		Execution: &commonpb.WorkflowExecution{WorkflowId: ai.WorkflowExecution.ID, RunId: ai.WorkflowExecution.RunID},
+	})
+	if err != nil {
+		log.WarnContext(ctx, "reset the run's sticky task queue", slog.String("error", err.Error()))
+	}
+}
+
+// unstickTimeout bounds the reset, which delays the step's body.
+const unstickTimeout = 2 * time.Second
 
 // stopCause says why Temporal ended an activity context: a cancel request
 // seen by a heartbeat means the run was canceled; anything else (the attempt

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/taskport/taskport/port"
@@ -65,4 +66,43 @@ func TestRunsStartWithTheWorkflowTaskTimeout(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, c.want, desc.RawResponse.GetExecutionConfig().GetDefaultWorkflowTaskTimeout().AsDuration())
 	}
+}
+
+// A retried attempt sends the run's next workflow task to the task queue
+// every worker polls, not to the sticky queue of the worker that ran the
+// last one: after a worker dies, its sticky queue would hold that task until
+// the sticky schedule-to-start timeout (the recovery soak measures the
+// second it saves). The step of FailKind fails on each of its 3 attempts;
+// the workflow task its final failure schedules is read from the history.
+func TestRetriedAttemptUnsticksTheRun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	eng := h.engine(temporaladapter.Config{})
+	ctx := context.Background()
+	id := h.enqueue(eng, kinds.FailKind, kinds.TagIn{Tag: "unstick"}, port.EnqueueOptions{IdempotencyKey: "unstick"})
+	h.waitStatus(id, port.StatusFailed)
+	require.Equal(t, kinds.FastRetry.MaxAttempts, h.effects(id)["fail:retryable"])
+
+	var queues []enumspb.TaskQueueKind // of each workflow task scheduled, in order
+	failedAt := -1
+	it := h.c.GetWorkflowHistory(ctx, temporaladapter.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+			queues = append(queues, ev.GetWorkflowTaskScheduledEventAttributes().GetTaskQueue().GetKind())
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+			if failedAt < 0 {
+				failedAt = len(queues)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, failedAt, 1, "the step failed after a workflow task")
+	require.Greater(t, len(queues), failedAt+1, "workflow tasks followed the failure")
+	require.Equal(t, enumspb.TASK_QUEUE_KIND_NORMAL, queues[failedAt],
+		"the workflow task after the retried step went to the shared queue (all: %v)", queues)
+	// The history does record sticky queues: the worker that took that task
+	// made the run sticky again.
+	require.Contains(t, queues[failedAt+1:], enumspb.TASK_QUEUE_KIND_STICKY, "all: %v", queues)
 }
