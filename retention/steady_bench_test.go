@@ -16,6 +16,7 @@ package retention_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -207,10 +208,19 @@ func steadyRun(b *testing.B, total, age, interval, every time.Duration) {
 		}
 	}()
 
+	// Besides the sizes, each sample records what makes a table grow while
+	// retention works: a backlog (runs not finished, outbox rows not yet
+	// dispatched: the worker fell behind the offered rate), dead tuples a
+	// VACUUM could not remove, and the oldest open transaction on the
+	// server, whose snapshot keeps VACUUM from removing what died after it
+	// began.
 	type sample struct {
-		at    time.Duration
-		sizes []int64
-		runs  int64
+		at                  time.Duration
+		sizes               []int64
+		runs, open, pending int64
+		dead                int64
+		oldest              float64 // seconds
+		oldestDB            string
 	}
 	var samples []sample
 	read := func(at time.Duration) {
@@ -220,8 +230,25 @@ func steadyRun(b *testing.B, total, age, interval, every time.Duration) {
 				b.Fatal(err)
 			}
 		}
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run`).Scan(&s.runs); err != nil {
+		err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status NOT IN ('succeeded', 'failed', 'canceled')) FROM taskport.run`).Scan(&s.runs, &s.open)
+		if err != nil {
 			b.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event WHERE status = 'pending'`).Scan(&s.pending); err != nil {
+			b.Fatal(err)
+		}
+		err = pool.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid = ANY($1::regclass[])`, steadyTables).Scan(&s.dead)
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - xact_start)::float8, 0), coalesce(datname, '')
+			FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+			ORDER BY xact_start LIMIT 1`).Scan(&s.oldest, &s.oldestDB)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			b.Fatal(err)
+		}
+		if s.oldestDB == u.Path[1:] {
+			s.oldestDB = "this"
 		}
 		samples = append(samples, s)
 	}
@@ -253,13 +280,13 @@ func steadyRun(b *testing.B, total, age, interval, every time.Duration) {
 	for _, t := range steadyTables {
 		fmt.Fprintf(&out, " %s |", t)
 	}
-	fmt.Fprintf(&out, "\n|---|---|%s\n", strings.Repeat("---|", len(steadyTables)))
+	fmt.Fprintf(&out, " open runs | pending outbox | dead tuples | oldest xact (db) |\n|---|---|%s\n", strings.Repeat("---|", len(steadyTables)+4))
 	for _, s := range samples {
 		fmt.Fprintf(&out, "| %s | %d |", s.at, s.runs)
 		for _, v := range s.sizes {
 			fmt.Fprintf(&out, " %d |", v/1024)
 		}
-		out.WriteString("\n")
+		fmt.Fprintf(&out, " %d | %d | %d | %.0f s (%s) |\n", s.open, s.pending, s.dead, max(0, s.oldest), s.oldestDB)
 	}
 	// Once retention reached its age (the first deletes are due at age,
 	// and run at the next pass), each table should stay flat.
