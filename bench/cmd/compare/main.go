@@ -36,6 +36,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,10 +81,22 @@ func run(ctx context.Context) error {
 		rounds = flag.Int("rounds", 3, "alternating rounds per engine and concurrency; the median is reported")
 		pool   = flag.Int("pool", 20, "connections per engine (pool_max_conns); 20 is DBOS's own default")
 		modes  = flag.String("modes", "closed,open", "loop modes: closed (each starter awaits its workflow), open (all started at once, awaited at the end)")
+		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole comparison (both engines run in this process) to this file")
 	)
 	flag.Parse()
 	if *dbURL == "" {
 		return errors.New("-db (or TEST_DATABASE_URL) is required")
+	}
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var levels []int
 	for f := range strings.SplitSeq(*conc, ",") {
