@@ -84,7 +84,7 @@ func (e *Engine) unstick(ctx context.Context, log *slog.Logger, ai activity.Info
 	ctx, cancel := context.WithTimeout(ctx, unstickTimeout)
 	defer cancel()
 	_, err := e.client.WorkflowService().ResetStickyTaskQueue(ctx, &workflowservice.ResetStickyTaskQueueRequest{
-		Namespace: ai.WorkflowNamespace,
+		Namespace: ai.Namespace,
 		Execution: &commonpb.WorkflowExecution{WorkflowId: ai.WorkflowExecution.ID, RunId: ai.WorkflowExecution.RunID},
 	})
 	if err != nil {
