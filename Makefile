@@ -101,7 +101,7 @@ export DATABASE_URL
 bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M scheduled runs (TASKPORT_BACKLOG_SIZES), Temporal adapter vs raw SDK, outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS in closed and open loop, EnqueueMany vs Enqueue vs River InsertMany (prints tables)
 	$(GO) test -run '^$$' -bench 'Throughput|EnqueueToFirstStep|SignalToWake' -benchtime 2000x ./leaseadapter/
 	$(GO) test -run '^$$' -bench Backlog -benchtime 1x -timeout 30m ./leaseadapter/
-	$(GO) test -run '^$$' -bench AdapterVsRawSDK -benchtime 20x ./temporaladapter/
+	$(GO) test -run '^$$' -bench 'AdapterVsRawSDK$$' -benchtime 7x ./temporaladapter/
 	$(GO) test -run '^$$' -bench CommitToRunStart -benchtime 200x ./outbox/ ./app/
 	$(GO) test -run '^$$' -bench SteadyRetention -benchtime 1x -timeout 60m ./retention/
 	cd bench && $(GO) run ./cmd/compare -n 3000 -rounds 5 -db "$$TEST_DATABASE_URL"
