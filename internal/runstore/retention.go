@@ -45,9 +45,15 @@ func PruneRuns(ctx context.Context, q DBTX, engine Engine, p retention.Policy, l
 // prunable under p; zero when none is.
 func RunLag(ctx context.Context, q DBTX, engine Engine, p retention.Policy) (time.Duration, error) {
 	s, c, f := RunAgeArgs(p)
+	return lag(ctx, q, string(engine)+" run", RunLagSQL, engine, s, c, f)
+}
+
+// lag runs a lag statement, which reads the age in milliseconds of the
+// oldest prunable row of what.
+func lag(ctx context.Context, q DBTX, what, sql string, args ...any) (time.Duration, error) {
 	var ms int64
-	if err := q.QueryRow(ctx, RunLagSQL, engine, s, c, f).Scan(&ms); err != nil {
-		return 0, fmt.Errorf("%s run retention lag: %w", engine, InterpretError(err))
+	if err := q.QueryRow(ctx, sql, args...).Scan(&ms); err != nil {
+		return 0, fmt.Errorf("%s retention lag: %w", what, InterpretError(err))
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -64,11 +70,7 @@ func PruneWaiters(ctx context.Context, db dbtx.Beginner, p retention.Policy, lim
 
 // WaiterLag is PruneWaiters' lag.
 func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, error) {
-	var ms int64
-	if err := q.QueryRow(ctx, waiterLagSQL, AgeArg(p.Completed)).Scan(&ms); err != nil {
-		return 0, fmt.Errorf("waiter retention lag: %w", InterpretError(err))
-	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return lag(ctx, q, "waiter", waiterLagSQL, AgeArg(p.Completed))
 }
 
 // PruneEarlySignals deletes up to limit kept signals taken longer ago than
@@ -87,11 +89,7 @@ func PruneEarlySignals(ctx context.Context, db dbtx.Beginner, p retention.Policy
 
 // EarlySignalLag is PruneEarlySignals' lag.
 func EarlySignalLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, error) {
-	var ms int64
-	if err := q.QueryRow(ctx, earlySignalLagSQL, AgeArg(p.Completed)).Scan(&ms); err != nil {
-		return 0, fmt.Errorf("early signal retention lag: %w", InterpretError(err))
-	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return lag(ctx, q, "early signal", earlySignalLagSQL, AgeArg(p.Completed))
 }
 
 // Pruner is the retention of the run store for an engine whose runs keep no
