@@ -32,11 +32,21 @@ type Config struct {
 	// BatchSize caps how many runs one claim statement takes, and how many
 	// commits one group-commit transaction carries. Default 64.
 	BatchSize int
-	// Prefetch is how many runs a worker claims beyond its concurrency, so
-	// that a freed slot starts the next run without waiting for a claim.
-	// Prefetched runs hold their lease (renewed by the heartbeat) until a
-	// slot frees; Stop hands them back first. Zero means the worker's
-	// concurrency; negative disables prefetching.
+	// ActiveRuns is how many claimed runs a worker executes at once:
+	// replaying their handlers, waiting on their commits, or running a
+	// step. Steps themselves are bounded by StartOptions.Concurrency, the
+	// port's meaning of concurrency (steps at once, as the Temporal engine's
+	// activity slots): a run waiting for its step's commit holds no step
+	// slot, so that short steps keep the slots busy while their commits are
+	// in flight. A run that finds every step slot taken waits for one,
+	// holding its lease. Zero means twice the worker's concurrency; a value
+	// below the concurrency is raised to it.
+	ActiveRuns int
+	// Prefetch is how many runs a worker claims beyond its active runs, so
+	// that a run that ends hands its place to the next without waiting for
+	// a claim. Prefetched runs hold their lease (renewed by the heartbeat)
+	// until a place frees; Stop hands them back first. Zero means the
+	// worker's concurrency; negative disables prefetching.
 	Prefetch int
 	// Committers is the number of group-commit goroutines, i.e. how many
 	// group transactions can be in flight at once. Default 2: one group
@@ -141,6 +151,8 @@ func (c Config) validate() error {
 		return &port.FieldError{Field: "poll_interval", Reason: fmt.Sprintf("must be positive, got %s", c.PollInterval)}
 	case c.BatchSize < 1:
 		return &port.FieldError{Field: "batch_size", Reason: fmt.Sprintf("must be at least 1, got %d", c.BatchSize)}
+	case c.ActiveRuns < 0:
+		return &port.FieldError{Field: "active_runs", Reason: fmt.Sprintf("must not be negative, got %d", c.ActiveRuns)}
 	case c.Committers < 0:
 		return &port.FieldError{Field: "committers", Reason: fmt.Sprintf("must not be negative, got %d", c.Committers)}
 	case c.StopTimeout < 0:

@@ -20,9 +20,15 @@
 //
 // A worker claims up to BatchSize ready runs per statement (FOR UPDATE SKIP
 // LOCKED, only the (kind, version) pairs it serves, in index order whatever
-// the table statistics say), each with a fresh lease_token, keeping up to
-// Prefetch of them queued beyond its concurrency so that a freed slot starts
-// the next run at once. While runs flow, the claims that refill that queue
+// the table statistics say), each with a fresh lease_token. It executes up
+// to ActiveRuns of them at once (twice its concurrency by default) and
+// keeps up to Prefetch more queued, so that a run that ends hands its place
+// to the next at once. StartOptions.Concurrency bounds the steps running at
+// once, as the port defines it and as the Temporal engine's activity slots
+// do: a run whose step's commit is in flight, or whose handler replays,
+// holds no step slot, so short steps keep the slots busy while their
+// commits wait on the WAL flush. Priority orders the claims; the runs a
+// worker holds take free step slots in no set order. While runs flow, the claims that refill that queue
 // ride in the group commits described below (a claim costs no commit of its
 // own); the claim loop claims on its own only when an executor would
 // otherwise go idle. An executor replays each handler from the start:

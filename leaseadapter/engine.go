@@ -405,9 +405,10 @@ func (e *Engine) overlayRunning(ctx context.Context, views []port.RunView) error
 }
 
 // Start makes this process a worker: it claims runs of the (kind, version)
-// pairs it serves (opts.Versions; nil: every registered definition), at most
-// opts.Concurrency at once (0: Config.DefaultConcurrency). Waiting runs hold
-// no slot. The lifecycle rules are the port's (port.TaskEngine).
+// pairs it serves (opts.Versions; nil: every registered definition),
+// running at most opts.Concurrency steps at once (0:
+// Config.DefaultConcurrency) among up to Config.ActiveRuns runs. Waiting
+// runs hold neither. The lifecycle rules are the port's (port.TaskEngine).
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	opts, err := enginekit.ValidateStartOptions(opts)
 	if err != nil {

@@ -124,12 +124,16 @@ func TestEnqueueTxFollowsTheCallersTransaction(t *testing.T) {
 	require.Equal(t, 1, tasks, "the rolled-back enqueue left no task")
 }
 
-// One slot: the order of first steps follows priority.
+// One slot and one active run: the order of first steps follows priority.
+// (With more active runs than step slots, the runs a worker holds take free
+// slots in no set order: priority orders the claims.)
 func TestPriorityOrdersClaims(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newDB(t)
-	eng := newEngine(t, pool, fastConfig())
+	cfg := fastConfig()
+	cfg.ActiveRuns = 1
+	eng := newEngine(t, pool, cfg)
 	low, err := eng.Enqueue(ctx, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "low", Priority: 5})
 	require.NoError(t, err)
 	high, err := eng.Enqueue(ctx, kinds.Three, kinds.TagIn{}, port.EnqueueOptions{IdempotencyKey: "high", Priority: -5})
@@ -219,26 +223,49 @@ func TestConfigValidation(t *testing.T) {
 	require.Error(t, eng.Start(context.Background(), port.StartOptions{}), "a worker with nothing to serve is refused")
 }
 
-// A run canceled while it waits in a worker's prefetch queue, behind a busy
-// executor, ends canceled at once: it is not left running (its lease renewed
-// by the heartbeat until an executor frees, then lost and charged as an
+// A run canceled while it waits behind a busy step, in a worker's prefetch
+// queue (one active run) or for the one step slot (two active runs), ends
+// canceled at once: it is not left running (its lease renewed by the
+// heartbeat until the busy run frees its place, then lost and charged as an
 // attempt by the reaper).
 func TestCancelWhilePrefetched(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		activeRuns int
+	}{{"in the prefetch queue", 1}, {"waiting for a step slot", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cancelQueuedRun(t, tc.activeRuns)
+		})
+	}
+}
+
+func cancelQueuedRun(t *testing.T, activeRuns int) {
 	ctx := context.Background()
 	pool := newDB(t)
 	cfg := fastConfig()
 	// A lease far longer than the wait below: only the cancel itself, not an
 	// expired lease, may settle the queued run.
 	cfg.LeaseDuration = 30 * time.Second
+	cfg.ActiveRuns = activeRuns
 	eng := newEngine(t, pool, cfg)
+	// One step slot and one prefetch place; busy runs its step and queued
+	// waits behind it. With one active run, both are enqueued first and
+	// one claim takes them in order (busy is older). With two, the runs
+	// would race for the slot, so queued is enqueued once busy holds it,
+	// and the idle executor's claim takes it.
 	busy := enqueue(t, eng, kinds.Hold, kinds.WaitIn{Gate: "never-opens"}, "busy")
-	queued := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "queued")
-	// One executor and one prefetch place: the first claim takes both runs,
-	// busy (older) runs, queued waits behind it.
+	var queued port.RunID
+	if activeRuns == 1 {
+		queued = enqueue(t, eng, kinds.Three, kinds.TagIn{}, "queued")
+	}
 	startEngine(t, eng, port.StartOptions{Concurrency: 1})
 	require.Eventually(t, func() bool { return effects(t, pool, busy)["hold:started"] == 1 }, 10*time.Second, 10*time.Millisecond)
-	require.Equal(t, "running", taskStatus(t, pool, queued), "the second run is claimed into the prefetch queue")
+	if activeRuns > 1 {
+		queued = enqueue(t, eng, kinds.Three, kinds.TagIn{}, "queued")
+	}
+	waitTaskStatus(t, pool, queued, "running")
 
 	require.NoError(t, eng.Cancel(ctx, queued, "not needed"))
 	require.Eventually(t, func() bool { return taskStatus(t, pool, queued) == "canceled" },

@@ -358,6 +358,9 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		actErr = fmt.Errorf("out of attempts through lost leases: the worker running attempt %d of %d died or stalled past its lease",
 			f.ex.stepAttempts, o.Retry.MaxAttempts)
 	} else {
+		if err := f.takeStepSlot(); err != nil {
+			return err
+		}
 		result, actErr = f.invoke(binding, raw, name, attempt, o)
 		f.checkLease()
 		if errors.Is(context.Cause(f.runCtx), port.ErrCanceled) {
@@ -410,6 +413,27 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 	f.ex.stepAttempts = 0
 }
 
+// takeStepSlot waits for one of the worker's step slots (Concurrency of
+// them), which invoke frees. A run that was canceled, lost its lease or is
+// asked to stop while it waits starts nothing: the same outcomes as gate.
+func (f *flow) takeStepSlot() error {
+	select {
+	case f.w.steps <- struct{}{}:
+		if f.runCtx.Err() == nil && !f.w.stopping.Load() {
+			return nil
+		}
+		<-f.w.steps
+	case <-f.runCtx.Done():
+	case <-f.w.stopped:
+	}
+	if err := f.gate(); err != nil {
+		return err
+	}
+	// The run context ended for a cause gate does not know (the engine's
+	// own context): abandon the claim, as for a lost lease.
+	panic(unwind{why: "run context ended"})
+}
+
 // errAttemptTimeout and errHeartbeatTimeout fail one attempt (retryable).
 var (
 	errAttemptTimeout   = errors.New("step attempt timed out")
@@ -420,6 +444,7 @@ var (
 // (enginekit.RunActivity), with the lease engine's fencing token, under the
 // attempt's timeout and heartbeat timeout, which this engine enforces itself.
 func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step string, attempt int, o port.StepOptions) (json.RawMessage, error) {
+	defer func() { <-f.w.steps }() // the slot takeStepSlot took
 	ctx, cancel := context.WithCancelCause(f.runCtx)
 	defer cancel(nil)
 	ctx, cancelT := context.WithTimeoutCause(ctx, o.Timeout, errAttemptTimeout)

@@ -27,15 +27,18 @@ var (
 // worker is the running part of an Engine between Start and Stop: a claim
 // loop, a heartbeater renewing every lease it holds, a reaper for expired
 // leases, a LISTEN connection and the group committers. Each claimed run
-// executes in its own goroutine, holding one slot.
+// executes on one of activeRuns executors; its steps run in one of
+// concurrency step slots.
 type worker struct {
 	e           *Engine
 	opts        port.StartOptions
 	log         *slog.Logger
-	served      []string // "<kind>@<version>" of every definition this worker runs
-	concurrency int
-	prefetch    int         // runs claimed beyond concurrency, queued for an executor
-	queue       chan queued // claimed runs in claim order
+	served      []string      // "<kind>@<version>" of every definition this worker runs
+	concurrency int           // steps at once (StartOptions.Concurrency)
+	activeRuns  int           // executors: runs executing at once (Config.ActiveRuns)
+	prefetch    int           // runs claimed beyond activeRuns, queued for an executor
+	queue       chan queued   // claimed runs in claim order
+	steps       chan struct{} // step slots: a step runs while it holds one
 
 	wake    chan struct{} // claim now (buffer 1: pokes coalesce)
 	commits chan *commitReq
@@ -45,7 +48,8 @@ type worker struct {
 	// was full). Group commits add a claim only then, so that a worker whose
 	// queue is drained does not probe in every transaction.
 	backlog  atomic.Bool
-	stopping atomic.Bool // no new step starts; runs hand themselves back
+	stopping atomic.Bool   // no new step starts; runs hand themselves back
+	stopped  chan struct{} // closed when stopping is set: wakes runs waiting for a step slot
 
 	mu       sync.Mutex
 	running  map[uuid.UUID]*execution
@@ -70,6 +74,8 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 	w := &worker{
 		e: e, opts: opts, log: e.cfg.Logger.With(slog.String("worker", e.cfg.WorkerID)),
 		concurrency:   opts.Concurrency,
+		steps:         make(chan struct{}, opts.Concurrency),
+		stopped:       make(chan struct{}),
 		wake:          make(chan struct{}, 1),
 		commits:       make(chan *commitReq, 4*e.cfg.BatchSize),
 		running:       map[uuid.UUID]*execution{},
@@ -83,7 +89,11 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 	default:
 		w.prefetch = e.cfg.Prefetch
 	}
-	w.queue = make(chan queued, w.concurrency+w.prefetch)
+	w.activeRuns = max(e.cfg.ActiveRuns, opts.Concurrency)
+	if e.cfg.ActiveRuns == 0 {
+		w.activeRuns = 2 * opts.Concurrency
+	}
+	w.queue = make(chan queued, w.activeRuns+w.prefetch)
 	for _, d := range e.reg.Definitions() {
 		if enginekit.Serves(opts, d.Kind, d.Version) {
 			w.served = append(w.served, fmt.Sprintf("%s@%d", d.Kind, d.Version))
@@ -115,7 +125,7 @@ func (w *worker) start(ctx context.Context) {
 	}
 	w.service.Go(func() { w.heartbeater(serviceCtx) })
 	w.loops.Go(func() { w.claimLoop(loopCtx) })
-	for range w.concurrency {
+	for range w.activeRuns {
 		w.executors.Go(func() { w.executor(serviceCtx) })
 	}
 	w.loops.Go(func() { w.listen(loopCtx) })
@@ -125,6 +135,7 @@ func (w *worker) start(ctx context.Context) {
 
 func (w *worker) stop(ctx context.Context) error {
 	w.stopping.Store(true)
+	close(w.stopped)
 	w.mu.Lock()
 	w.noClaims = true
 	w.mu.Unlock()
@@ -254,14 +265,14 @@ func (w *worker) claimLoop(ctx context.Context) {
 func (w *worker) reserve(limit int, idleOnly bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.noClaims || (idleOnly && len(w.running) >= w.concurrency) {
+	if w.noClaims || (idleOnly && len(w.running) >= w.activeRuns) {
 		return 0
 	}
 	if w.reserved > 0 {
 		w.missed = w.missed || idleOnly
 		return 0
 	}
-	n := min(w.concurrency+w.prefetch-len(w.running), limit)
+	n := min(w.activeRuns+w.prefetch-len(w.running), limit)
 	if n <= 0 {
 		return 0
 	}

@@ -82,8 +82,10 @@ func run(ctx context.Context) error {
 		pool   = flag.Int("pool", 20, "connections per engine (pool_max_conns); 20 is DBOS's own default")
 		modes  = flag.String("modes", "closed,open", "loop modes: closed (each starter awaits its workflow), open (all started at once, awaited at the end)")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole comparison (both engines run in this process) to this file")
+		active = flag.Int("active", 0, "the lease worker's ActiveRuns: runs executing at once, of which `concurrency` run a step at once (0: the engine's default, twice the concurrency)")
 	)
 	flag.Parse()
+	activeRuns = *active
 	if *dbURL == "" {
 		return errors.New("-db (or TEST_DATABASE_URL) is required")
 	}
@@ -260,6 +262,9 @@ func spread(c, n int, fn func(i int) error) error {
 
 var noop = port.DeclareActivity[int, int]("compare.noop")
 
+// activeRuns is the lease worker's Config.ActiveRuns (-active).
+var activeRuns int
+
 const noopKind port.Kind = "compare.noop3"
 
 // openLease migrates the database at dbURL and returns a lease engine over
@@ -288,7 +293,7 @@ func openLease(ctx context.Context, dbURL string, metrics leaseadapter.Metrics) 
 		pool.Close()
 		return nil, nil, err
 	}
-	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Logger: slog.New(slog.DiscardHandler), Metrics: metrics})
+	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Logger: slog.New(slog.DiscardHandler), Metrics: metrics, ActiveRuns: activeRuns})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
