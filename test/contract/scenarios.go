@@ -44,6 +44,7 @@ var scenarios = []scenario{
 	{"superseded_run_cannot_take_operation_back", supersededRunCannotTakeOver},
 	{"lifecycle_restart", lifecycle},
 	{"stop_lets_in_flight_step_finish", stopFinishesStep},
+	{"concurrency_bounds_steps_at_once", concurrencyBoundsSteps},
 	{"unserved_version_stays_pending", unservedVersion},
 	{"version_marker_replays", versionMarker},
 	{"continue_as_new_keeps_run_id", continueAsNew},
@@ -533,5 +534,63 @@ func lifecycle(w *world) {
 	}
 	for _, id := range []port.RunID{first, second} {
 		require.Equal(w.t, map[string]int{"s1": 1, "s2": 1, "s3": 1}, w.effects(id), "run %s: each step's side effect exactly once", id)
+	}
+}
+
+// StartOptions.Concurrency is the number of steps a worker runs at once:
+// four runs whose step holds until its own gate opens, two slots. Gates are
+// opened one at a time, each only on a run whose step has started, until
+// all four succeeded; then the steps' recorded start and end times (the
+// effects table) never overlap more than two deep. (The lease engine
+// executes more runs than it has step slots; a run not bounded by the slots
+// would start its step as soon as it was claimed.)
+func concurrencyBoundsSteps(w *world) {
+	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{Concurrency: 2})
+	runs := make([]port.RunID, 4)
+	keys := make([]string, len(runs))
+	for i := range runs {
+		runs[i] = w.enqueue(e, "ct.hold", kinds.WaitIn{Gate: fmt.Sprintf("slot-%d", i)}, fmt.Sprintf("slot-%d", i))
+		keys[i] = string(runs[i])
+	}
+	started := func() (open []int, finished int) {
+		for i, id := range runs {
+			got := w.effects(id)
+			switch {
+			case got["hold:finished"] > 0:
+				finished++
+			case got["hold:started"] > 0:
+				open = append(open, i)
+			}
+		}
+		return open, finished
+	}
+	require.Eventually(w.t, func() bool { open, _ := started(); return len(open) >= 2 }, waitFor, pollEvery, "two steps never ran at once")
+	for {
+		open, finished := started()
+		if finished == len(runs) {
+			break
+		}
+		if len(open) == 0 {
+			require.Eventually(w.t, func() bool { open, _ := started(); return len(open) > 0 }, waitFor, pollEvery, "no step started after %d finished", finished)
+			continue
+		}
+		w.openGate(fmt.Sprintf("slot-%d", open[0]))
+		w.waitEffect(runs[open[0]], "hold:finished")
+	}
+	for _, id := range runs {
+		w.waitStatus(e, id, port.StatusSucceeded)
+	}
+	var deepest int
+	require.NoError(w.t, w.pool.QueryRow(bg, `
+WITH span AS (
+  SELECT s.run_id, s.first_at AS from_at, f.first_at AS to_at
+  FROM contract_effect s JOIN contract_effect f ON f.run_id = s.run_id AND f.label = 'hold:finished'
+  WHERE s.label = 'hold:started' AND s.run_id = ANY ($1)
+)
+SELECT max((SELECT count(*) FROM span o WHERE o.from_at <= x.from_at AND x.from_at < o.to_at)) FROM span x`,
+		keys).Scan(&deepest))
+	require.Equal(w.t, 2, deepest, "steps running at once with Concurrency 2")
+	for _, id := range runs {
+		require.Equal(w.t, 1, w.effects(id)["hold:started"], "run %s ran its step once", id)
 	}
 }
