@@ -218,6 +218,10 @@ func TestConfigValidation(t *testing.T) {
 	reg := port.NewRegistry()
 	_, err := leaseadapter.New(pool, reg, leaseadapter.Config{LeaseDuration: time.Second, HeartbeatInterval: 2 * time.Second})
 	require.ErrorIs(t, err, port.ErrInvalidInput)
+	_, err = leaseadapter.New(pool, reg, leaseadapter.Config{ActiveRuns: -1})
+	var fe *port.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "active_runs", fe.Field)
 	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{})
 	require.NoError(t, err)
 	require.Error(t, eng.Start(context.Background(), port.StartOptions{}), "a worker with nothing to serve is refused")
