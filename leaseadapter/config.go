@@ -51,7 +51,8 @@ type Config struct {
 	// Committers is the number of group-commit goroutines, i.e. how many
 	// group transactions can be in flight at once. Default 2: one group
 	// commits while the next gathers. On a 2-core machine 2 beat 1, 3, 4
-	// and 8 at every concurrency measured (1, 8, 32; bench/cmd/compare):
+	// and 8 at every concurrency measured (1, 8, 32; bench/cmd/compare;
+	// measured with one active run per step slot, before ActiveRuns):
 	// past two, parallel transactions only contend for the same CPUs and
 	// the groups shrink. A Postgres with many cores may want more.
 	Committers int
