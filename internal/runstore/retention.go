@@ -61,9 +61,16 @@ func lag(ctx context.Context, q DBTX, what, sql string, args ...any) (time.Durat
 // PruneWaiters deletes up to limit waiters older than p.Completed whose run
 // ended, in a transaction of its own (under dbtx.PinIndexScansSQL).
 func PruneWaiters(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
-	n, err := dbtx.ExecPinned(ctx, db, pruneWaitersSQL, AgeArg(p.Completed), limit)
+	return prunePinned(ctx, db, "waiters", pruneWaitersSQL, p, limit)
+}
+
+// prunePinned runs a prune statement of what, which takes the completed age
+// and the batch limit, in a transaction of its own under
+// dbtx.PinIndexScansSQL.
+func prunePinned(ctx context.Context, db dbtx.Beginner, what, sql string, p retention.Policy, limit int) (int64, error) {
+	n, err := dbtx.ExecPinned(ctx, db, sql, AgeArg(p.Completed), limit)
 	if err != nil {
-		return 0, fmt.Errorf("prune waiters: %w", InterpretError(err))
+		return 0, fmt.Errorf("prune %s: %w", what, InterpretError(err))
 	}
 	return n, nil
 }
@@ -80,11 +87,7 @@ func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, 
 // batch by hashing the whole table and, without statistics, sorts every old
 // signal not taken for the LIMIT.
 func PruneEarlySignals(ctx context.Context, db dbtx.Beginner, p retention.Policy, limit int) (int64, error) {
-	n, err := dbtx.ExecPinned(ctx, db, pruneEarlySignalsSQL, AgeArg(p.Completed), limit)
-	if err != nil {
-		return 0, fmt.Errorf("prune early signals: %w", InterpretError(err))
-	}
-	return n, nil
+	return prunePinned(ctx, db, "early signals", pruneEarlySignalsSQL, p, limit)
 }
 
 // EarlySignalLag is PruneEarlySignals' lag.
