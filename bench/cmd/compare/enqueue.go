@@ -14,6 +14,18 @@ package main
 //     that every job is checked against a unique key as every taskport run
 //     is (UNIQUE(kind, idempotency_key)).
 //
+// With -ablate, diagnostic modes say what each part of a lease run costs
+// (issue 14: why EnqueueMany trails River's InsertMany). They write to
+// schemas taskport does not ship, so their rates describe the cost of a
+// structure, not a supported configuration:
+//   - run rows only: the first half of EnqueueMany's statement
+//     (runstore.InsertRunsReturningSQL, the idempotency authority and
+//     projection), without the task rows that the lease engine adds;
+//   - EnqueueMany without run_status_created, and without both listing
+//     indexes (run_status_created and run_kind_version_status_created);
+//   - EnqueueMany without the task row's ready index (task_ready), and
+//     without its primary key (task_pkey, and the foreign keys on it).
+//
 // Nothing is executed: no worker runs. Each mode gets a fresh database on
 // the same server per round. Within a round the modes take turns slice by
 // slice (-batch runs each, the first mode rotating), so that the swings of
@@ -40,6 +52,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
 )
 
@@ -62,6 +76,7 @@ func runEnqueue(ctx context.Context, args []string) error {
 		producers = fs.Int("producers", 8, "goroutines calling Enqueue one run at a time")
 		rounds    = fs.Int("rounds", 5, "rounds; the median is reported")
 		pool      = fs.Int("pool", 20, "connections per mode (pool_max_conns)")
+		ablate    = fs.Bool("ablate", false, "add the diagnostic modes: run rows only, EnqueueMany without one or both run listing indexes, without task_ready, without task_pkey")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,10 +89,19 @@ func runEnqueue(ctx context.Context, args []string) error {
 	}
 	perBatch := strconv.Itoa(*batch) + " runs"
 	modes := []enqueueMode{
-		{"lease EnqueueMany", perBatch, leaseMany},
+		{"lease EnqueueMany", perBatch, leaseMany()},
 		{"lease Enqueue", "1 run, " + strconv.Itoa(*producers) + " prod.", leaseOne(*producers)},
 		{"river InsertMany", perBatch, riverMany(false)},
 		{"river InsertMany unique", perBatch, riverMany(true)},
+	}
+	if *ablate {
+		modes = append(modes,
+			enqueueMode{"(run rows only)", perBatch, runRowsOnly},
+			enqueueMode{"(no run_status_created)", perBatch, leaseMany("DROP INDEX taskport.run_status_created")},
+			enqueueMode{"(no listing index)", perBatch, leaseMany("DROP INDEX taskport.run_status_created",
+				"DROP INDEX taskport.run_kind_version_status_created")},
+			enqueueMode{"(no task_ready)", perBatch, leaseMany("DROP INDEX taskport_lease.task_ready")},
+			enqueueMode{"(no task_pkey)", perBatch, leaseMany("ALTER TABLE taskport_lease.task DROP CONSTRAINT task_pkey CASCADE")})
 	}
 	admin, err := pgx.Connect(ctx, *dbURL)
 	if err != nil {
@@ -141,20 +165,59 @@ func enqueueRound(ctx context.Context, admin *pgx.Conn, server string, poolSize 
 	return out, nil
 }
 
-func leaseMany(ctx context.Context, dsn string) (inserter, func(), error) {
-	eng, pool, err := openLease(ctx, dsn, nil)
+// leaseMany enqueues with the lease engine's EnqueueMany, on a database
+// migrated and then altered by ddl (the -ablate modes).
+func leaseMany(ddl ...string) func(ctx context.Context, dsn string) (inserter, func(), error) {
+	return func(ctx context.Context, dsn string) (inserter, func(), error) {
+		eng, pool, err := openLease(ctx, dsn, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, stmt := range ddl {
+			if _, err := pool.Exec(ctx, stmt); err != nil {
+				pool.Close()
+				return nil, nil, fmt.Errorf("%s: %w", stmt, err)
+			}
+		}
+		return func(lo, hi int) error {
+			_, err := eng.EnqueueMany(ctx, noopItems(lo, hi))
+			return err
+		}, pool.Close, nil
+	}
+}
+
+// runRowsOnly inserts the taskport.run rows of the batch as EnqueueMany's
+// statement does, without the task rows: PrepareBatch, then
+// runstore.InsertManyWith with the runs' half of the statement alone.
+func runRowsOnly(ctx context.Context, dsn string) (inserter, func(), error) {
+	_, pool, err := openLease(ctx, dsn, nil)
 	if err != nil {
 		return nil, nil, err
 	}
+	reg := port.NewRegistry()
+	if err := reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
+		Handler: port.Handle(func(port.Flow, struct{}) error { return nil })}); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
 	return func(lo, hi int) error {
-		items := make([]port.EnqueueItem, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			items = append(items, port.EnqueueItem{Kind: noopKind, Input: struct{}{},
-				Options: port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)}})
+		prep, err := enginekit.PrepareBatch(reg, noopItems(lo, hi))
+		if err != nil {
+			return err
 		}
-		_, err := eng.EnqueueMany(ctx, items)
+		_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), runstore.InsertRunsReturningSQL+"id")
 		return err
 	}, pool.Close, nil
+}
+
+// noopItems are the items [lo, hi) of a round, keyed by their number.
+func noopItems(lo, hi int) []port.EnqueueItem {
+	items := make([]port.EnqueueItem, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		items = append(items, port.EnqueueItem{Kind: noopKind, Input: struct{}{},
+			Options: port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)}})
+	}
+	return items
 }
 
 func leaseOne(producers int) func(ctx context.Context, dsn string) (inserter, func(), error) {
