@@ -118,7 +118,7 @@ func TestBusinessCommandsNeedOnlyTheDatabase(t *testing.T) {
 		help, err := execute(args)
 		require.NoError(t, err)
 		require.Contains(t, help, "--database-url", args)
-		for _, worker := range []string{"temporal", "--engine", "qbittorrent", "webhook", "--download-dir", "--concurrency", "--stop-timeout"} {
+		for _, worker := range []string{"temporal", "--engine", "qbittorrent", "webhook", "--download-dir", "--concurrency", "--lease-active-runs", "--stop-timeout"} {
 			require.NotContains(t, help, worker, "%v lists a worker flag", args)
 		}
 	}

@@ -98,3 +98,15 @@ func TestRetentionFromEnv(t *testing.T) {
 	cmd.SetErr(io.Discard)
 	require.ErrorContains(t, cmd.ExecuteContext(context.Background()), `RETENTION_CANCELED: time: invalid duration "a week"`)
 }
+
+// A negative count of a worker's flags is refused, by its flag's name,
+// before anything connects.
+func TestWorkerRefusesNegativeCounts(t *testing.T) {
+	for _, flag := range []string{"--concurrency", "--lease-active-runs"} {
+		cmd := newWorkerCmd(&stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"})
+		cmd.SetArgs([]string{"--engine", "lease", flag, "-1"})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		require.ErrorContains(t, cmd.ExecuteContext(context.Background()), flag+" must not be negative, got -1")
+	}
+}

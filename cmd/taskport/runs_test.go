@@ -239,7 +239,7 @@ func TestRunsHelpListsEngineFlagsOnly(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, help, "--engine", sub)
 		require.Contains(t, help, "--temporal-address", sub)
-		for _, worker := range []string{"--concurrency", "--stop-timeout", "qbittorrent", "webhook", "--download-dir", "--library-root"} {
+		for _, worker := range []string{"--concurrency", "--lease-active-runs", "--stop-timeout", "qbittorrent", "webhook", "--download-dir", "--library-root"} {
 			require.NotContains(t, help, worker, "runs %s lists a worker flag", sub)
 		}
 	}

@@ -59,6 +59,7 @@ type Config struct {
 	DeploymentName    string
 	BuildID           string
 	Concurrency       int
+	LeaseActiveRuns   int // the lease worker's leaseadapter.Config.ActiveRuns
 	StopTimeout       time.Duration
 	ReconcileInterval time.Duration
 	// Retention is the cleaner's policy (package retention; zero fields
@@ -83,6 +84,9 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.BuildID, "temporal-worker-build-id", EnvOr("TEMPORAL_WORKER_BUILD_ID", ""),
 		"Worker Deployment Versioning: this worker's build id; runs stay pinned to the build they started on (env TEMPORAL_WORKER_BUILD_ID)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default")
+	fs.IntVar(&c.LeaseActiveRuns, "lease-active-runs", 0,
+		"lease: claimed runs this worker executes at once (replaying, committing or in a step); 0: twice the concurrency; "+
+			"below the concurrency: raised to it")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process")
@@ -159,6 +163,9 @@ func (c *Config) validate() error {
 	}
 	if c.Concurrency < 0 {
 		return fmt.Errorf("--concurrency must not be negative, got %d", c.Concurrency)
+	}
+	if c.LeaseActiveRuns < 0 {
+		return fmt.Errorf("--lease-active-runs must not be negative, got %d", c.LeaseActiveRuns)
 	}
 	if (c.DeploymentName == "") != (c.BuildID == "") {
 		return fmt.Errorf("--temporal-deployment-name and --temporal-worker-build-id go together, got %q and %q", c.DeploymentName, c.BuildID)
@@ -259,7 +266,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	switch c.Engine {
 	case "lease":
 		s.engine, err = leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
-			StopTimeout: c.StopTimeout, Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
+			StopTimeout: c.StopTimeout, ActiveRuns: c.LeaseActiveRuns, Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
 	case "temporal":
 		if s.temporal, err = dialTemporal(ctx, c, log, s.metrics, tp); err != nil {
 			return nil, err
