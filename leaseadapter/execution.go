@@ -289,7 +289,7 @@ func (f *flow) gate() error {
 		return port.ErrCanceled
 	}
 	f.checkLease()
-	if f.w.stopping.Load() {
+	if f.w.isStopping() {
 		f.w.release(f.dbCtx, f.ex)
 		panic(unwind{why: "stopping"})
 	}
@@ -419,12 +419,12 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 func (f *flow) takeStepSlot() error {
 	select {
 	case f.w.steps <- struct{}{}:
-		if f.runCtx.Err() == nil && !f.w.stopping.Load() {
+		if f.runCtx.Err() == nil && !f.w.isStopping() {
 			return nil
 		}
 		<-f.w.steps
 	case <-f.runCtx.Done():
-	case <-f.w.stopped:
+	case <-f.w.stopping:
 	}
 	if err := f.gate(); err != nil {
 		return err

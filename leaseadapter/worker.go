@@ -47,9 +47,10 @@ type worker struct {
 	// backlog: ready runs may be waiting (a wake-up came, or the last claim
 	// was full). Group commits add a claim only then, so that a worker whose
 	// queue is drained does not probe in every transaction.
-	backlog  atomic.Bool
-	stopping atomic.Bool   // no new step starts; runs hand themselves back
-	stopped  chan struct{} // closed when stopping is set: wakes runs waiting for a step slot
+	backlog atomic.Bool
+	// stopping is closed by stop: no new step starts, runs hand themselves
+	// back, and runs waiting for a step slot wake.
+	stopping chan struct{}
 
 	mu       sync.Mutex
 	running  map[uuid.UUID]*execution
@@ -75,7 +76,7 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 		e: e, opts: opts, log: e.cfg.Logger.With(slog.String("worker", e.cfg.WorkerID)),
 		concurrency:   opts.Concurrency,
 		steps:         make(chan struct{}, opts.Concurrency),
-		stopped:       make(chan struct{}),
+		stopping:      make(chan struct{}),
 		wake:          make(chan struct{}, 1),
 		commits:       make(chan *commitReq, 4*e.cfg.BatchSize),
 		running:       map[uuid.UUID]*execution{},
@@ -133,9 +134,18 @@ func (w *worker) start(ctx context.Context) {
 	w.poke()
 }
 
+// isStopping reports whether stop has begun.
+func (w *worker) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 func (w *worker) stop(ctx context.Context) error {
-	w.stopping.Store(true)
-	close(w.stopped)
+	close(w.stopping)
 	w.mu.Lock()
 	w.noClaims = true
 	w.mu.Unlock()
@@ -391,7 +401,7 @@ func (w *worker) executor(serviceCtx context.Context) {
 		switch {
 		case q.ctx.Err() != nil:
 			// Lease lost or handed back by Stop while queued.
-		case w.stopping.Load():
+		case w.isStopping():
 			w.release(serviceCtx, q.ex)
 		default:
 			w.execute(q.ctx, serviceCtx, q.ex)

@@ -194,9 +194,8 @@ func runRowsOnly(ctx context.Context, dsn string) (inserter, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := port.NewRegistry()
-	if err := reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
-		Handler: port.Handle(func(port.Flow, struct{}) error { return nil })}); err != nil {
+	reg, err := noopRegistry()
+	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}

@@ -278,17 +278,7 @@ func openLease(ctx context.Context, dbURL string, metrics leaseadapter.Metrics) 
 		pool.Close()
 		return nil, nil, err
 	}
-	reg := port.NewRegistry()
-	err = errors.Join(reg.RegisterActivity(port.Bind(noop, func(_ context.Context, i int) (int, error) { return i, nil })),
-		reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
-			Handler: port.Handle(func(f port.Flow, _ struct{}) error {
-				for i := range 3 {
-					if _, err := noop.Run(f, "s"+strconv.Itoa(i), i); err != nil {
-						return err
-					}
-				}
-				return nil
-			})}))
+	reg, err := noopRegistry()
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -299,6 +289,21 @@ func openLease(ctx context.Context, dbURL string, metrics leaseadapter.Metrics) 
 		return nil, nil, err
 	}
 	return eng, pool, nil
+}
+
+// noopRegistry knows the 3-step no-op kind and its activity.
+func noopRegistry() (*port.Registry, error) {
+	reg := port.NewRegistry()
+	return reg, errors.Join(reg.RegisterActivity(port.Bind(noop, func(_ context.Context, i int) (int, error) { return i, nil })),
+		reg.Register(port.Definition{Kind: noopKind, Version: 1, Retry: port.NetworkRetry(),
+			Handler: port.Handle(func(f port.Flow, _ struct{}) error {
+				for i := range 3 {
+					if _, err := noop.Run(f, "s"+strconv.Itoa(i), i); err != nil {
+						return err
+					}
+				}
+				return nil
+			})}))
 }
 
 func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
