@@ -24,7 +24,12 @@ package main
 //   - EnqueueMany without run_status_created, and without both listing
 //     indexes (run_status_created and run_kind_version_status_created);
 //   - EnqueueMany without the task row's ready index (task_ready), and
-//     without its primary key (task_pkey, and the foreign keys on it).
+//     without its primary key (task_pkey, and the foreign keys on it);
+//   - the one-row layout: the run rows alone as above, on a taskport.run
+//     that also carries the lease state and its ready index
+//     (onerow/one_row.sql, whose columns take their defaults), so each
+//     run writes one row as a River job does. onerow/run.sh prices the
+//     same layout's worker path.
 //
 // Nothing is executed: no worker runs. Each mode gets a fresh database on
 // the same server per round. Within a round the modes take turns slice by
@@ -39,6 +44,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,6 +60,7 @@ import (
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/port"
 )
 
@@ -76,7 +83,7 @@ func runEnqueue(ctx context.Context, args []string) error {
 		producers = fs.Int("producers", 8, "goroutines calling Enqueue one run at a time")
 		rounds    = fs.Int("rounds", 5, "rounds; the median is reported")
 		pool      = fs.Int("pool", 20, "connections per mode (pool_max_conns)")
-		ablate    = fs.Bool("ablate", false, "add the diagnostic modes: run rows only, EnqueueMany without one or both run listing indexes, without task_ready, without task_pkey")
+		ablate    = fs.Bool("ablate", false, "add the diagnostic modes: run rows only, EnqueueMany without one or both run listing indexes, without task_ready, without task_pkey, the one-row layout")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -96,12 +103,13 @@ func runEnqueue(ctx context.Context, args []string) error {
 	}
 	if *ablate {
 		modes = append(modes,
-			enqueueMode{"(run rows only)", perBatch, runRowsOnly},
+			enqueueMode{"(run rows only)", perBatch, runRowsOnly()},
 			enqueueMode{"(no run_status_created)", perBatch, leaseMany("DROP INDEX taskport.run_status_created")},
 			enqueueMode{"(no listing index)", perBatch, leaseMany("DROP INDEX taskport.run_status_created",
 				"DROP INDEX taskport.run_kind_version_status_created")},
 			enqueueMode{"(no task_ready)", perBatch, leaseMany("DROP INDEX taskport_lease.task_ready")},
-			enqueueMode{"(no task_pkey)", perBatch, leaseMany("ALTER TABLE taskport_lease.task DROP CONSTRAINT task_pkey CASCADE")})
+			enqueueMode{"(no task_pkey)", perBatch, leaseMany("ALTER TABLE taskport_lease.task DROP CONSTRAINT task_pkey CASCADE")},
+			enqueueMode{"(one-row layout)", perBatch, runRowsOnly(oneRowDDL)})
 	}
 	admin, err := pgx.Connect(ctx, *dbURL)
 	if err != nil {
@@ -165,19 +173,34 @@ func enqueueRound(ctx context.Context, admin *pgx.Conn, server string, poolSize 
 	return out, nil
 }
 
+// oneRowDDL turns a migrated database into the one-row layout.
+//
+//go:embed onerow/one_row.sql
+var oneRowDDL string
+
+// openAltered opens the lease engine on a database migrated and then
+// altered by ddl (the -ablate modes).
+func openAltered(ctx context.Context, dsn string, ddl []string) (*leaseadapter.Engine, *pgxpool.Pool, error) {
+	eng, pool, err := openLease(ctx, dsn, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, stmt := range ddl {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return eng, pool, nil
+}
+
 // leaseMany enqueues with the lease engine's EnqueueMany, on a database
-// migrated and then altered by ddl (the -ablate modes).
+// altered by ddl.
 func leaseMany(ddl ...string) func(ctx context.Context, dsn string) (inserter, func(), error) {
 	return func(ctx context.Context, dsn string) (inserter, func(), error) {
-		eng, pool, err := openLease(ctx, dsn, nil)
+		eng, pool, err := openAltered(ctx, dsn, ddl)
 		if err != nil {
 			return nil, nil, err
-		}
-		for _, stmt := range ddl {
-			if _, err := pool.Exec(ctx, stmt); err != nil {
-				pool.Close()
-				return nil, nil, fmt.Errorf("%s: %w", stmt, err)
-			}
 		}
 		return func(lo, hi int) error {
 			_, err := eng.EnqueueMany(ctx, noopItems(lo, hi))
@@ -188,25 +211,28 @@ func leaseMany(ddl ...string) func(ctx context.Context, dsn string) (inserter, f
 
 // runRowsOnly inserts the taskport.run rows of the batch as EnqueueMany's
 // statement does, without the task rows: PrepareBatch, then
-// runstore.InsertManyWith with the runs' half of the statement alone.
-func runRowsOnly(ctx context.Context, dsn string) (inserter, func(), error) {
-	_, pool, err := openLease(ctx, dsn, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	reg, err := noopRegistry()
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return func(lo, hi int) error {
-		prep, err := enginekit.PrepareBatch(reg, noopItems(lo, hi))
+// runstore.InsertManyWith with the runs' half of the statement alone, on a
+// database altered by ddl.
+func runRowsOnly(ddl ...string) func(ctx context.Context, dsn string) (inserter, func(), error) {
+	return func(ctx context.Context, dsn string) (inserter, func(), error) {
+		_, pool, err := openAltered(ctx, dsn, ddl)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), runstore.InsertRunsReturningSQL+"id")
-		return err
-	}, pool.Close, nil
+		reg, err := noopRegistry()
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		return func(lo, hi int) error {
+			prep, err := enginekit.PrepareBatch(reg, noopItems(lo, hi))
+			if err != nil {
+				return err
+			}
+			_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), runstore.InsertRunsReturningSQL+"id")
+			return err
+		}, pool.Close, nil
+	}
 }
 
 // noopItems are the items [lo, hi) of a round, keyed by their number.
