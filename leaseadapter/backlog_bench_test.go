@@ -27,10 +27,10 @@ import (
 //	TASKPORT_BACKLOG_ROUNDS=5 go test -run '^$' -bench Backlog -benchtime 1x -timeout 30m ./leaseadapter
 //
 // The backlog models a user who imported plans whose runs are scheduled
-// ahead (EnqueueOptions.AvailableAt, a day and more away): pending rows of
-// taskport.run and taskport_lease.task, of the very kind the worker serves,
-// in the claim's index (task_ready), that stay pending while it is
-// measured. A backlog due now would be drained during the measurement (1k
+// ahead (EnqueueOptions.AvailableAt, a day and more away): pending lease
+// runs (rows of taskport.run, which hold the lease state since migration
+// 00014), of the very kind the worker serves, in the claim's index
+// (run_ready), that stay pending while it is measured. A backlog due now would be drained during the measurement (1k
 // in under a second, 1M never), so its sizes could not be compared; one of
 // a kind nobody serves is a misconfiguration. Scheduled runs are what a
 // bulk import leaves pending for days, and every claim reads past them: the
@@ -47,7 +47,8 @@ import (
 // load does not change as it changes the rate); then an idle worker
 // (concurrency 8) and S runs enqueued one at a time, each timed from
 // Enqueue until its first step runs. After the rounds every backlog run is
-// still pending with no step: the measurement never touched it.
+// still pending, never claimed, with no step: the measurement never
+// touched it.
 func BenchmarkBacklog(b *testing.B) {
 	sizes := envInts(b, "TASKPORT_BACKLOG_SIZES", "1000,100000,1000000")
 	n := envInts(b, "TASKPORT_BACKLOG_RUNS", "2000")[0]
@@ -115,18 +116,17 @@ func BenchmarkBacklog(b *testing.B) {
 }
 
 // seedScheduled adds size pending runs of benchNoop, due from a day on, one
-// a second, as the rows Enqueue writes (taskport.run with its seq, the task
-// row with the kind's retry policy), and analyzes both tables.
+// a second, as the row Enqueue writes (taskport.run with its lease columns:
+// next_run_at at available_at, the kind's retry policy), and analyzes the
+// table.
 func seedScheduled(b *testing.B, pool *pgxpool.Pool, size int) {
 	b.Helper()
 	pgtest.Seed(b, pool, size,
-		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, available_at)
-		 SELECT gen_random_uuid(), 'lease', 'bench.noop3', 1, 'import:' || g, '{}', now() + interval '1 day' + g * interval '1 second'
-		 FROM generate_series(1, $1::int) g`,
-		`INSERT INTO taskport_lease.task (id, kind, handler_version, input, next_run_at, max_attempts, backoff_initial, backoff_max,
-		   backoff_coefficient, run_seq)
-		 SELECT id, kind, version, input, available_at, 3, '1s', '1m', 2, seq FROM taskport.run`,
-		`ANALYZE taskport.run, taskport_lease.task`,
+		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, available_at, next_run_at,
+		   max_attempts, backoff_initial, backoff_max, backoff_coefficient)
+		 SELECT gen_random_uuid(), 'lease', 'bench.noop3', 1, 'import:' || g, '{}', a.at, a.at, 3, '1s', '1m', 2
+		 FROM generate_series(1, $1::int) g, LATERAL (SELECT now() + interval '1 day' + g * interval '1 second' AS at) a`,
+		`ANALYZE taskport.run`,
 	)
 }
 
@@ -200,8 +200,8 @@ func backlogFirstSteps(b *testing.B, url string, reg *port.Registry, probe *benc
 	defer tick.Stop()
 	for deadline := time.Now().Add(time.Minute); ; <-tick.C {
 		var open bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskport_lease.task
-		   WHERE status NOT IN ('succeeded', 'failed', 'canceled', 'dead') AND next_run_at < now() + interval '1 hour')`).Scan(&open); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskport.run
+		   WHERE status NOT IN ('succeeded', 'failed', 'canceled') AND next_run_at < now() + interval '1 hour')`).Scan(&open); err != nil {
 			b.Fatal(err)
 		}
 		if !open {
@@ -219,29 +219,28 @@ func backlogFirstSteps(b *testing.B, url string, reg *port.Registry, probe *benc
 
 // requireBacklogUntouched checks the business truth after the rounds: the
 // fresh runs all succeeded with their three steps, and every imported run is
-// still pending in both tables with no step, so each round met the full
+// still pending, never claimed, with no step, so each round met the full
 // backlog.
 func requireBacklogUntouched(b *testing.B, url string, size, fresh int) {
 	b.Helper()
 	ctx := context.Background()
 	pool := pgtest.Connect(b, url)
 	defer pool.Close()
-	var pending, tasksPending, importSteps, succeeded, freshSteps int
+	var pending, unclaimed, importSteps, succeeded, freshSteps int
 	err := pool.QueryRow(ctx, `
 SELECT
   (SELECT count(*) FROM taskport.run WHERE idempotency_key LIKE 'import:%' AND status = 'pending'),
-  (SELECT count(*) FROM taskport_lease.task t JOIN taskport.run r USING (id)
-     WHERE r.idempotency_key LIKE 'import:%' AND t.status = 'pending' AND t.claims = 0),
-  (SELECT count(*) FROM taskport_lease.step_result s JOIN taskport.run r ON r.id = s.task_id WHERE r.idempotency_key LIKE 'import:%'),
+  (SELECT count(*) FROM taskport.run WHERE idempotency_key LIKE 'import:%' AND status = 'pending' AND claims = 0),
+  (SELECT count(*) FROM taskport_lease.step_result s JOIN taskport.run r ON r.id = s.run_id WHERE r.idempotency_key LIKE 'import:%'),
   (SELECT count(*) FROM taskport.run WHERE idempotency_key NOT LIKE 'import:%' AND status = 'succeeded'),
-  (SELECT count(*) FROM taskport_lease.step_result s JOIN taskport.run r ON r.id = s.task_id WHERE r.idempotency_key NOT LIKE 'import:%')`).
-		Scan(&pending, &tasksPending, &importSteps, &succeeded, &freshSteps)
+  (SELECT count(*) FROM taskport_lease.step_result s JOIN taskport.run r ON r.id = s.run_id WHERE r.idempotency_key NOT LIKE 'import:%')`).
+		Scan(&pending, &unclaimed, &importSteps, &succeeded, &freshSteps)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if pending != size || tasksPending != size || importSteps != 0 || succeeded != fresh || freshSteps != 3*fresh {
-		b.Fatalf("backlog %d: %d runs and %d tasks still pending, %d imported steps; %d of %d fresh runs succeeded with %d steps",
-			size, pending, tasksPending, importSteps, succeeded, fresh, freshSteps)
+	if pending != size || unclaimed != size || importSteps != 0 || succeeded != fresh || freshSteps != 3*fresh {
+		b.Fatalf("backlog %d: %d runs still pending, %d of them never claimed, %d imported steps; %d of %d fresh runs succeeded with %d steps",
+			size, pending, unclaimed, importSteps, succeeded, fresh, freshSteps)
 	}
 }
 

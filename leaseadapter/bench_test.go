@@ -276,7 +276,7 @@ func BenchmarkSignalToWake(b *testing.B) {
 		}
 		for {
 			var waiting bool
-			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskport_lease.task WHERE id = $1 AND status = 'waiting')`, id).Scan(&waiting); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskport.run WHERE id = $1 AND status = 'waiting')`, id).Scan(&waiting); err != nil {
 				b.Fatal(err)
 			}
 			if waiting {

@@ -18,7 +18,7 @@ type commitReq struct {
 }
 
 type commitRes struct {
-	n  int64     // task rows matched: 0 means fenced
+	n  int64     // run rows matched: 0 means fenced
 	at time.Time // commit time, as the database saw it
 }
 

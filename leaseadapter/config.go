@@ -72,7 +72,7 @@ type Config struct {
 	// Metrics receives counters; nil means none.
 	Metrics Metrics
 	// TracerProvider makes a span per step attempt, in the trace of the
-	// Enqueue that created the run (its context's span, stored with the task
+	// Enqueue that created the run (its context's span, stored in the run's
 	// row), or of the last signal a wait received. Default: the global
 	// provider (otel.GetTracerProvider, a no-op until the process installs
 	// one).

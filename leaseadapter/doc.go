@@ -7,14 +7,16 @@
 //
 // # Tables
 //
-// taskport.run (package runstore) is the idempotency authority,
-// UNIQUE(kind, idempotency_key) with no window, and keeps the projection
-// (status, attempts, last error, current step) that Get and ListRuns read;
-// it is written in the same transactions that change a task's status, except
-// the claim: "running" is transient and a status change rewrites every index
-// of the run row, so Get and ListRuns read it from the task row.
-// taskport_lease.task holds the claim (lease_owner, lease_token, lease_until,
-// claims), step_result the history, task_signal the persisted signals.
+// A lease run is one row of taskport.run (migration 00014): the
+// idempotency authority, UNIQUE(kind, idempotency_key) with no window
+// (package runstore); the view Get and ListRuns read (status, attempts, last
+// error, current step), which is live (a claimed run is running); and the
+// lease state only this engine writes: the claim (lease_owner, lease_token,
+// lease_until, claims), the kind's retry policy, the wait in progress and
+// the next claim time. taskport_lease.step_result holds the history and
+// task_signal the persisted signals. One row per run means one insert per
+// enqueue and one update per state change (see `compare enqueue` in the
+// bench module).
 //
 // # Execution
 //
@@ -35,7 +37,7 @@
 // completed steps return their stored result after their (seq, name) is
 // checked against the history (a mismatch fails the run with a
 // *enginekit.NondeterminismError). A new step's result is committed by a
-// statement that checks lease_token on the task row in the same
+// statement that checks lease_token on the run row in the same
 // transaction; nothing of an attempt whose lease is gone is written.
 // Commits from all runs of a worker (and the Enqueue calls of its process
 // while it serves) are grouped by the committer goroutines (two by default:
@@ -57,15 +59,14 @@
 // seq}: every retry and every recovery is a new claim, so a newer attempt
 // always has a larger epoch and the ledger can refuse the older one; a run
 // enqueued later (a decision retry) has a larger generation, so the ledger
-// refuses the run it superseded. The seq is copied into the task row at
-// enqueue, so the claim reads it without a join.
+// refuses the run it superseded.
 //
-// Enqueue is one statement (run row + task row); it notifies workers at
+// Enqueue is one statement (the run row); it notifies workers at
 // most once per 5 ms per process (a NOTIFY serializes commits database-wide)
 // with a trailing NOTIFY for the rest, and wakes its own process's worker
 // directly. EnqueueMany is one statement per batch too: the runs inserted
 // from arrays (runstore's batch insert, in (kind, key) order so that racing
-// batches never deadlock), the task rows of those it created, and one
+// batches never deadlock), each with its kind's retry policy, and one
 // NOTIFY if any is ready.
 //
 // # Waiting, signals, retries
@@ -99,9 +100,9 @@
 // and that claim's replay records the step as failed for good without running
 // it, so Flow.Step returns *port.StepError and the handler decides, as on
 // Temporal, where the last attempt's timeout reaches the workflow. Only if
-// that claim's lease is lost too (the handler itself kills its worker) is the
-// run dead (read as failed). A canceled run whose lease expired ends canceled
-// and is charged nothing.
+// that claim's lease is lost too (the handler itself kills its worker) does
+// the run fail: a dead letter whose last_error names the lost lease. A
+// canceled run whose lease expired ends canceled and is charged nothing.
 //
 // A run canceled while it waits in the prefetch queue ends canceled at once
 // (finished by the goroutine that learned of the cancel), not when a busy
@@ -115,12 +116,12 @@
 //
 // # Tracing
 //
-// The task row keeps the W3C trace context of the Enqueue that created it
+// The run row keeps the W3C trace context of the Enqueue that created it
 // (the dispatcher's span, itself a child of the business transaction that
 // wrote the outbox row); each step attempt runs in a span (step:<activity>)
 // parented on it, and the activity's context carries that span, so the
 // outbox rows a step writes continue the trace. A task_signal row keeps its
 // signaller's trace context, and the wait that consumes it moves the run
-// onto that trace (task row and claim alike), as the Temporal adapter does
+// onto that trace (run row and claim alike), as the Temporal adapter does
 // for the signals a wait receives. Log lines about a run carry its trace.
 package leaseadapter

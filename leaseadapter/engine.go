@@ -71,18 +71,10 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	if err != nil {
 		return "", fmt.Errorf("enqueue %s: new run id: %w", kind, err)
 	}
-	var avail *time.Time
-	if !opts.AvailableAt.IsZero() {
-		avail = &opts.AvailableAt
-	}
-	retry := p.Definition.Retry.WithDefaults()
 	var got *uuid.UUID
 	var ready, notified int
 	notify := e.notifyNow()
-	tc := tracing.FromContext(ctx)
-	args := []any{id, kind, p.Definition.Version, opts.IdempotencyKey, opts.BusinessKey,
-		opts.Priority, p.Input, avail, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
-		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, e.enqueueHint(), notify, tc.Parent, tc.State}
+	args := e.enqueueArgs(ctx, id, kind, p, opts, e.enqueueHint(), notify)
 	scan := func(row pgx.Row) error { return row.Scan(&got, &ready, &notified) }
 	w := e.serving()
 	if w != nil {
@@ -172,30 +164,49 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	if err != nil {
 		return "", err
 	}
-	run, created, err := runstore.Insert(ctx, tx, runstore.NewRun{
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("enqueue %s: new run id: %w", kind, err)
+	}
+	var got *uuid.UUID
+	var ready, notified int
+	args := e.enqueueArgs(ctx, id, kind, p, opts, "", true)
+	if err := tx.QueryRow(ctx, enqueueSQL, args...).Scan(&got, &ready, &notified); err != nil {
+		return "", fmt.Errorf("enqueue %s: %w", kind, err)
+	}
+	if got != nil {
+		return port.RunID(got.String()), nil
+	}
+	// The key was taken by a run committed after this statement's
+	// snapshot: runstore.Insert's read, a statement of its own, sees it.
+	run, _, err := runstore.Insert(ctx, tx, runstore.NewRun{
 		Engine: runstore.EngineLease, Kind: kind, Version: p.Definition.Version, Key: opts.IdempotencyKey,
 		BusinessKey: opts.BusinessKey, Priority: opts.Priority, Input: p.Input, AvailableAt: opts.AvailableAt,
 	})
 	if err != nil {
 		return "", err
 	}
-	if !created {
-		return run.ID, nil
-	}
-	retry := p.Definition.Retry.WithDefaults()
-	tc := tracing.FromContext(ctx)
-	if _, err := tx.Exec(ctx, insertTaskSQL, uuid.MustParse(string(run.ID)), kind, p.Definition.Version, p.Input,
-		opts.Priority, run.AvailableAt, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
-		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, "", run.Seq, tc.Parent, tc.State); err != nil {
-		return "", fmt.Errorf("insert task %s: %w", run.ID, err)
-	}
 	return run.ID, nil
 }
 
+// enqueueArgs are enqueueSQL's parameters: a notification with payload
+// hint, sent when notify is set and the run is due now.
+func (e *Engine) enqueueArgs(ctx context.Context, id uuid.UUID, kind port.Kind, p enginekit.PreparedEnqueue,
+	opts port.EnqueueOptions, hint string, notify bool) []any {
+	var avail *time.Time
+	if !opts.AvailableAt.IsZero() {
+		avail = &opts.AvailableAt
+	}
+	retry := p.Definition.Retry.WithDefaults()
+	tc := tracing.FromContext(ctx)
+	return []any{id, kind, p.Definition.Version, opts.IdempotencyKey, opts.BusinessKey,
+		opts.Priority, p.Input, avail, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
+		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, hint, notify, tc.Parent, tc.State}
+}
+
 // EnqueueMany enqueues a batch (port.TaskEngine) in one statement, which
-// is its one commit: the runs (runstore.InsertManyWith) and, from what that
-// insert returns, the task rows of the runs it created, with one
-// notification for the batch. One statement per batch, not per run, is
+// is its one commit: the runs (runstore.InsertManyWith), each with its
+// kind's retry policy, and one notification for the batch. One statement per batch, not per run, is
 // what makes a backlog import fast; see the bench module's
 // `compare enqueue`.
 func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
@@ -203,7 +214,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 	if err != nil || len(prep) == 0 {
 		return nil, err
 	}
-	// The retry policy of each (kind, version) in the batch, which the task
+	// The retry policy of each (kind, version) in the batch, which the run
 	// rows copy (the reaper backs off without knowing the kind).
 	var p policies
 	for _, pe := range prep {
@@ -287,8 +298,8 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 	return delivered, nil
 }
 
-// Cancel writes the cancel flag of taskport.run first (ADR 2.4), then the
-// task's cancel_requested_at. A pending or waiting run is canceled at once; a
+// Cancel writes the cancel flag of taskport.run first (ADR 2.4), as the
+// Temporal engine does, then settles it (cancelTaskSQL). A pending or waiting run is canceled at once; a
 // running one has its step context canceled with port.ErrCanceled (at once
 // through a notification, at the latest at its worker's next heartbeat), and
 // no later step starts. Canceling a finished run is a no-op.
@@ -303,7 +314,7 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var old string
 		if err := runstore.InterpretError(tx.QueryRow(ctx, cancelTaskSQL, u).Scan(&old)); err != nil {
-			return fmt.Errorf("task %s: %w", id, err)
+			return fmt.Errorf("settle cancel of run %s: %w", id, err)
 		}
 		if old != "running" {
 			return nil
@@ -332,76 +343,27 @@ func (e *Engine) pokeLocal() {
 	}
 }
 
-// Get returns the run's projection; a dead run (leases lost on every
-// attempt) reads as failed. A claimed run reads as running (see claimSQL).
+// Get returns the run's view, which is its row: a claimed run reads as
+// running, a run whose leases were all lost as failed.
 func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	run, err := runstore.Get(ctx, e.pool, id)
 	if err != nil {
 		return port.RunView{}, err
 	}
-	views := []port.RunView{run.RunView}
-	if err := e.overlayRunning(ctx, views); err != nil {
-		return port.RunView{}, err
-	}
-	return views[0], nil
+	return run.RunView, nil
 }
 
 // ListRuns lists runs for the admin views: dead letters (Statuses: failed)
 // and runs still open on an old version (BelowVersion), including those no
-// worker serves. A claimed run reads as running, but is selected by its
-// projected status (pending).
+// worker serves.
 func (e *Engine) ListRuns(ctx context.Context, filter port.RunFilter) ([]port.RunView, error) {
-	views, err := runstore.List(ctx, e.pool, filter)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.overlayRunning(ctx, views); err != nil {
-		return nil, err
-	}
-	return views, nil
+	return runstore.List(ctx, e.pool, filter)
 }
 
 // Retry starts a new run for a failed one (port.Admin): the shared
 // runstore.Retry over this engine's Get and Enqueue.
 func (e *Engine) Retry(ctx context.Context, id port.RunID) (port.RunID, error) {
 	return runstore.Retry(ctx, e.pool, e, id)
-}
-
-// overlayRunning sets the status of the pending views whose task is
-// claimed to running, with the step it is in.
-func (e *Engine) overlayRunning(ctx context.Context, views []port.RunView) error {
-	var ids []uuid.UUID
-	at := map[uuid.UUID]int{}
-	for i, v := range views {
-		if v.Status != port.StatusPending {
-			continue
-		}
-		if u, err := uuid.Parse(string(v.ID)); err == nil {
-			ids = append(ids, u)
-			at[u] = i
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	rows, err := e.pool.Query(ctx, liveStatusSQL, ids)
-	if err != nil {
-		return fmt.Errorf("read claim state: %w", err)
-	}
-	var id uuid.UUID
-	var step string
-	_, err = pgx.ForEachRow(rows, []any{&id, &step}, func() error {
-		v := &views[at[id]]
-		v.Status = port.StatusRunning
-		if step != "" {
-			v.CurrentStep = step
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("read claim state: %w", err)
-	}
-	return nil
 }
 
 // Start makes this process a worker: it claims runs of the (kind, version)

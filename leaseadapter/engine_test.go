@@ -70,11 +70,11 @@ func enqueue(t *testing.T, eng *leaseadapter.Engine, kind port.Kind, input any, 
 	return id
 }
 
-// taskStatus reads the lease table itself (the engine's truth).
+// taskStatus reads the run's row itself (the engine's truth).
 func taskStatus(t *testing.T, pool *pgxpool.Pool, id port.RunID) string {
 	t.Helper()
 	var s string
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status FROM taskport_lease.task WHERE id = $1`, id).Scan(&s))
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status FROM taskport.run WHERE id = $1`, id).Scan(&s))
 	return s
 }
 
@@ -92,10 +92,10 @@ func effects(t *testing.T, pool *pgxpool.Pool, id port.RunID) map[string]int {
 	return out
 }
 
-// leaseOf reads a run's task status and lease owner.
+// leaseOf reads a run's status and lease owner.
 func leaseOf(t *testing.T, pool *pgxpool.Pool, id port.RunID) (status string, owner *string) {
 	t.Helper()
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status, lease_owner FROM taskport_lease.task WHERE id = $1`, id).Scan(&status, &owner))
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status, lease_owner FROM taskport.run WHERE id = $1`, id).Scan(&status, &owner))
 	return status, owner
 }
 
@@ -119,9 +119,9 @@ func TestEnqueueTxFollowsTheCallersTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, "pending", taskStatus(t, pool, committed))
-	var tasks int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport_lease.task`).Scan(&tasks))
-	require.Equal(t, 1, tasks, "the rolled-back enqueue left no task")
+	var runs int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run`).Scan(&runs))
+	require.Equal(t, 1, runs, "the rolled-back enqueue left no run")
 }
 
 // One slot and one active run: the order of first steps follows priority.
@@ -143,8 +143,8 @@ func TestPriorityOrdersClaims(t *testing.T) {
 	waitTaskStatus(t, pool, high, "succeeded")
 	var highFirst bool
 	require.NoError(t, pool.QueryRow(ctx, `
-SELECT (SELECT completed_at FROM taskport_lease.step_result WHERE task_id = $1 AND seq = 0)
-     < (SELECT completed_at FROM taskport_lease.step_result WHERE task_id = $2 AND seq = 0)`, high, low).Scan(&highFirst))
+SELECT (SELECT completed_at FROM taskport_lease.step_result WHERE run_id = $1 AND seq = 0)
+     < (SELECT completed_at FROM taskport_lease.step_result WHERE run_id = $2 AND seq = 0)`, high, low).Scan(&highFirst))
 	require.True(t, highFirst, "the priority -5 run must start before the priority 5 run")
 }
 
@@ -279,7 +279,7 @@ func cancelQueuedRun(t *testing.T, activeRuns int) {
 	require.Equal(t, port.StatusCanceled, view.Status)
 	var stepAttempts, claims int
 	var owner *string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT step_attempts, claims, lease_owner FROM taskport_lease.task WHERE id = $1`, queued).
+	require.NoError(t, pool.QueryRow(ctx, `SELECT step_attempts, claims, lease_owner FROM taskport.run WHERE id = $1`, queued).
 		Scan(&stepAttempts, &claims, &owner))
 	require.Zero(t, stepAttempts, "no attempt was charged")
 	require.Equal(t, 1, claims)
@@ -299,7 +299,7 @@ func TestClaimedCanceledRunEndsCanceled(t *testing.T) {
 	pool := newDB(t)
 	eng := newEngine(t, pool, fastConfig())
 	id := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "handed-back")
-	_, err := pool.Exec(ctx, `UPDATE taskport_lease.task SET cancel_requested_at = now() WHERE id = $1`, id)
+	_, err := pool.Exec(ctx, `UPDATE taskport.run SET cancel_requested_at = now() WHERE id = $1`, id)
 	require.NoError(t, err)
 	startEngine(t, eng, port.StartOptions{Concurrency: 1})
 	waitTaskStatus(t, pool, id, "canceled")
@@ -353,7 +353,7 @@ func TestMetricsReportClaimsAndALostLease(t *testing.T) {
 	held := enqueue(t, eng, kinds.Hold, kinds.WaitIn{Gate: "never-opens"}, "held")
 	require.Eventually(t, func() bool { return effects(t, pool, held)["hold:started"] == 1 }, 10*time.Second, 10*time.Millisecond)
 	// Another worker's claim, as the reaper and a new claim would leave it.
-	_, err := pool.Exec(ctx, `UPDATE taskport_lease.task SET lease_token = gen_random_uuid(), lease_owner = 'thief' WHERE id = $1`, held)
+	_, err := pool.Exec(ctx, `UPDATE taskport.run SET lease_token = gen_random_uuid(), lease_owner = 'thief' WHERE id = $1`, held)
 	require.NoError(t, err)
 	t.Logf("injected: took the claim of run %s from its worker mid-step", held)
 	require.Eventually(t, func() bool { _, _, lost := ev.read(); return lost > 0 }, 30*time.Second, 10*time.Millisecond,
@@ -372,7 +372,8 @@ func TestMetricsReportClaimsAndALostLease(t *testing.T) {
 // none); a step out of attempts is recorded as failed for good by the next
 // claim without running, and the handler sees the *port.StepError (here it
 // opens its decision), as on Temporal; a run whose failure-recording claim
-// was lost too is dead; a canceled run ends canceled, charged nothing. The
+// was lost too is failed, a dead letter naming the lost lease; a canceled
+// run ends canceled, charged nothing. The
 // lost claims are simulated on runs enqueued normally, as a crashed worker
 // leaves them: running, lease expired.
 func TestReaperSettlesLostLeases(t *testing.T) {
@@ -385,7 +386,7 @@ func TestReaperSettlesLostLeases(t *testing.T) {
 	poisoned := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "lost-recording")
 	canceled := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "lost-canceled")
 	// A backoff of an hour keeps the requeued run parked while the test reads it.
-	crashed := `UPDATE taskport_lease.task SET status = 'running', lease_owner = 'gone', lease_token = gen_random_uuid(),
+	crashed := `UPDATE taskport.run SET status = 'running', lease_owner = 'gone', lease_token = gen_random_uuid(),
   lease_until = now() - interval '1 second', claims = claims + 1, step_attempts = $2, max_attempts = 3,
   backoff_initial = interval '1 hour', backoff_max = interval '2 hours',
   cancel_requested_at = CASE WHEN $3 THEN now() END
@@ -401,7 +402,7 @@ WHERE id = $1`
 	startEngine(t, eng, port.StartOptions{Concurrency: 2})
 
 	waitTaskStatus(t, pool, exhausted, "failed")
-	waitTaskStatus(t, pool, poisoned, "dead")
+	waitTaskStatus(t, pool, poisoned, "failed")
 	waitTaskStatus(t, pool, canceled, "canceled")
 	waitTaskStatus(t, pool, retrying, "pending")
 
@@ -409,7 +410,7 @@ WHERE id = $1`
 	var wait time.Duration
 	var owner *string
 	require.NoError(t, pool.QueryRow(ctx, `
-SELECT step_attempts, next_run_at - now(), lease_owner FROM taskport_lease.task WHERE id = $1`, retrying).
+SELECT step_attempts, next_run_at - now(), lease_owner FROM taskport.run WHERE id = $1`, retrying).
 		Scan(&attempts, &wait, &owner))
 	require.Equal(t, 2, attempts)
 	require.Greater(t, wait, 50*time.Minute, "the second loss of the step waits Backoff(1) = 1 h")
@@ -423,7 +424,7 @@ SELECT step_attempts, next_run_at - now(), lease_owner FROM taskport_lease.task 
 	require.Contains(t, decision, "out of attempts through lost leases", "the handler saw the StepError")
 	var failedStep bool
 	var stepAttempts int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT failed, attempts FROM taskport_lease.step_result WHERE task_id = $1 AND seq = 0`, exhausted).
+	require.NoError(t, pool.QueryRow(ctx, `SELECT failed, attempts FROM taskport_lease.step_result WHERE run_id = $1 AND seq = 0`, exhausted).
 		Scan(&failedStep, &stepAttempts))
 	require.True(t, failedStep, "the history records the step as failed for good, as a failed last attempt does")
 	require.Equal(t, 3, stepAttempts, "the two earlier lost attempts and the one reaped")
@@ -434,17 +435,17 @@ SELECT step_attempts, next_run_at - now(), lease_owner FROM taskport_lease.task 
 
 	view, err = eng.Get(ctx, poisoned)
 	require.NoError(t, err)
-	require.Equal(t, port.StatusFailed, view.Status, "a dead run reads as failed")
+	require.Equal(t, port.StatusFailed, view.Status, "a run whose leases were all lost is failed")
 	require.Contains(t, view.LastError, "lease of worker gone expired")
 	require.Empty(t, effects(t, pool, poisoned), "no step of the dead run ran again")
 	var deadAt *time.Time
-	require.NoError(t, pool.QueryRow(ctx, `SELECT dead_letter_at FROM taskport_lease.task WHERE id = $1`, poisoned).Scan(&deadAt))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT dead_letter_at FROM taskport.run WHERE id = $1`, poisoned).Scan(&deadAt))
 	require.NotNil(t, deadAt)
 
 	view, err = eng.Get(ctx, canceled)
 	require.NoError(t, err)
 	require.Equal(t, port.StatusCanceled, view.Status)
-	require.NoError(t, pool.QueryRow(ctx, `SELECT step_attempts FROM taskport_lease.task WHERE id = $1`, canceled).Scan(&attempts))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT step_attempts FROM taskport.run WHERE id = $1`, canceled).Scan(&attempts))
 	require.Zero(t, attempts, "a canceled run is not charged the lost attempt")
 	require.Empty(t, effects(t, pool, canceled))
 
@@ -470,7 +471,7 @@ func TestUnsupportedVersionMarkerFailsTheRun(t *testing.T) {
 	waitTaskStatus(t, pool, id, "waiting")
 	require.NoError(t, old.Stop(ctx))
 	var recorded string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT result::text FROM taskport_lease.step_result WHERE task_id = $1 AND name = 'version:new-step'`,
+	require.NoError(t, pool.QueryRow(ctx, `SELECT result::text FROM taskport_lease.step_result WHERE run_id = $1 AND name = 'version:new-step'`,
 		id).Scan(&recorded))
 	require.Equal(t, "2", recorded)
 
@@ -488,10 +489,10 @@ func TestUnsupportedVersionMarkerFailsTheRun(t *testing.T) {
 	require.Equal(t, map[string]int{"before": 1}, effects(t, pool, id), "no step ran past the unsupported marker")
 }
 
-// EnqueueMany writes the task row Enqueue writes: for each kind (each with
+// EnqueueMany writes the run row Enqueue writes: for each kind (each with
 // its retry policy), the same kind, version, input, priority, availability,
-// policy and fencing generation (the run's seq), whichever path enqueued it.
-func TestEnqueueManyWritesTheTaskRowsOfEnqueue(t *testing.T) {
+// first claim time and policy, whichever path enqueued it.
+func TestEnqueueManyWritesTheRunRowsOfEnqueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newDB(t)
@@ -511,7 +512,7 @@ func TestEnqueueManyWritesTheTaskRowsOfEnqueue(t *testing.T) {
 	res, err := eng.EnqueueMany(ctx, items)
 	require.NoError(t, err)
 	// Every column that Enqueue sets from the call or the kind, and whether
-	// run_seq is the run's seq.
+	// the first claim time is the requested availability.
 	row := func(id port.RunID) []any {
 		var (
 			kind, input, status   string
@@ -522,9 +523,9 @@ func TestEnqueueManyWritesTheTaskRowsOfEnqueue(t *testing.T) {
 			seqMatches            bool
 		)
 		require.NoError(t, pool.QueryRow(ctx, `
-SELECT t.kind, t.handler_version, t.input::text, t.status, t.priority, t.next_run_at, t.max_attempts,
-  t.backoff_initial, t.backoff_max, t.backoff_coefficient, t.run_seq = r.seq AND t.next_run_at = r.available_at
-FROM taskport_lease.task t JOIN taskport.run r USING (id) WHERE t.id = $1`, string(id)).Scan(
+SELECT kind, version, input::text, status, priority, next_run_at, max_attempts,
+  backoff_initial, backoff_max, backoff_coefficient, next_run_at = available_at
+FROM taskport.run WHERE id = $1`, string(id)).Scan(
 			&kind, &version, &input, &status, &prio, &next, &maxAtt, &initial, &maxIv, &coeff, &seqMatches))
 		return []any{kind, version, input, status, prio, next.UTC(), maxAtt, initial, maxIv, coeff, seqMatches}
 	}
@@ -533,9 +534,9 @@ FROM taskport_lease.task t JOIN taskport.run r USING (id) WHERE t.id = $1`, stri
 		want := row(id)
 		require.Equal(t, want, row(res[i].ID), "kind %s", items[i].Kind)
 		require.Equal(t, later.UTC(), want[5], "next_run_at is AvailableAt")
-		require.Equal(t, true, want[10], "run_seq is the run's seq, next_run_at its available_at")
+		require.Equal(t, true, want[10], "next_run_at is its available_at")
 	}
 	var policies int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT (max_attempts, backoff_initial, backoff_max)) FROM taskport_lease.task`).Scan(&policies))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT (max_attempts, backoff_initial, backoff_max)) FROM taskport.run`).Scan(&policies))
 	require.Equal(t, 2, policies, "the two kinds' retry policies differ, so the rows prove each kept its own")
 }

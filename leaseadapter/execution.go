@@ -398,8 +398,9 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 }
 
 // record commits a completed step (or marker) now. The first one of a
-// claim that inherited failed attempts also resets the task's attempt count
-// (commitStepSQL); the others only insert their result (recordStepSQL).
+// claim that inherited failed attempts also resets the run's step attempt
+// count (commitStepSQL); the others only insert their result
+// (recordStepSQL).
 func (f *flow) record(seq int, name string, result json.RawMessage, attempt int) {
 	var res commitRes
 	var err error
@@ -600,7 +601,7 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	err = runstore.InterpretError(tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow))
 	switch {
 	case errors.Is(err, port.ErrNotFound):
-		// No task row holds this claim's lease_token any more.
+		// No run row holds this claim's lease_token any more.
 		return nil, time.Time{}, time.Time{}, port.ErrLeaseLost
 	case err != nil:
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("check claim for wait %s: %w", name, err)
@@ -619,7 +620,7 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 		case err == nil:
 			outcome = waitOutcome{Received: true, Payload: payload}
 			if signalled.Parent != "" {
-				ex.trace = signalled // as consumeSignalSQL did to the task row
+				ex.trace = signalled // as consumeSignalSQL did to the run row
 			}
 		case !errors.Is(err, port.ErrNotFound): // not found: no signal waiting
 			return nil, time.Time{}, time.Time{}, fmt.Errorf("consume signal on %s: %w", topic, err)

@@ -16,47 +16,51 @@ import (
 )
 
 // seedBacklog fills a fresh database as a lease engine's after months of
-// work: n finished runs (taskport.run, task and one step result each;
-// four in five succeeded, the rest canceled or failed) finished over the
-// last two days, 10,000 pending runs, 100 running runs whose lease expired
-// and 8 running ones with a live lease, n/5 consumed signals and 1,000
-// that nobody consumed. The tables are never analyzed (autovacuum off for
-// them), which is how they look in a fresh deployment's first minute or
-// when autovacuum is behind a burst. It returns the live claims.
+// work: n finished runs (a taskport.run row with its lease columns, as the
+// lease engine keeps them since migration 00014, and one step result each;
+// four in five succeeded, the rest canceled or failed, a failed one a dead
+// letter) finished over the last two days, 10,000 pending runs due now, 100
+// running runs whose lease expired and 8 running ones with a live lease,
+// n/5 consumed signals and 1,000 that nobody consumed. The tables are never
+// analyzed (autovacuum off for them), which is how they look in a fresh
+// deployment's first minute or when autovacuum is behind a burst. It
+// returns the live claims.
 func seedBacklog(t *testing.T, pool *pgxpool.Pool, n int) (ids, tokens []uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
 	start := time.Now()
 	pgtest.Seed(t, pool, n,
 		`ALTER TABLE taskport.run SET (autovacuum_enabled = off)`,
-		`ALTER TABLE taskport_lease.task SET (autovacuum_enabled = off)`,
 		`ALTER TABLE taskport_lease.step_result SET (autovacuum_enabled = off)`,
 		`ALTER TABLE taskport_lease.task_signal SET (autovacuum_enabled = off)`,
-		// Sequential ids, as UUIDv7 are: finished runs first, then the open ones.
-		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, created_at, finished_at)
+		// Sequential ids, as UUIDv7 are: finished runs first, then the open
+		// ones, each with its kind's retry policy and its first claim time
+		// (next_run_at) at its creation, as Enqueue writes them.
+		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, created_at, finished_at,
+		   next_run_at, claims, max_attempts, backoff_initial, backoff_max, backoff_coefficient, dead_letter_at)
 		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'lease', 'k', 1, 'f' || g, '{}',
-		   (ARRAY['succeeded', 'succeeded', 'succeeded', 'succeeded', 'canceled', 'succeeded', 'succeeded', 'succeeded', 'succeeded', 'failed'])[g % 10 + 1],
-		   now() - interval '2 days' + (g - 1) * (interval '2 days' / $1), now() - interval '2 days' + g * (interval '2 days' / $1)
-		 FROM generate_series(1, $1::int) g`,
-		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status)
+		   x.status, x.created_at, x.finished_at, x.created_at, 1, 3, '1s', '1m', 2,
+		   CASE WHEN x.status = 'failed' THEN x.finished_at END
+		 FROM generate_series(1, $1::int) g, LATERAL (SELECT
+		   (ARRAY['succeeded', 'succeeded', 'succeeded', 'succeeded', 'canceled', 'succeeded', 'succeeded', 'succeeded', 'succeeded', 'failed'])[g % 10 + 1] AS status,
+		   now() - interval '2 days' + (g - 1) * (interval '2 days' / $1) AS created_at,
+		   now() - interval '2 days' + g * (interval '2 days' / $1) AS finished_at) x`,
+		`INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, next_run_at, claims,
+		   max_attempts, backoff_initial, backoff_max, backoff_coefficient, lease_owner, lease_token, lease_until)
 		 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex($1 + g), 12, '0'))::uuid, 'lease', 'k', 1, 'o' || g, '{}',
-		   CASE WHEN g <= 10000 THEN 'pending' ELSE 'running' END
+		   CASE WHEN g <= 10000 THEN 'pending' ELSE 'running' END, now(), CASE WHEN g <= 10000 THEN 0 ELSE 1 END,
+		   3, '1s', '1m', 2, CASE WHEN g > 10000 THEN 'w' END, CASE WHEN g > 10000 THEN gen_random_uuid() END,
+		   CASE WHEN g <= 10000 THEN NULL WHEN g <= 10100 THEN now() - interval '1 minute' ELSE now() + interval '1 minute' END
 		 FROM generate_series(1, 10108) g`,
-		`INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max,
-		   backoff_coefficient, run_seq, created_at, finished_at, next_run_at, lease_owner, lease_token, lease_until)
-		 SELECT id, kind, version, input, status, 3, '1s', '1m', 2, seq, created_at, finished_at, created_at,
-		   CASE WHEN status = 'running' THEN 'w' END, CASE WHEN status = 'running' THEN gen_random_uuid() END,
-		   CASE WHEN status <> 'running' THEN NULL WHEN idempotency_key <= 'o10100' THEN now() - interval '1 minute'
-		        ELSE now() + interval '1 minute' END
-		 FROM taskport.run`,
-		`INSERT INTO taskport_lease.step_result (task_id, seq, name, result)
+		`INSERT INTO taskport_lease.step_result (run_id, seq, name, result)
 		 SELECT id, 0, 's1', '{}' FROM taskport.run WHERE finished_at IS NOT NULL`,
 		`INSERT INTO taskport_lease.task_signal (topic, payload, target, created_at, consumed_by, consumed_at)
 		 SELECT 't' || g, '{}', NULL, now() - interval '2 days' + g * (interval '2 days' / $1),
 		   CASE WHEN g > 1000 THEN gen_random_uuid() END, CASE WHEN g > 1000 THEN now() - interval '2 days' + g * (interval '2 days' / $1) END
 		 FROM generate_series(1, $1::int / 5) g`,
 	)
-	rows, err := pool.Query(ctx, `SELECT id, lease_token FROM taskport_lease.task WHERE status = 'running' AND lease_until > now()`)
+	rows, err := pool.Query(ctx, `SELECT id, lease_token FROM taskport.run
+	   WHERE engine = 'lease' AND status = 'running' AND lease_until > now()`)
 	require.NoError(t, err)
 	var id, token uuid.UUID
 	_, err = pgx.ForEachRow(rows, []any{&id, &token}, func() error {
@@ -80,7 +84,7 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	ids, tokens := seedBacklog(t, pool, pgtest.BacklogRows(t))
-	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run", "taskport_lease.task", "taskport_lease.step_result", "taskport_lease.task_signal")
+	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run", "taskport_lease.step_result", "taskport_lease.task_signal")
 
 	day := (24 * time.Hour).Milliseconds()
 	check := func(stats string) {
@@ -96,20 +100,20 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 					return err
 				}
 				name := stats + " " + mode + ":"
-				pgtest.Explain(t, tx, reapSQL, 100).RequireIndexed(t, name+" reap", "task_leased")
+				pgtest.Explain(t, tx, reapSQL, 100).RequireIndexed(t, name+" reap", "run_leased")
 				pgtest.Explain(t, tx, heartbeatSQL, ids, tokens, steps, progress, int64(10000)).
-					RequireIndexed(t, name+" heartbeat", "task_pkey", "run_pkey")
+					RequireIndexed(t, name+" heartbeat", "run_pkey")
 				pgtest.Explain(t, tx, pruneRunsSQL, runstore.EngineLease, day, day, day, 1000).
-					RequireIndexed(t, name+" retention: runs", "run_finished", "run_pkey", "task_pkey", "step_result_pkey")
+					RequireIndexed(t, name+" retention: runs", "run_finished", "run_pkey", "step_result_pkey")
 				pgtest.Explain(t, tx, runstore.RunLagSQL, runstore.EngineLease, day, day, day).
 					RequireIndexed(t, name+" retention: run lag", "run_finished")
 				pgtest.Explain(t, tx, signalLagSQL, day).
 					RequireIndexed(t, name+" retention: signal lag", "task_signal_consumed", "task_signal_unconsumed_age")
-				pgtest.Explain(t, tx, queueDepthSQL).RequireIndexed(t, name+" queue depth", "task_ready")
+				pgtest.Explain(t, tx, queueDepthSQL).RequireIndexed(t, name+" queue depth", "run_ready")
 				if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
 					return err
 				}
-				pgtest.Explain(t, tx, claimSQL, []string{"k@1"}, 8, "w", int64(10000)).RequireIndexed(t, name+" claim", "task_ready")
+				pgtest.Explain(t, tx, claimSQL, []string{"k@1"}, 8, "w", int64(10000)).RequireIndexed(t, name+" claim", "run_ready")
 				pgtest.Explain(t, tx, pruneSignalsSQL, day, 1000).
 					RequireIndexed(t, name+" retention: signals", "task_signal_consumed", "task_signal_unconsumed_age", "task_signal_pkey")
 				return nil
@@ -118,26 +122,25 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 		}
 	}
 	check("never analyzed:")
-	// The deletes a retention batch sets off: the AFTER DELETE triggers of
-	// migration 00004 (which find the rows gone already) and the waiters'
-	// foreign key, as executed.
+	// The deletes a retention batch sets off: the AFTER DELETE trigger on
+	// taskport.run (migrations 00004 and 00014), which finds the step
+	// results gone already, and the waiters' foreign key, as executed.
 	nested := pgtest.ExecutedPlans(t, pool.Config().ConnString(), pruneRunsSQL, runstore.EngineLease, day, day, day, 1000)
 	for _, q := range []struct{ text, index string }{
-		{"DELETE FROM taskport_lease.task WHERE id = ANY (ARRAY(SELECT id FROM gone))", "task_pkey"},
-		{"DELETE FROM taskport_lease.step_result WHERE task_id = ANY (ARRAY(SELECT id FROM gone))", "step_result_pkey"},
+		{"DELETE FROM taskport_lease.step_result WHERE run_id = ANY (ARRAY(SELECT id FROM gone))", "step_result_pkey"},
 		{`DELETE FROM ONLY "taskport"."waiter" WHERE $1 OPERATOR(pg_catalog.=) "run_id"`, "waiter_run"},
 	} {
 		p, ok := nested[q.text]
 		require.True(t, ok, "no plan for %q among %d", q.text, len(nested))
 		p.RequireIndexed(t, "never analyzed: retention, nested: "+q.text, q.index)
 	}
-	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport_lease.task, taskport_lease.step_result, taskport_lease.task_signal`)
+	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport_lease.step_result, taskport_lease.task_signal`)
 	require.NoError(t, err)
 	check("analyzed:")
 }
 
 // An idle worker's claim asks for more runs than are ready, and the queue
-// depth counts them all. With runs scheduled ahead in task_ready (an
+// depth counts them all. With runs scheduled ahead in run_ready (an
 // imported plan), each must still read a handful of pages, not the index:
 // the pages their reads of the ready runs take (the claim's: CTE c, the
 // selection; its update of the row it took depends on where the new row
@@ -149,22 +152,24 @@ func TestClaimReadsFewPagesWhateverTheScheduledBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	// Task rows only (no run rows: the task table carries no foreign key
-	// since 00004), sequential ids as UUIDv7 are, due a day and more ahead.
+	// Lease runs as Enqueue writes them with EnqueueOptions.AvailableAt
+	// (available_at and next_run_at alike, the kind's retry policy),
+	// sequential ids as UUIDv7 are, due a day and more ahead.
 	schedule := `
-INSERT INTO taskport_lease.task (id, kind, handler_version, input, next_run_at, max_attempts, backoff_initial, backoff_max,
-  backoff_coefficient, run_seq)
-SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'k', 1, '{}', now() + interval '1 day' + g * interval '1 second',
-  3, '1s', '1m', 2, g
-FROM generate_series($1::int, $2::int) g`
-	_, err := pool.Exec(ctx, `ALTER TABLE taskport_lease.task SET (autovacuum_enabled = off)`)
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, available_at, next_run_at, max_attempts,
+  backoff_initial, backoff_max, backoff_coefficient)
+SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'lease', 'k', 1, 's' || g, '{}', a.at, a.at,
+  3, '1s', '1m', 2
+FROM generate_series($1::int, $2::int) g, LATERAL (SELECT now() + interval '1 day' + g * interval '1 second' AS at) a`
+	_, err := pool.Exec(ctx, `ALTER TABLE taskport.run SET (autovacuum_enabled = off)`)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, schedule, 1, 1000)
 	require.NoError(t, err)
 	ready := uuid.New()
 	_, err = pool.Exec(ctx, `
-INSERT INTO taskport_lease.task (id, kind, handler_version, input, max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-VALUES ($1, 'k', 1, '{}', 3, '1s', '1m', 2, 0)`, ready)
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, max_attempts, backoff_initial, backoff_max,
+  backoff_coefficient)
+VALUES ($1, 'lease', 'k', 1, 'ready', '{}', 3, '1s', '1m', 2)`, ready)
 	require.NoError(t, err)
 
 	// pages counts and claims, as the engine runs them, in every plan mode
@@ -178,16 +183,16 @@ VALUES ($1, 'k', 1, '{}', 3, '1s', '1m', 2, 0)`, ready)
 			require.NoError(t, err)
 			name := backlog + " " + mode + ": queue depth"
 			p := pgtest.ExplainAnalyze(t, tx, queueDepthSQL)
-			p.RequireIndexed(t, name, "task_ready")
+			p.RequireIndexed(t, name, "run_ready")
 			t.Logf("%s: %d pages", name, p.Root.Pages())
 			depth = max(depth, p.Root.Pages())
 			_, err = tx.Exec(ctx, claimPlanSQL)
 			require.NoError(t, err)
 			name = backlog + " " + mode + ": claim"
 			p = pgtest.ExplainAnalyze(t, tx, claimSQL, []string{"k@1"}, 8, "w", int64(10000))
-			p.RequireIndexed(t, name, "task_ready")
+			p.RequireIndexed(t, name, "run_ready")
 			var claimed uuid.UUID
-			require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM taskport_lease.task WHERE status = 'running'`).Scan(&claimed))
+			require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM taskport.run WHERE status = 'running'`).Scan(&claimed))
 			require.Equal(t, ready, claimed, "%s: the ready run and only it is claimed", name)
 			require.Equal(t, float64(1), p.Root.ActualRows, name)
 			require.NoError(t, tx.Rollback(ctx))
@@ -201,10 +206,10 @@ VALUES ($1, 'k', 1, '{}', 3, '1s', '1m', 2, 0)`, ready)
 	n := pgtest.BacklogRows(t)
 	_, err = pool.Exec(ctx, schedule, 1001, n)
 	require.NoError(t, err)
-	pgtest.RequireNeverAnalyzed(t, pool, "taskport_lease.task")
+	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run")
 	for _, stats := range []string{"never analyzed", "analyzed"} {
 		if stats == "analyzed" {
-			_, err = pool.Exec(ctx, `ANALYZE taskport_lease.task`)
+			_, err = pool.Exec(ctx, `ANALYZE taskport.run`)
 			require.NoError(t, err)
 		}
 		depth, claim := pages(fmt.Sprintf("%d scheduled, %s", n, stats))

@@ -15,17 +15,17 @@ import (
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 )
 
-// insertTasks adds n tasks of kind "k" version 1 with the given status
-// (no run rows: the task table carries no foreign key since 00004).
-func insertTasks(t *testing.T, pool *pgxpool.Pool, n int, status string) {
+// insertRuns adds n lease runs of kind "k" version 1 with the given status.
+func insertRuns(t *testing.T, pool *pgxpool.Pool, n int, status string) {
 	t.Helper()
 	_, err := pool.Exec(context.Background(), `
-INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-SELECT gen_random_uuid(), 'k', 1, '{}', $2, 3, '1s', '1m', 2, g FROM generate_series(1, $1) g`, n, status)
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, max_attempts,
+  backoff_initial, backoff_max, backoff_coefficient)
+SELECT gen_random_uuid(), 'lease', 'k', 1, $2 || g, '{}', $2, 3, '1s', '1m', 2 FROM generate_series(1, $1) g`, n, status)
 	require.NoError(t, err)
 }
 
-// The claim must walk task_ready in order and stop after LIMIT rows, even
+// The claim must walk run_ready in order and stop after LIMIT rows, even
 // when the table has no statistics yet (never analyzed: its first minute, or
 // autovacuum behind a burst). The planner then guesses a handful of ready
 // runs and, unpinned, picks a bitmap scan of every ready run plus a sort, so
@@ -34,8 +34,8 @@ func TestClaimPlanWalksTheIndexWhateverTheStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	insertTasks(t, pool, 200, "succeeded")
-	insertTasks(t, pool, 5000, "pending")
+	insertRuns(t, pool, 200, "succeeded")
+	insertRuns(t, pool, 5000, "pending")
 
 	explain := func(pinned bool) string {
 		var plan []byte
@@ -53,7 +53,7 @@ func TestClaimPlanWalksTheIndexWhateverTheStatistics(t *testing.T) {
 	}
 	t.Logf("plan without the pin (depends on the planner): %s", compactPlan(explain(false)))
 	plan := explain(true)
-	require.Contains(t, plan, `"Index Name": "task_ready"`, plan)
+	require.Contains(t, plan, `"Index Name": "run_ready"`, plan)
 	require.NotContains(t, plan, `"Node Type": "Sort"`, plan)
 	require.NotContains(t, plan, `Bitmap`, plan)
 	require.NotContains(t, plan, `"Node Type": "Seq Scan"`, plan)
@@ -79,13 +79,13 @@ func TestHeartbeatSkipsLockedRowsAndKeepsThemLive(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	id, token := uuid.New(), uuid.New()
 	_, err := pool.Exec(ctx, `
-INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, lease_owner, lease_token, lease_until,
-  max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-VALUES ($1, 'k', 1, '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1s', '1m', 2, 1)`, id, token)
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, lease_owner, lease_token,
+  lease_until, max_attempts, backoff_initial, backoff_max, backoff_coefficient)
+VALUES ($1, 'lease', 'k', 1, 'beat', '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1s', '1m', 2)`, id, token)
 	require.NoError(t, err)
 	leaseUntil := func() time.Time {
 		var at time.Time
-		require.NoError(t, pool.QueryRow(ctx, `SELECT lease_until FROM taskport_lease.task WHERE id = $1`, id).Scan(&at))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT lease_until FROM taskport.run WHERE id = $1`, id).Scan(&at))
 		return at
 	}
 	before := leaseUntil()
@@ -103,11 +103,11 @@ VALUES ($1, 'k', 1, '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1
 		return live, err
 	}
 
-	// A step commit in progress: FOR SHARE on the task row, held.
+	// A step commit in progress: FOR SHARE on the run row, held.
 	lock, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer lock.Rollback(ctx) //nolint:errcheck // released below; this unblocks a stuck heartbeat on failure
-	_, err = lock.Exec(ctx, `SELECT 1 FROM taskport_lease.task WHERE id = $1 FOR SHARE`, id)
+	_, err = lock.Exec(ctx, `SELECT 1 FROM taskport.run WHERE id = $1 FOR SHARE`, id)
 	require.NoError(t, err)
 	type result struct {
 		live map[uuid.UUID]bool
@@ -137,54 +137,57 @@ VALUES ($1, 'k', 1, '{}', 'running', 'w', $2, now() + interval '1 minute', 3, '1
 // The claim bounds its scan per priority (readyByPriority): it must still
 // take the ready runs of the served versions in (priority, next_run_at)
 // order across priorities, skip the rows another transaction holds, and
-// leave scheduled runs, unserved versions and runs that are not open alone,
-// whichever priority they have. The queue depth, bounded alike, counts the
+// leave scheduled runs, unserved versions, runs that are not open and the
+// Temporal engine's runs alone, whichever priority they have. The queue depth, bounded alike, counts the
 // ready runs of every priority.
 func TestClaimTakesReadyRunsInPriorityOrderAcrossPriorities(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	type task struct {
+	type run struct {
 		name, status string
 		version      int
 		priority     int
 		due          string // next_run_at, relative to now
+		engine       string
 	}
-	tasks := []task{
-		{"succeeded", "succeeded", 1, -9, "-1 hour"},
-		{"running", "running", 1, -9, "-1 hour"},
-		{"scheduled", "pending", 1, -7, "1 hour"},
-		{"unserved version", "pending", 2, -7, "-1 hour"},
-		{"locked", "pending", 1, -3, "-2 minutes"},
-		{"woken waiter", "waiting", 1, -3, "-1 minute"},
-		{"parked waiter", "waiting", 1, -3, "1 day"},
-		{"0 later", "pending", 1, 0, "-1 minute"},
-		{"0 earlier", "pending", 1, 0, "-2 minutes"},
-		{"0 scheduled", "pending", 1, 0, "1 minute"},
-		{"4", "pending", 1, 4, "-1 second"},
-		{"9", "pending", 1, 9, "-1 hour"},
-		{"9 scheduled", "pending", 1, 9, "1 hour"},
+	runs := []run{
+		{"succeeded", "succeeded", 1, -9, "-1 hour", "lease"},
+		{"running", "running", 1, -9, "-1 hour", "lease"},
+		{"temporal", "pending", 1, -9, "-1 hour", "temporal"},
+		{"scheduled", "pending", 1, -7, "1 hour", "lease"},
+		{"unserved version", "pending", 2, -7, "-1 hour", "lease"},
+		{"locked", "pending", 1, -3, "-2 minutes", "lease"},
+		{"woken waiter", "waiting", 1, -3, "-1 minute", "lease"},
+		{"parked waiter", "waiting", 1, -3, "1 day", "lease"},
+		{"0 later", "pending", 1, 0, "-1 minute", "lease"},
+		{"0 earlier", "pending", 1, 0, "-2 minutes", "lease"},
+		{"0 scheduled", "pending", 1, 0, "1 minute", "lease"},
+		{"4", "pending", 1, 4, "-1 second", "lease"},
+		{"9", "pending", 1, 9, "-1 hour", "lease"},
+		{"9 scheduled", "pending", 1, 9, "1 hour", "lease"},
 	}
 	names := map[uuid.UUID]string{}
 	ids := map[string]uuid.UUID{}
-	for i, k := range tasks {
+	for _, k := range runs {
 		id := uuid.New()
 		names[id], ids[k.name] = k.name, id
 		_, err := pool.Exec(ctx, `
-INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, priority, next_run_at, max_attempts,
-  backoff_initial, backoff_max, backoff_coefficient, run_seq)
-VALUES ($1, 'k', $2, '{}', $3, $4, now() + $5::interval, 3, '1s', '1m', 2, $6)`, id, k.version, k.status, k.priority, k.due, i)
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, priority, next_run_at,
+  max_attempts, backoff_initial, backoff_max, backoff_coefficient)
+VALUES ($1, $6, 'k', $2, $7, '{}', $3, $4, now() + $5::interval, 3, '1s', '1m', 2)`,
+			id, k.version, k.status, k.priority, k.due, k.engine, k.name)
 		require.NoError(t, err)
 	}
 
 	var depth int
 	require.NoError(t, pool.QueryRow(ctx, queueDepthSQL).Scan(&depth))
-	require.Equal(t, 7, depth, "the queue depth counts every ready run, served or not")
+	require.Equal(t, 7, depth, "the queue depth counts every ready lease run, served or not")
 
 	lock, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer lock.Rollback(ctx) //nolint:errcheck // released below; this releases the row on failure
-	_, err = lock.Exec(ctx, `SELECT 1 FROM taskport_lease.task WHERE id = $1 FOR UPDATE`, ids["locked"])
+	_, err = lock.Exec(ctx, `SELECT 1 FROM taskport.run WHERE id = $1 FOR UPDATE`, ids["locked"])
 	require.NoError(t, err)
 
 	claim := func(n int) []string {
@@ -223,11 +226,11 @@ VALUES ($1, 'k', $2, '{}', $3, $4, now() + $5::interval, 3, '1s', '1m', 2, $6)`,
 	require.Empty(t, claim(8))
 
 	var running []string
-	rows, err := pool.Query(ctx, `SELECT id FROM taskport_lease.task WHERE status = 'running' AND lease_owner = 'w'`)
+	rows, err := pool.Query(ctx, `SELECT id FROM taskport.run WHERE status = 'running' AND lease_owner = 'w'`)
 	require.NoError(t, err)
 	var id uuid.UUID
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { running = append(running, names[id]); return nil })
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"woken waiter", "0 earlier", "0 later", "4", "9", "locked"}, running,
-		"scheduled runs, parked waiters, unserved versions and closed runs are never claimed")
+		"scheduled runs, parked waiters, unserved versions, closed runs and Temporal runs are never claimed")
 }

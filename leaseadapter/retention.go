@@ -12,13 +12,12 @@ import (
 
 // The tables the lease engine's pruner reports besides the run store's.
 const (
-	tableTask       = "taskport_lease.task"
 	tableStepResult = "taskport_lease.step_result"
 	tableSignal     = "taskport_lease.task_signal"
 )
 
 // Pruner is the lease engine's retention (package retention): its finished
-// runs with their task rows and step results, its signals, and waiters
+// runs with their step results, its signals, and waiters
 // whose run ended.
 func (e *Engine) Pruner() retention.Pruner { return leasePruner{e: e} }
 
@@ -26,8 +25,8 @@ type leasePruner struct{ e *Engine }
 
 func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (retention.Deleted, error) {
 	s, c, f := runstore.RunAgeArgs(p)
-	var runs, tasks, steps int64
-	err := l.e.pool.QueryRow(ctx, pruneRunsSQL, runstore.EngineLease, s, c, f, limit).Scan(&runs, &tasks, &steps)
+	var runs, steps int64
+	err := l.e.pool.QueryRow(ctx, pruneRunsSQL, runstore.EngineLease, s, c, f, limit).Scan(&runs, &steps)
 	if err != nil {
 		return nil, fmt.Errorf("prune lease runs: %w", runstore.InterpretError(err))
 	}
@@ -39,12 +38,12 @@ func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (
 	if err != nil {
 		return nil, err
 	}
-	return retention.Deleted{runstore.TableRun: runs, tableTask: tasks, tableStepResult: steps,
+	return retention.Deleted{runstore.TableRun: runs, tableStepResult: steps,
 		tableSignal: signals, runstore.TableWaiter: waiters}, nil
 }
 
-// Lag reports the run lag for the run, task and step_result tables alike:
-// the lease rows of a run go with it.
+// Lag reports the run lag for the run and step_result tables alike: a
+// run's step results go with it.
 func (l leasePruner) Lag(ctx context.Context, p retention.Policy) (map[string]time.Duration, error) {
 	runs, err := runstore.RunLag(ctx, l.e.pool, runstore.EngineLease, p)
 	if err != nil {
@@ -58,6 +57,6 @@ func (l leasePruner) Lag(ctx context.Context, p retention.Policy) (map[string]ti
 	if err != nil {
 		return nil, err
 	}
-	return map[string]time.Duration{runstore.TableRun: runs, tableTask: runs, tableStepResult: runs,
+	return map[string]time.Duration{runstore.TableRun: runs, tableStepResult: runs,
 		tableSignal: time.Duration(ms) * time.Millisecond, runstore.TableWaiter: waiters}, nil
 }

@@ -43,7 +43,7 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
 }
 
 // The cleaner deletes exactly what is older than its age and terminal:
-// finished runs with their task rows and step results (failed runs kept
+// finished runs with their step results (failed runs kept
 // longest), consumed and expired signals, dispatched outbox rows and
 // waiters of ended runs; never an open run, whatever its timestamps, nor a
 // business row, a pending or failed outbox row, or a signal to an open run.
@@ -107,7 +107,6 @@ VALUES (gen_random_uuid(), 'p', 'magnet', 'magnet:?xt=urn:btih:x', repeat('a', 4
 	// open run must not make it prunable). The young run stays young.
 	for _, sql := range []string{
 		`UPDATE taskport.run SET finished_at = now() - interval '2 hours', created_at = now() - interval '2 hours' WHERE id <> $1`,
-		`UPDATE taskport_lease.task SET finished_at = now() - interval '2 hours' WHERE id <> $1`,
 		`UPDATE taskport.waiter SET since = now() - interval '2 hours' WHERE run_id <> $1`,
 		`UPDATE taskport_lease.task_signal SET created_at = now() - interval '2 hours',
 		   consumed_at = CASE WHEN consumed_by IS NULL THEN NULL ELSE now() - interval '2 hours' END WHERE $1::uuid IS NOT NULL`,
@@ -119,7 +118,7 @@ VALUES (gen_random_uuid(), 'p', 'magnet', 'magnet:?xt=urn:btih:x', repeat('a', 4
 	}
 	require.Equal(t, int64(2), count(t, pool, `SELECT count(*) FROM taskport.waiter`), "the orphan and the open run's waiter")
 
-	stepsOfOld := count(t, pool, `SELECT count(*) FROM taskport_lease.step_result WHERE task_id = ANY($1)`, old)
+	stepsOfOld := count(t, pool, `SELECT count(*) FROM taskport_lease.step_result WHERE run_id = ANY($1)`, old)
 	require.Positive(t, stepsOfOld)
 	policy := retention.Policy{Completed: time.Hour, Canceled: time.Hour, Failed: 24 * time.Hour, BatchSize: 2}
 	lag, err := eng.Pruner().Lag(ctx, policy.WithDefaults())
@@ -133,7 +132,7 @@ VALUES (gen_random_uuid(), 'p', 'magnet', 'magnet:?xt=urn:btih:x', repeat('a', 4
 	deleted, err := cleaner.RunOnce(ctx)
 	require.NoError(t, err)
 	want := retention.Deleted{
-		"taskport.run": int64(len(old)), "taskport_lease.task": int64(len(old)), "taskport_lease.step_result": stepsOfOld,
+		"taskport.run": int64(len(old)), "taskport_lease.step_result": stepsOfOld,
 		"taskport_lease.task_signal": 2, // the consumed one and the one nobody waited for
 		"taskport.waiter":            1, // the orphan
 		"outbox_event":               1, // the dispatched row
@@ -148,9 +147,8 @@ VALUES (gen_random_uuid(), 'p', 'magnet', 'magnet:?xt=urn:btih:x', repeat('a', 4
 	kept := []port.RunID{young, failed, open, pending}
 	require.Equal(t, int64(len(kept)), count(t, pool, `SELECT count(*) FROM taskport.run`))
 	require.Equal(t, int64(len(kept)), count(t, pool, `SELECT count(*) FROM taskport.run WHERE id = ANY($1)`, kept))
-	require.Equal(t, int64(len(kept)), count(t, pool, `SELECT count(*) FROM taskport_lease.task WHERE id = ANY($1)`, kept))
-	require.Zero(t, count(t, pool, `SELECT count(*) FROM taskport_lease.step_result WHERE task_id = ANY($1)`, old))
-	require.Positive(t, count(t, pool, `SELECT count(*) FROM taskport_lease.step_result WHERE task_id = $1`, young))
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM taskport_lease.step_result WHERE run_id = ANY($1)`, old))
+	require.Positive(t, count(t, pool, `SELECT count(*) FROM taskport_lease.step_result WHERE run_id = $1`, young))
 	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM taskport_lease.task_signal WHERE target = $1`, open))
 	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM taskport_lease.task_signal`))
 	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM taskport.waiter WHERE run_id = $1`, open))

@@ -83,7 +83,7 @@ func TestConcurrencyBoundsStepsAtOnce(t *testing.T) {
 	}
 	require.EqualValues(t, 2, probe.most.Load(), "steps running at once")
 	var steps, distinct int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (task_id, seq)) FROM taskport_lease.step_result`).Scan(&steps, &distinct))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (run_id, seq)) FROM taskport_lease.step_result`).Scan(&steps, &distinct))
 	require.Equal(t, 8, steps)
 	require.Equal(t, steps, distinct, "each step recorded once")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
@@ -488,7 +489,7 @@ func (w *worker) reaper(ctx context.Context) {
 	sampleDepth = !sampleDepth
 	startstop.Every(ctx, w.e.cfg.PollInterval, func(ctx context.Context) {
 		var requeued, dead, canceled int
-		if err := w.e.pool.QueryRow(ctx, reapSQL, w.e.cfg.BatchSize*16).Scan(&requeued, &dead, &canceled); err != nil {
+		if err := dbtx.QueryRowPinned(ctx, w.e.pool, claimPlanSQL, reapSQL, []any{w.e.cfg.BatchSize * 16}, &requeued, &dead, &canceled); err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("reap expired leases failed", slog.Any("error", err))
 			}
@@ -502,7 +503,7 @@ func (w *worker) reaper(ctx context.Context) {
 		}
 		if sampleDepth {
 			var depth int
-			if err := w.e.pool.QueryRow(ctx, queueDepthSQL).Scan(&depth); err == nil {
+			if err := dbtx.QueryRowPinned(ctx, w.e.pool, claimPlanSQL, queueDepthSQL, nil, &depth); err == nil {
 				w.e.cfg.Metrics.QueueDepth(depth)
 			}
 		}

@@ -17,10 +17,7 @@ import (
 func TestUpDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Connect(t, pgtest.NewEmptyDatabase(t))
-	m, err := migrations.New(pool, nil)
-	require.NoError(t, err)
-	defer m.Close()
+	pool, m := emptyDatabase(t)
 
 	applied, err := m.Up(ctx)
 	require.NoError(t, err)
@@ -53,12 +50,23 @@ func TestUpDownUp(t *testing.T) {
 	require.Empty(t, none, "a second up must be a no-op")
 }
 
+// emptyDatabase is a fresh database with no migration applied, and its
+// migrator, closed when t ends.
+func emptyDatabase(t *testing.T) (*pgxpool.Pool, *migrations.Migrator) {
+	t.Helper()
+	pool := pgtest.Connect(t, pgtest.NewEmptyDatabase(t))
+	m, err := migrations.New(pool, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, m.Close()) })
+	return pool, m
+}
+
 // requireTables checks a table from each migration: the shared run store,
 // the business ledger and the lease engine.
 func requireTables(t *testing.T, pool *pgxpool.Pool, want bool) {
 	t.Helper()
 	for _, table := range []string{"taskport.run", "taskport.waiter", "public.plan", "public.asset_operation",
-		"public.outbox_event", "public.decision", "taskport_lease.task", "taskport_lease.task_signal"} {
+		"public.outbox_event", "public.decision", "taskport_lease.step_result", "taskport_lease.task_signal"} {
 		var exists bool
 		require.NoError(t, pool.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists))
 		require.Equal(t, want, exists, "table %s", table)
@@ -66,7 +74,7 @@ func requireTables(t *testing.T, pool *pgxpool.Pool, want bool) {
 }
 
 // The lease tables carry no foreign keys (00004): deleting a run must still
-// delete its task row and step results, through the triggers.
+// delete its step results, through the trigger (00014).
 func TestDeletingARunForgetsItsLeaseRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -76,13 +84,10 @@ func TestDeletingARunForgetsItsLeaseRows(t *testing.T) {
 		_, err := pool.Exec(ctx, `
 WITH r AS (
   INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input)
-  VALUES (gen_random_uuid(), 'lease', 'k', 1, $1, '{}') RETURNING id, seq
-), t AS (
-  INSERT INTO taskport_lease.task (id, kind, handler_version, input, max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-  SELECT id, 'k', 1, '{}', 3, '1s', '1m', 2, seq FROM r RETURNING id
+  VALUES (gen_random_uuid(), 'lease', 'k', 1, $1, '{}') RETURNING id
 )
-INSERT INTO taskport_lease.step_result (task_id, seq, name, result)
-SELECT id, g, 's' || g, '1' FROM t, generate_series(0, 2) g`, fmt.Sprint(i))
+INSERT INTO taskport_lease.step_result (run_id, seq, name, result)
+SELECT id, g, 's' || g, '1' FROM r, generate_series(0, 2) g`, fmt.Sprint(i))
 		require.NoError(t, err)
 	}
 	count := func(table string) int {
@@ -90,22 +95,101 @@ SELECT id, g, 's' || g, '1' FROM t, generate_series(0, 2) g`, fmt.Sprint(i))
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
 		return n
 	}
-	require.Equal(t, runs, count("taskport_lease.task"))
 	require.Equal(t, 3*runs, count("taskport_lease.step_result"))
 
 	_, err := pool.Exec(ctx, `DELETE FROM taskport.run WHERE idempotency_key = '0'`)
 	require.NoError(t, err)
-	require.Equal(t, runs-1, count("taskport_lease.task"))
 	require.Equal(t, 3*(runs-1), count("taskport_lease.step_result"))
 
 	_, err = pool.Exec(ctx, `DELETE FROM taskport.run`)
 	require.NoError(t, err)
-	require.Zero(t, count("taskport_lease.task"))
 	require.Zero(t, count("taskport_lease.step_result"))
 }
 
+// 00014 moves each lease run's task row into its run row: the live status
+// (a claimed run is running, a dead one failed), the claim, the policy, the
+// input of a continue-as-new beside the enqueued one, and the step results
+// keyed by the run. Down puts the task rows back.
+func TestLeaseStateMovesIntoTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, m := emptyDatabase(t)
+	_, err := m.Up(ctx)
+	require.NoError(t, err)
+	_, err = m.DownTo(ctx, 13)
+	require.NoError(t, err)
+
+	// Runs as the engine before 00014 left them: claimed (its projection
+	// says pending), dead, continued as new with a new input, and waiting.
+	_, err = pool.Exec(ctx, `
+WITH r AS (
+  INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, finished_at)
+  VALUES ('00000000-0000-0000-0000-000000000001', 'lease', 'k', 1, 'claimed', '{"n":1}', 'pending', NULL),
+         ('00000000-0000-0000-0000-000000000002', 'lease', 'k', 1, 'dead', '{"n":2}', 'failed', now()),
+         ('00000000-0000-0000-0000-000000000003', 'lease', 'k', 1, 'continued', '{"n":3}', 'pending', NULL),
+         ('00000000-0000-0000-0000-000000000004', 'lease', 'k', 1, 'waiting', '{"n":4}', 'waiting', NULL)
+  RETURNING id, seq, input
+)
+INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, claims, lease_owner, lease_token,
+  lease_until, max_attempts, backoff_initial, backoff_max, backoff_coefficient, current_step, dead_letter_at,
+  wait_topic, run_seq)
+SELECT id, 'k', 1,
+  CASE WHEN input->>'n' = '3' THEN '{"n":30}' ELSE input END,
+  CASE input->>'n' WHEN '1' THEN 'running' WHEN '2' THEN 'dead' WHEN '3' THEN 'pending' ELSE 'waiting' END,
+  2, CASE WHEN input->>'n' = '1' THEN 'w1' END, CASE WHEN input->>'n' = '1' THEN gen_random_uuid() END,
+  CASE WHEN input->>'n' = '1' THEN now() + interval '1 minute' END,
+  4, '1s', '1m', 2, 'step-' || (input->>'n'), CASE WHEN input->>'n' = '2' THEN now() END,
+  CASE WHEN input->>'n' = '4' THEN 'topic' END, seq
+FROM r`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO taskport_lease.step_result (task_id, seq, name, result)
+VALUES ('00000000-0000-0000-0000-000000000001', 0, 'a', '1')`)
+	require.NoError(t, err)
+
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	type row struct {
+		Status, Input, Continued, Owner, Step, Topic string
+		Claims, MaxAttempts                          int
+		Dead                                         bool
+	}
+	read := func(id string) row {
+		var r row
+		require.NoError(t, pool.QueryRow(ctx, `
+SELECT status, input::text, coalesce(continued_input::text, ''), coalesce(lease_owner, ''), current_step,
+  coalesce(wait_topic, ''), claims, max_attempts, dead_letter_at IS NOT NULL
+FROM taskport.run WHERE id = $1`, id).Scan(&r.Status, &r.Input, &r.Continued, &r.Owner, &r.Step, &r.Topic,
+			&r.Claims, &r.MaxAttempts, &r.Dead))
+		return r
+	}
+	require.Equal(t, row{Status: "running", Input: `{"n": 1}`, Owner: "w1", Step: "step-1", Claims: 2, MaxAttempts: 4},
+		read("00000000-0000-0000-0000-000000000001"))
+	require.Equal(t, row{Status: "failed", Input: `{"n": 2}`, Claims: 2, MaxAttempts: 4, Dead: true},
+		read("00000000-0000-0000-0000-000000000002"))
+	require.Equal(t, row{Status: "pending", Input: `{"n": 3}`, Continued: `{"n": 30}`, Claims: 2, MaxAttempts: 4},
+		read("00000000-0000-0000-0000-000000000003"))
+	require.Equal(t, row{Status: "waiting", Input: `{"n": 4}`, Topic: "topic", Claims: 2, MaxAttempts: 4},
+		read("00000000-0000-0000-0000-000000000004"))
+	var steps int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport_lease.step_result
+WHERE run_id = '00000000-0000-0000-0000-000000000001'`).Scan(&steps))
+	require.Equal(t, 1, steps)
+
+	_, err = m.DownTo(ctx, 13)
+	require.NoError(t, err)
+	var claimed, continued string
+	require.NoError(t, pool.QueryRow(ctx, `
+SELECT (SELECT t.status || '/' || r.status FROM taskport_lease.task t JOIN taskport.run r USING (id)
+        WHERE id = '00000000-0000-0000-0000-000000000001'),
+       (SELECT input::text FROM taskport_lease.task WHERE id = '00000000-0000-0000-0000-000000000003')`).
+		Scan(&claimed, &continued))
+	require.Equal(t, "running/pending", claimed)
+	require.Equal(t, `{"n": 30}`, continued)
+}
+
 // The row checks (00004, then 00012: constant lists from immutable
-// functions) refuse what the column CHECKs they replace refused.
+// functions; 00014: a lease run's max_attempts) refuse what the column
+// CHECKs they replace refused.
 func TestRowChecksRefuseBadRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -125,13 +209,7 @@ VALUES (gen_random_uuid(), $1, 'k', $2, $3, '{}', $4)`
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE taskport.run SET status = 'sleeping'`)
 	require.ErrorContains(t, err, "run_row_check")
-
-	insertTask := `INSERT INTO taskport_lease.task (id, kind, handler_version, input, status, max_attempts, backoff_initial, backoff_max, backoff_coefficient, run_seq)
-VALUES (gen_random_uuid(), 'k', 1, '{}', $1, $2, '1s', '1m', 2, 1)`
-	_, err = pool.Exec(ctx, insertTask, "lost", 3)
-	require.ErrorContains(t, err, "task_row_check")
-	_, err = pool.Exec(ctx, insertTask, "pending", 0)
-	require.ErrorContains(t, err, "task_row_check")
-	_, err = pool.Exec(ctx, insertTask, "dead", 1)
-	require.NoError(t, err)
+	// A lease run's retry policy (00014).
+	_, err = pool.Exec(ctx, `UPDATE taskport.run SET max_attempts = 0`)
+	require.ErrorContains(t, err, "run_row_check")
 }

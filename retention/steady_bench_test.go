@@ -38,7 +38,7 @@ import (
 )
 
 // steadyTables are the tables a run writes, in the printed order.
-var steadyTables = []string{"taskport.run", "taskport_lease.task", "taskport_lease.step_result",
+var steadyTables = []string{"taskport.run", "taskport_lease.step_result",
 	"taskport_lease.task_signal", "taskport.waiter", "outbox_event"}
 
 const steadyKind port.Kind = "steady.run"

@@ -94,9 +94,9 @@ const (
 // packages (module-relative paths, subpackages included) that may name it
 // in SQL. The migrations package may name every table.
 func Owners() map[string][]string {
-	// The engines' shared store. The lease engine writes the run
-	// projection in the same statements that change its task rows, so that
-	// both commit as one; the Temporal engine goes through runstore.
+	// The engines' shared store. The lease engine keeps its runs' lease
+	// state in their rows (migration 00014) and writes it with its own
+	// statements; the Temporal engine goes through runstore.
 	runs := []string{"runstore", "internal/runstore", "leaseadapter"}
 	return map[string][]string{
 		"plan":            {"acquisition"},
@@ -122,7 +122,8 @@ var (
 	devHarness     = []string{"internal/devserver", "qbittorrent/qbtnox", "internal/testkit"}
 	stepctx        = "internal/stepctx"
 	builderCalls   = []string{"From", "Into", "Table", "Join", "InnerJoin", "LeftJoin", "RightJoin", "FullJoin", "CrossJoin"}
-	createTableRE  = regexp.MustCompile(`(?i)\bcreate\s+table\s+(?:if\s+not\s+exists\s+)?([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)`)
+	tableDDLRE     = regexp.MustCompile(`(?i)\b(create|drop)\s+table\s+(?:if\s+(?:not\s+)?exists\s+)?([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)`)
+	gooseDown      = "-- +goose Down"
 	sqlStatementRE = regexp.MustCompile(`(?i)^\s*(select|insert|update|delete|with|truncate|copy|lock|create|alter|drop)\b`)
 	sqlFragmentRE  = regexp.MustCompile(`\b(SELECT|INSERT|UPDATE|DELETE|FROM|JOIN|INTO)\b`)
 )
@@ -214,8 +215,10 @@ func modulePath(goMod string) (string, error) {
 	return "", fmt.Errorf("%s: no module line", goMod)
 }
 
-// createdTables lists the tables the migration files in dir create; no
-// such folder means no tables.
+// createdTables lists the tables the migration files in dir leave after
+// they all ran up: what their up sections create and no later up section
+// drops (the lease engine's task table, 00003 to 00014); no such folder
+// means no tables. The files run in name order, as goose runs them.
 func createdTables(dir string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
 	if err != nil {
@@ -227,8 +230,12 @@ func createdTables(dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range createTableRE.FindAllStringSubmatch(string(b), -1) {
-			if t := strings.ToLower(m[1]); !slices.Contains(tables, t) {
+		up, _, _ := strings.Cut(string(b), gooseDown)
+		for _, m := range tableDDLRE.FindAllStringSubmatch(up, -1) {
+			t := strings.ToLower(m[2])
+			if strings.EqualFold(m[1], "drop") {
+				tables = slices.DeleteFunc(tables, func(x string) bool { return x == t })
+			} else if !slices.Contains(tables, t) {
 				tables = append(tables, t)
 			}
 		}

@@ -39,7 +39,8 @@ func TestOwnership(t *testing.T) {
 	}
 
 	require.Subset(t, m.Tables, []string{"plan", "approval", "download_task", "decision", "asset_operation", "outbox_event",
-		"taskport.run", "taskport.waiter", "taskport_lease.task"})
+		"taskport.run", "taskport.waiter", "taskport_lease.step_result", "taskport_lease.task_signal"})
+	require.NotContains(t, m.Tables, "taskport_lease.task", "dropped by migration 00014")
 	owners := archtest.Owners()
 	for _, table := range m.Tables {
 		who := owners[table]

@@ -38,6 +38,14 @@ type DB interface {
 // of the backlog instead of the LIMIT.
 const PinIndexScansSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
 
+// PinOrderedScansSQL is PinIndexScansSQL that also turns off sorts, for a
+// statement whose rows two indexes can find: the one in the order it wants,
+// and another that finds them in some other order, then sorted. Without
+// statistics the planner may price the second as cheaper (it guesses few
+// rows), and that too costs the backlog instead of the LIMIT.
+const PinOrderedScansSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
+  set_config('enable_sort', 'off', true)`
+
 // InTx runs fn in a transaction on db and commits it when fn returns nil.
 // The rollback after a failed fn runs even when ctx is canceled, so the
 // connection goes back to its pool clean.
@@ -54,6 +62,18 @@ func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 		return fmt.Errorf("commit transaction: %w", err)
 	}
 	return nil
+}
+
+// QueryRowPinned scans the one row sql returns into dest, after pin
+// (PinIndexScansSQL or PinOrderedScansSQL), in a transaction of its own on
+// db.
+func QueryRowPinned(ctx context.Context, db Beginner, pin, sql string, args []any, dest ...any) error {
+	return InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pin); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, sql, args...).Scan(dest...)
+	})
 }
 
 // ExecPinned runs sql with args after PinIndexScansSQL, in a transaction of

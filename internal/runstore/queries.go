@@ -11,22 +11,31 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::timestamptz, now()))
 ON CONFLICT (kind, idempotency_key) DO NOTHING
 RETURNING ` + runColumns
 
-// InsertRunsReturningSQL is insertRunSQL for a batch, one array per column,
-// up to its RETURNING, whose columns the statement that embeds it names; a
-// NULL available_at is now. The ORDER BY fixes the order in which the rows
-// take their unique-index entries (see InsertMany).
-const InsertRunsReturningSQL = `
-INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
-SELECT i.id, i.engine, i.kind, i.version, i.key, i.business_key, i.priority, i.input::jsonb, coalesce(i.available_at, now())
+// InsertRunsWithSQL is insertRunSQL for a batch, one array per column, up
+// to its RETURNING, whose columns the statement that embeds it names; a
+// NULL available_at is now. An engine that keeps state of its own in the
+// run row sets it in the same insert: cols is appended to the column list
+// (", next_run_at, ..."), exprs to the select list, reading the batch as i
+// and anything that from joins to it. The ORDER BY fixes the order in which
+// the rows take their unique-index entries (see InsertMany).
+func InsertRunsWithSQL(cols, exprs, from string) string {
+	return `
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at` + cols + `)
+SELECT i.id, i.engine, i.kind, i.version, i.key, i.business_key, i.priority, i.input::jsonb, coalesce(i.available_at, now())` + exprs + `
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::text[], $9::timestamptz[])
-  AS i(id, engine, kind, version, key, business_key, priority, input, available_at)
+  AS i(id, engine, kind, version, key, business_key, priority, input, available_at)` + from + `
 ORDER BY i.kind, i.key
 ON CONFLICT (kind, idempotency_key) DO NOTHING
 RETURNING `
+}
+
+// InsertRunsReturningSQL is InsertRunsWithSQL with the run store's columns
+// only.
+var InsertRunsReturningSQL = InsertRunsWithSQL("", "", "")
 
 // InsertRunsSQL is InsertMany's statement: the batch insert, returning the
 // inserted runs whole.
-const InsertRunsSQL = InsertRunsReturningSQL + runColumns
+var InsertRunsSQL = InsertRunsReturningSQL + runColumns
 
 // selectRunsByKeysSQL finds the runs of the (kind, key) pairs $1, $2.
 const selectRunsByKeysSQL = `

@@ -149,11 +149,11 @@ func InsertMany(ctx context.Context, q DBTX, rs []NewRun) (runs []Run, created [
 }
 
 // InsertManyWith is InsertMany through stmt, which returns ids only: a
-// statement that runs InsertRunsReturningSQL on its parameters $1-$9 (as a
+// statement that runs InsertRunsWithSQL on its parameters $1-$9 (as a
 // data-modifying WITH query, naming the columns it needs of the inserted
-// rows), and returns the id of each run it inserted. An engine writes rows
-// of its own for them from args ($10 on) in the same statement: the lease
-// engine inserts its task rows so. Reading back only ids spares the server
+// rows), and returns the id of each run it inserted. An engine's own
+// columns and statements read args ($10 on): the lease engine sets its
+// retry policy and first claim time so. Reading back only ids spares the server
 // writing, and the client decoding, every column of every run it already
 // has.
 func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args ...any) (ids []port.RunID, created []bool, err error) {

@@ -1,7 +1,7 @@
 // Package tracing carries an OpenTelemetry trace across the places where
 // taskport's work leaves the process and comes back later: an outbox row
 // written in a business transaction and dispatched by another process, a
-// lease-engine task row claimed by another worker. The trace context is
+// lease-engine run claimed by another worker. The trace context is
 // stored as W3C Trace Context (traceparent, tracestate), whatever
 // propagator the process installs globally, so that rows written by one
 // build are read by another.

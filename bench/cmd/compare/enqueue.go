@@ -14,37 +14,30 @@ package main
 //     that every job is checked against a unique key as every taskport run
 //     is (UNIQUE(kind, idempotency_key)).
 //
-// With -ablate, diagnostic modes say what each part of a lease run costs
-// (issue 14: why EnqueueMany trails River's InsertMany). They write to
-// schemas taskport does not ship, so their rates describe the cost of a
-// structure, not a supported configuration:
-//   - run rows only: the first half of EnqueueMany's statement
-//     (runstore.InsertRunsReturningSQL, the idempotency authority and
-//     projection), without the task rows that the lease engine adds;
+// With -ablate, diagnostic modes say what each part of a lease run's
+// insert costs (issue 14: EnqueueMany against River's InsertMany). Some
+// write to schemas taskport does not ship, so their rates describe the cost
+// of a structure, not a supported configuration:
+//   - run store columns only: runstore.InsertRunsReturningSQL, the
+//     columns every engine's run has, without the lease state (retry
+//     policy, first claim time, trace context) that EnqueueMany also sets;
 //   - EnqueueMany without run_status_created, and without both listing
 //     indexes (run_status_created and run_kind_version_status_created);
-//   - EnqueueMany without the task row's ready index (task_ready), and
-//     without its primary key (task_pkey, and the foreign keys on it);
-//   - the one-row layout: the run rows alone as above, on a taskport.run
-//     that also carries the lease state and its ready index
-//     (onerow/one_row.sql, whose columns take their defaults), so each
-//     run writes one row as a River job does. onerow/run.sh prices the
-//     same layout's worker path.
+//   - EnqueueMany without the claim's ready index (run_ready).
 //
 // Nothing is executed: no worker runs. Each mode gets a fresh database on
 // the same server per round. Within a round the modes take turns slice by
 // slice (-batch runs each, the first mode rotating), so that the swings of
 // a shared machine, which last longer than a slice, hit every mode alike;
 // a mode's rate is its runs over the time its own slices took, and the
-// median round is reported. A taskport run writes two rows (taskport.run,
-// the idempotency authority and projection, and the task row); a River job
-// one.
+// median round is reported. A lease run writes one row (taskport.run: the
+// idempotency authority, the projection and the lease state, migration
+// 00014), as a River job does.
 //
 //	go run ./cmd/compare enqueue -n 20000 -batch 1000 -rounds 5 -db $TEST_DATABASE_URL
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -83,7 +76,7 @@ func runEnqueue(ctx context.Context, args []string) error {
 		producers = fs.Int("producers", 8, "goroutines calling Enqueue one run at a time")
 		rounds    = fs.Int("rounds", 5, "rounds; the median is reported")
 		pool      = fs.Int("pool", 20, "connections per mode (pool_max_conns)")
-		ablate    = fs.Bool("ablate", false, "add the diagnostic modes: run rows only, EnqueueMany without one or both run listing indexes, without task_ready, without task_pkey, the one-row layout")
+		ablate    = fs.Bool("ablate", false, "add the diagnostic modes: run store columns only, EnqueueMany without one or both run listing indexes, without run_ready")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -103,13 +96,11 @@ func runEnqueue(ctx context.Context, args []string) error {
 	}
 	if *ablate {
 		modes = append(modes,
-			enqueueMode{"(run rows only)", perBatch, runRowsOnly()},
+			enqueueMode{"(run store columns only)", perBatch, runStoreColumnsOnly},
 			enqueueMode{"(no run_status_created)", perBatch, leaseMany("DROP INDEX taskport.run_status_created")},
 			enqueueMode{"(no listing index)", perBatch, leaseMany("DROP INDEX taskport.run_status_created",
 				"DROP INDEX taskport.run_kind_version_status_created")},
-			enqueueMode{"(no task_ready)", perBatch, leaseMany("DROP INDEX taskport_lease.task_ready")},
-			enqueueMode{"(no task_pkey)", perBatch, leaseMany("ALTER TABLE taskport_lease.task DROP CONSTRAINT task_pkey CASCADE")},
-			enqueueMode{"(one-row layout)", perBatch, runRowsOnly(oneRowDDL)})
+			enqueueMode{"(no run_ready)", perBatch, leaseMany("DROP INDEX taskport.run_ready")})
 	}
 	admin, err := pgx.Connect(ctx, *dbURL)
 	if err != nil {
@@ -173,11 +164,6 @@ func enqueueRound(ctx context.Context, admin *pgx.Conn, server string, poolSize 
 	return out, nil
 }
 
-// oneRowDDL turns a migrated database into the one-row layout.
-//
-//go:embed onerow/one_row.sql
-var oneRowDDL string
-
 // openAltered opens the lease engine on a database migrated and then
 // altered by ddl (the -ablate modes).
 func openAltered(ctx context.Context, dsn string, ddl []string) (*leaseadapter.Engine, *pgxpool.Pool, error) {
@@ -209,30 +195,27 @@ func leaseMany(ddl ...string) func(ctx context.Context, dsn string) (inserter, f
 	}
 }
 
-// runRowsOnly inserts the taskport.run rows of the batch as EnqueueMany's
-// statement does, without the task rows: PrepareBatch, then
-// runstore.InsertManyWith with the runs' half of the statement alone, on a
-// database altered by ddl.
-func runRowsOnly(ddl ...string) func(ctx context.Context, dsn string) (inserter, func(), error) {
-	return func(ctx context.Context, dsn string) (inserter, func(), error) {
-		_, pool, err := openAltered(ctx, dsn, ddl)
-		if err != nil {
-			return nil, nil, err
-		}
-		reg, err := noopRegistry()
-		if err != nil {
-			pool.Close()
-			return nil, nil, err
-		}
-		return func(lo, hi int) error {
-			prep, err := enginekit.PrepareBatch(reg, noopItems(lo, hi))
-			if err != nil {
-				return err
-			}
-			_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), runstore.InsertRunsReturningSQL+"id")
-			return err
-		}, pool.Close, nil
+// runStoreColumnsOnly inserts the taskport.run rows of the batch as
+// EnqueueMany does, but with the run store's columns only: PrepareBatch,
+// then runstore.InsertManyWith with runstore.InsertRunsReturningSQL.
+func runStoreColumnsOnly(ctx context.Context, dsn string) (inserter, func(), error) {
+	_, pool, err := openLease(ctx, dsn, nil)
+	if err != nil {
+		return nil, nil, err
 	}
+	reg, err := noopRegistry()
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return func(lo, hi int) error {
+		prep, err := enginekit.PrepareBatch(reg, noopItems(lo, hi))
+		if err != nil {
+			return err
+		}
+		_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), runstore.InsertRunsReturningSQL+"id")
+		return err
+	}, pool.Close, nil
 }
 
 // noopItems are the items [lo, hi) of a round, keyed by their number.

@@ -141,7 +141,7 @@ func (p Plan) Walk(fn func(PlanNode)) {
 }
 
 // String is the plan as one line of nodes, e.g. "Limit > Index Scan
-// (task_ready on task)".
+// (run_ready on run)".
 func (p Plan) String() string {
 	var parts []string
 	p.Walk(func(n PlanNode) {
