@@ -206,9 +206,9 @@ func (e *Engine) enqueueArgs(ctx context.Context, id uuid.UUID, kind port.Kind, 
 
 // EnqueueMany enqueues a batch (port.TaskEngine) in one statement, which
 // is its one commit: the runs (runstore.InsertManyWith), each with its
-// kind's retry policy, and one notification for the batch. One statement per batch, not per run, is
-// what makes a backlog import fast; see the bench module's
-// `compare enqueue`.
+// kind's retry policy, and one notification for the batch. One statement
+// per batch, not per run, is what makes a backlog import fast; see the
+// bench module's `compare enqueue`.
 func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
 	prep, err := enginekit.PrepareBatch(e.reg, items)
 	if err != nil || len(prep) == 0 {
@@ -299,10 +299,11 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 }
 
 // Cancel writes the cancel flag of taskport.run first (ADR 2.4), as the
-// Temporal engine does, then settles it (cancelTaskSQL). A pending or waiting run is canceled at once; a
-// running one has its step context canceled with port.ErrCanceled (at once
-// through a notification, at the latest at its worker's next heartbeat), and
-// no later step starts. Canceling a finished run is a no-op.
+// Temporal engine does, then settles it (settleCancelSQL). A pending or
+// waiting run is canceled at once; a running one has its step context
+// canceled with port.ErrCanceled (at once through a notification, at the
+// latest at its worker's next heartbeat), and no later step starts.
+// Canceling a finished run is a no-op.
 func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error {
 	u, err := runstore.ParseID(id)
 	if err != nil {
@@ -313,7 +314,7 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	}
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var old string
-		if err := runstore.InterpretError(tx.QueryRow(ctx, cancelTaskSQL, u).Scan(&old)); err != nil {
+		if err := runstore.InterpretError(tx.QueryRow(ctx, settleCancelSQL, u).Scan(&old)); err != nil {
 			return fmt.Errorf("settle cancel of run %s: %w", id, err)
 		}
 		if old != "running" {

@@ -384,11 +384,11 @@ UPDATE taskport.run
 SET status = 'waiting', next_run_at = $4, wait_until = $4, wait_topic = $5, current_step = $3, ` + releasedLease + `
 WHERE ` + claimedRun
 
-// cancelTaskSQL settles a cancel on the lease engine's side, after
+// settleCancelSQL settles a cancel on the lease engine's side, after
 // runstore.RequestCancel flagged the run: a pending or waiting run ends
 // canceled at once; a running one is left to its worker, which the caller
 // notifies. It returns the status the run had.
-const cancelTaskSQL = `
+const settleCancelSQL = `
 WITH o AS (
   SELECT id, status AS old FROM taskport.run WHERE id = $1 AND engine = 'lease' FOR UPDATE
 ), t AS (
