@@ -488,15 +488,16 @@ func (w *worker) reaper(ctx context.Context) {
 	_, sampleDepth := w.e.cfg.Metrics.(noMetrics)
 	sampleDepth = !sampleDepth
 	startstop.Every(ctx, w.e.cfg.PollInterval, func(ctx context.Context) {
-		var requeued, dead, canceled int
-		if err := dbtx.QueryRowPinned(ctx, w.e.pool, claimPlanSQL, reapSQL, []any{w.e.cfg.BatchSize * 16}, &requeued, &dead, &canceled); err != nil {
+		var requeued, failed, canceled int
+		if err := dbtx.QueryRowPinned(ctx, w.e.pool, claimPlanSQL, reapSQL, []any{w.e.cfg.BatchSize * 16}, &requeued, &failed, &canceled); err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("reap expired leases failed", slog.Any("error", err))
 			}
 			return
 		}
-		if requeued+dead+canceled > 0 {
-			w.log.Info("reaped expired leases", slog.Int("requeued", requeued), slog.Int("dead", dead), slog.Int("canceled", canceled))
+		if requeued+failed+canceled > 0 {
+			// failed: dead letters, out of attempts (dead_letter_at set).
+			w.log.Info("reaped expired leases", slog.Int("requeued", requeued), slog.Int("failed", failed), slog.Int("canceled", canceled))
 		}
 		if requeued > 0 {
 			w.poke()

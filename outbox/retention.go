@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/retention"
 )
@@ -18,9 +20,9 @@ const TableEvent = "outbox_event"
 // pruned row inserts a new row, which is dispatched again: the engine's
 // Enqueue then returns the run of that key while taskport.run still records
 // it, which is at least as long, for a run that succeeded.
-func Pruner(db dbtx.DB) retention.Pruner { return pruner{q: db} }
+func Pruner(db *pgxpool.Pool) retention.Pruner { return pruner{q: db} }
 
-type pruner struct{ q dbtx.DB }
+type pruner struct{ q *pgxpool.Pool }
 
 func (o pruner) Prune(ctx context.Context, p retention.Policy, limit int) (retention.Deleted, error) {
 	if p.Completed < 0 {

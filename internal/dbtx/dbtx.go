@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DBTX is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
@@ -66,29 +67,39 @@ func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 
 // QueryRowPinned scans the one row sql returns into dest, after pin
 // (PinIndexScansSQL or PinOrderedScansSQL), in a transaction of its own on
-// db.
-func QueryRowPinned(ctx context.Context, db Beginner, pin, sql string, args []any, dest ...any) error {
-	return InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, pin); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, sql, args...).Scan(dest...)
+// db (pinnedTx).
+func QueryRowPinned(ctx context.Context, db *pgxpool.Pool, pin, sql string, args []any, dest ...any) error {
+	return pinnedTx(ctx, db, pin, func(b *pgx.Batch) {
+		b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
 	})
 }
 
 // ExecPinned runs sql with args after PinIndexScansSQL, in a transaction of
-// its own on db, and returns the number of rows it affected: a batch that
-// must read its index in order and stop after its LIMIT, e.g. a retention
-// delete.
-func ExecPinned(ctx context.Context, db Beginner, sql string, args ...any) (int64, error) {
+// its own on db (pinnedTx), and returns the number of rows it affected: a
+// batch that must read its index in order and stop after its LIMIT, e.g. a
+// retention delete.
+func ExecPinned(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) (int64, error) {
 	var n int64
-	err := InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, PinIndexScansSQL); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, sql, args...)
-		n = tag.RowsAffected()
-		return err
+	err := pinnedTx(ctx, db, PinIndexScansSQL, func(b *pgx.Batch) {
+		b.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error {
+			n = tag.RowsAffected()
+			return nil
+		})
 	})
 	return n, err
+}
+
+// pinnedTx runs pin, then the statements queue adds, between BEGIN and
+// COMMIT, as one batch: one round trip, where Begin, Exec, Query and
+// Commit took four. A statement that fails skips the rest, COMMIT
+// included, and leaves its connection inside the transaction: db is a pool
+// because a pool closes such a connection as it takes it back, which rolls
+// the transaction back (a lone connection would stay in it).
+func pinnedTx(ctx context.Context, db *pgxpool.Pool, pin string, queue func(b *pgx.Batch)) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(pin)
+	queue(b)
+	b.Queue("COMMIT")
+	return db.SendBatch(ctx, b).Close()
 }
