@@ -48,18 +48,20 @@ SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2
 // call, so one trace), then one notification ($16, $17) if any is due now.
 // It returns the ids of the inserted runs, as runstore.InsertManyWith
 // expects; the WHERE only makes the notification run.
-var enqueueManySQL = `
-WITH r AS (` + runstore.InsertRunsWithSQL(`,
+var enqueueManySQL = runstore.InsertRunsWith(`,
     next_run_at, max_attempts, backoff_initial, backoff_max, backoff_coefficient, traceparent, tracestate`, `,
   coalesce(i.available_at, now()), p.max_attempts, p.initial * interval '1 millisecond',
   p.max_interval * interval '1 millisecond', p.coefficient, $18, $19`, `
   JOIN unnest($10::text[], $11::int[], $12::int[], $13::bigint[], $14::bigint[], $15::float8[])
     AS p(kind, version, max_attempts, initial, max_interval, coefficient) ON p.kind = i.kind AND p.version = i.version`,
-) + `id, next_run_at
+	func(insert string) string {
+		return `
+WITH r AS (` + insert + `id, next_run_at
 ), n AS (
   SELECT pg_notify($16, $17) FROM (SELECT FROM r WHERE next_run_at <= now() LIMIT 1) AS any_ready
 )
 SELECT id FROM r WHERE (SELECT count(*) FROM n) >= 0`
+	})
 
 // presentPrioritiesCTE and readyByPriority bound a read of the ready runs
 // to them. On next_run_at <= now() alone, the index run_ready (priority,

@@ -11,7 +11,14 @@ import (
 )
 
 // Postgres error codes the engines' tables can raise and callers care about.
-const foreignKeyViolation = "23503"
+const (
+	foreignKeyViolation = "23503"
+	uniqueViolation     = "23505"
+)
+
+// runKeyConstraint is the idempotency authority's constraint,
+// UNIQUE(kind, idempotency_key) of taskport.run (Postgres's name for it).
+const runKeyConstraint = "run_kind_idempotency_key_key"
 
 // InterpretError is the one map from pgx and Postgres errors onto the port's
 // sentinels for the engines' tables: this package's (taskport.run,
@@ -26,7 +33,8 @@ const foreignKeyViolation = "23503"
 //
 // Everything else is returned as it is. Unique violations are not mapped:
 // every insert of these tables resolves its conflicts in SQL (ON CONFLICT),
-// so one reaching a caller is a fault, not an answer.
+// or, for a batch insert's Fresh form, by running the Idempotent one
+// (insertBatch), so one reaching a caller is a fault, not an answer.
 func InterpretError(err error) error {
 	var pe *pgconn.PgError
 	switch {
@@ -38,4 +46,11 @@ func InterpretError(err error) error {
 		return fmt.Errorf("%w: %s", port.ErrNotFound, pe.Detail)
 	}
 	return err
+}
+
+// isRunKeyTaken reports whether err is a unique violation of the run key:
+// a batch insert's Fresh form met a run already recorded.
+func isRunKeyTaken(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == uniqueViolation && pe.ConstraintName == runKeyConstraint
 }

@@ -71,3 +71,26 @@ func TestInsertManyRacingBatches(t *testing.T) {
 	require.Empty(t, none)
 	require.Empty(t, none2)
 }
+
+// A batch that meets a key already taken is inserted by the idempotent
+// form after its fresh form fails as a whole: the new keys get runs, the
+// taken one reports its existing run, and nothing is written twice.
+func TestInsertManyMeetingATakenKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	newRun := func(key string) runstore.NewRun {
+		return runstore.NewRun{Engine: runstore.EngineLease, Kind: "k", Version: 1, Key: key, Input: []byte(`{}`)}
+	}
+	first, created, err := runstore.Insert(ctx, pool, newRun("b"))
+	require.NoError(t, err)
+	require.True(t, created)
+
+	runs, createdMany, err := runstore.InsertMany(ctx, pool, []runstore.NewRun{newRun("a"), newRun("b"), newRun("c")})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, true}, createdMany)
+	require.Equal(t, first.ID, runs[1].ID)
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM taskport.run").Scan(&rows))
+	require.Equal(t, 3, rows)
+}

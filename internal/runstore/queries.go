@@ -11,31 +11,41 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::timestamptz, now()))
 ON CONFLICT (kind, idempotency_key) DO NOTHING
 RETURNING ` + runColumns
 
-// InsertRunsWithSQL is insertRunSQL for a batch, one array per column, up
-// to its RETURNING, whose columns the statement that embeds it names; a
-// NULL available_at is now. An engine that keeps state of its own in the
-// run row sets it in the same insert: cols is appended to the column list
-// (", next_run_at, ..."), exprs to the select list, reading the batch as i
-// and anything that from joins to it. The ORDER BY fixes the order in which
-// the rows take their unique-index entries (see InsertMany).
-func InsertRunsWithSQL(cols, exprs, from string) string {
-	return `
+// BatchInsert is a batch insert of runs in its two forms, which differ
+// only in what a key already taken does: Fresh fails (unique_violation on
+// runKeyConstraint) and writes nothing, Idempotent skips that run (ON
+// CONFLICT DO NOTHING). See insertBatch for why there are two.
+type BatchInsert struct {
+	Fresh, Idempotent string
+}
+
+// InsertRunsWith builds the batch insert of runs: insertRunSQL for a batch,
+// one array per column ($1-$9), a NULL available_at being now. An engine
+// that keeps state of its own in the run row sets it in the same insert:
+// cols is appended to the column list (", next_run_at, ..."), exprs to the
+// select list, reading the batch as i and anything that from joins to it.
+// The insert ends in RETURNING; embed completes it into the statement that
+// runs it (naming the columns it returns, or wrapping it in a
+// data-modifying WITH query). The ORDER BY fixes the order in which the
+// rows take their unique-index entries (see InsertMany), the order of
+// that index: the key columns compare byte by byte (migration 00015).
+func InsertRunsWith(cols, exprs, from string, embed func(insert string) string) BatchInsert {
+	insert := func(onConflict string) string {
+		return embed(`
 INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at` + cols + `)
 SELECT i.id, i.engine, i.kind, i.version, i.key, i.business_key, i.priority, i.input::jsonb, coalesce(i.available_at, now())` + exprs + `
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[], $8::text[], $9::timestamptz[])
   AS i(id, engine, kind, version, key, business_key, priority, input, available_at)` + from + `
-ORDER BY i.kind, i.key
-ON CONFLICT (kind, idempotency_key) DO NOTHING
-RETURNING `
+ORDER BY i.kind COLLATE "C", i.key COLLATE "C"` + onConflict + `
+RETURNING `)
+	}
+	return BatchInsert{Fresh: insert(""), Idempotent: insert(`
+ON CONFLICT (kind, idempotency_key) DO NOTHING`)}
 }
 
-// InsertRunsReturningSQL is InsertRunsWithSQL with the run store's columns
-// only.
-var InsertRunsReturningSQL = InsertRunsWithSQL("", "", "")
-
-// InsertRunsSQL is InsertMany's statement: the batch insert, returning the
-// inserted runs whole.
-var InsertRunsSQL = InsertRunsReturningSQL + runColumns
+// insertRunsSQL is InsertMany's statement: the batch insert with the run
+// store's columns, returning the inserted runs whole.
+var insertRunsSQL = InsertRunsWith("", "", "", func(insert string) string { return insert + runColumns })
 
 // selectRunsByKeysSQL finds the runs of the (kind, key) pairs $1, $2.
 const selectRunsByKeysSQL = `

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
@@ -116,12 +117,14 @@ func NewRuns(engine Engine, prep []enginekit.PreparedEnqueue) []NewRun {
 // batches racing on overlapping keys wait on each other's unique-index
 // entries in the same order and never deadlock
 // (TestInsertManyRacingBatches deadlocks without it).
-func InsertMany(ctx context.Context, q DBTX, rs []NewRun) (runs []Run, created []bool, err error) {
+func InsertMany(ctx context.Context, pool *pgxpool.Pool, rs []NewRun) (runs []Run, created []bool, err error) {
 	b, err := newBatch(rs)
 	if err != nil {
 		return nil, nil, err
 	}
-	inserted, err := collectRuns(q.Query(ctx, InsertRunsSQL, b.args()...))
+	inserted, err := insertBatch(ctx, pool, insertRunsSQL, b.args(), func(rows pgx.Rows) ([]Run, error) {
+		return collectRuns(rows, nil)
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), err)
 	}
@@ -131,7 +134,7 @@ func InsertMany(ctx context.Context, q DBTX, rs []NewRun) (runs []Run, created [
 		j := b.slot[runKey{r.Kind, r.IdempotencyKey}]
 		got[j], fresh[j] = r, true
 	}
-	existing, err := b.taken(ctx, q, fresh)
+	existing, err := b.taken(ctx, pool, fresh)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -148,26 +151,25 @@ func InsertMany(ctx context.Context, q DBTX, rs []NewRun) (runs []Run, created [
 	return runs, b.created(fresh), nil
 }
 
-// InsertManyWith is InsertMany through stmt, which returns ids only: a
-// statement that runs InsertRunsWithSQL on its parameters $1-$9 (as a
-// data-modifying WITH query, naming the columns it needs of the inserted
-// rows), and returns the id of each run it inserted. An engine's own
-// columns and statements read args ($10 on): the lease engine sets its
-// retry policy and first claim time so. Reading back only ids spares the server
-// writing, and the client decoding, every column of every run it already
-// has.
-func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args ...any) (ids []port.RunID, created []bool, err error) {
+// InsertManyWith is InsertMany through ins, which returns ids only: a
+// batch insert built by InsertRunsWith that embeds the insert of its
+// parameters $1-$9 (as a data-modifying WITH query, naming the columns it
+// needs of the inserted rows) and returns the id of each run it inserted.
+// An engine's own columns and statements read args ($10 on): the lease
+// engine sets its retry policy and first claim time so. Reading back only
+// ids spares the server writing, and the client decoding, every column of
+// every run it already has.
+func InsertManyWith(ctx context.Context, pool *pgxpool.Pool, rs []NewRun, ins BatchInsert, args ...any) (ids []port.RunID, created []bool, err error) {
 	b, err := newBatch(rs)
 	if err != nil {
 		return nil, nil, err
 	}
-	rows, err := q.Query(ctx, stmt, b.args(args...)...)
+	inserted, err := insertBatch(ctx, pool, ins, b.args(args...), func(rows pgx.Rows) ([][16]byte, error) {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+		return ids, InterpretError(err)
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), InterpretError(err))
-	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
-	if err != nil {
-		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), InterpretError(err))
+		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), err)
 	}
 	slotOf := make(map[[16]byte]int, len(b.ids))
 	for j, id := range b.ids {
@@ -182,7 +184,7 @@ func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args 
 		}
 		got[j], fresh[j] = port.RunID(uuid.UUID(id).String()), true
 	}
-	existing, err := b.taken(ctx, q, fresh)
+	existing, err := b.taken(ctx, pool, fresh)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -199,12 +201,38 @@ func InsertManyWith(ctx context.Context, q DBTX, rs []NewRun, stmt string, args 
 	return ids, b.created(fresh), nil
 }
 
+// insertBatch runs a batch insert and collects what it returns: first its
+// Fresh form, and only if a key is taken its Idempotent one. A batch of
+// new keys (an import, the outbox's first dispatch of its events) is the
+// common case, and ON CONFLICT costs it a probe of the unique index per
+// run before the insert, which then searches that index again to place
+// the entry (issue 14: the probe was 14% of the server's time in
+// EnqueueMany's insert, perf). A
+// batch that meets a taken key pays for both statements: the first fails
+// as a whole, and its rows are left to vacuum. pool runs each statement in
+// a transaction of its own, so that the failed one aborts nothing of the
+// caller's; that is why the batch inserts take a pool, not a DBTX.
+func insertBatch[T any](ctx context.Context, pool *pgxpool.Pool, ins BatchInsert, args []any, collect func(pgx.Rows) ([]T, error)) ([]T, error) {
+	rows, err := pool.Query(ctx, ins.Fresh, args...)
+	if err != nil {
+		return nil, InterpretError(err)
+	}
+	got, err := collect(rows)
+	if !isRunKeyTaken(err) {
+		return got, err
+	}
+	if rows, err = pool.Query(ctx, ins.Idempotent, args...); err != nil {
+		return nil, InterpretError(err)
+	}
+	return collect(rows)
+}
+
 type runKey struct {
 	kind port.Kind
 	key  string
 }
 
-// batch is a batch of NewRuns as InsertRunsSQL takes them: one slot per
+// batch is a batch of NewRuns as InsertRunsWith takes them: one slot per
 // (kind, key), filled from the first entry that names it, with a fresh id.
 type batch struct {
 	slot    map[runKey]int // key -> its slot
@@ -248,7 +276,7 @@ func newBatch(rs []NewRun) (*batch, error) {
 	return b, nil
 }
 
-// args are the parameters $1-$9 of InsertRunsSQL, then more.
+// args are the parameters $1-$9 of InsertRunsWith, then more.
 func (b *batch) args(more ...any) []any {
 	return append([]any{b.ids, b.engines, b.kinds, b.versions, b.keys, b.business, b.prios, b.inputs, b.avails}, more...)
 }

@@ -18,12 +18,17 @@ package main
 // insert costs (issue 14: EnqueueMany against River's InsertMany). Some
 // write to schemas taskport does not ship, so their rates describe the cost
 // of a structure, not a supported configuration:
-//   - run store columns only: runstore.InsertRunsReturningSQL, the
-//     columns every engine's run has, without the lease state (retry
+//   - run store columns only: runstore.InsertRunsWith with no engine's
+//     columns, those every engine's run has, without the lease state (retry
 //     policy, first claim time, trace context) that EnqueueMany also sets;
 //   - EnqueueMany without run_status_created, and without both listing
 //     indexes (run_status_created and run_kind_version_status_created);
-//   - EnqueueMany without the claim's ready index (run_ready).
+//   - EnqueueMany without the claim's ready index (run_ready);
+//   - EnqueueMany with the run's text keys in the database's collation, as
+//     before migration 00015.
+//
+// -only runs one mode alone, to profile it (perf record -a -g -- compare
+// enqueue -only 'lease EnqueueMany' -n 300000 -rounds 1).
 //
 // Nothing is executed: no worker runs. Each mode gets a fresh database on
 // the same server per round. Within a round the modes take turns slice by
@@ -42,6 +47,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -76,7 +82,8 @@ func runEnqueue(ctx context.Context, args []string) error {
 		producers = fs.Int("producers", 8, "goroutines calling Enqueue one run at a time")
 		rounds    = fs.Int("rounds", 5, "rounds; the median is reported")
 		pool      = fs.Int("pool", 20, "connections per mode (pool_max_conns)")
-		ablate    = fs.Bool("ablate", false, "add the diagnostic modes: run store columns only, EnqueueMany without one or both run listing indexes, without run_ready")
+		ablate    = fs.Bool("ablate", false, "add the diagnostic modes: run store columns only, EnqueueMany without one or both run listing indexes, without run_ready, with the database's collation")
+		only      = fs.String("only", "", "run this mode alone (its name as the table prints it), e.g. to profile it under perf record")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -100,7 +107,18 @@ func runEnqueue(ctx context.Context, args []string) error {
 			enqueueMode{"(no run_status_created)", perBatch, leaseMany("DROP INDEX taskport.run_status_created")},
 			enqueueMode{"(no listing index)", perBatch, leaseMany("DROP INDEX taskport.run_status_created",
 				"DROP INDEX taskport.run_kind_version_status_created")},
-			enqueueMode{"(no run_ready)", perBatch, leaseMany("DROP INDEX taskport.run_ready")})
+			enqueueMode{"(no run_ready)", perBatch, leaseMany("DROP INDEX taskport.run_ready")},
+			enqueueMode{"(database collation)", perBatch, leaseMany(`ALTER TABLE taskport.run
+  ALTER COLUMN kind TYPE text COLLATE "default", ALTER COLUMN idempotency_key TYPE text COLLATE "default",
+  ALTER COLUMN engine TYPE text COLLATE "default", ALTER COLUMN status TYPE text COLLATE "default",
+  ALTER COLUMN business_key TYPE text COLLATE "default"`)})
+	}
+	if *only != "" {
+		i := slices.IndexFunc(modes, func(m enqueueMode) bool { return m.name == *only })
+		if i < 0 {
+			return fmt.Errorf("-only %q: no such mode", *only)
+		}
+		modes = modes[i : i+1]
 	}
 	admin, err := pgx.Connect(ctx, *dbURL)
 	if err != nil {
@@ -197,7 +215,7 @@ func leaseMany(ddl ...string) func(ctx context.Context, dsn string) (inserter, f
 
 // runStoreColumnsOnly inserts the taskport.run rows of the batch as
 // EnqueueMany does, but with the run store's columns only: PrepareBatch,
-// then runstore.InsertManyWith with runstore.InsertRunsReturningSQL.
+// then runstore.InsertManyWith with runStoreColumns.
 func runStoreColumnsOnly(ctx context.Context, dsn string) (inserter, func(), error) {
 	_, pool, err := openLease(ctx, dsn, nil)
 	if err != nil {
@@ -213,10 +231,14 @@ func runStoreColumnsOnly(ctx context.Context, dsn string) (inserter, func(), err
 		if err != nil {
 			return err
 		}
-		_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), runstore.InsertRunsReturningSQL+"id")
+		_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), runStoreColumns)
 		return err
 	}, pool.Close, nil
 }
+
+// runStoreColumns is the batch insert with the run store's columns only,
+// returning ids.
+var runStoreColumns = runstore.InsertRunsWith("", "", "", func(insert string) string { return insert + "id" })
 
 // noopItems are the items [lo, hi) of a round, keyed by their number.
 func noopItems(lo, hi int) []port.EnqueueItem {
