@@ -39,8 +39,15 @@ type Config struct {
 	// activity slots): a run waiting for its step's commit holds no step
 	// slot, so that short steps keep the slots busy while their commits are
 	// in flight. A run that finds every step slot taken waits for one,
-	// holding its lease. Zero means twice the worker's concurrency; a value
-	// below the concurrency is raised to it.
+	// holding its lease. A value below the concurrency is raised to it.
+	//
+	// Zero (the default) adapts: twice the worker's concurrency, and up to
+	// four times while the runs leave step slots idle, i.e. while no run
+	// waits for a slot and some are free (short steps, whose runs spend
+	// their time waiting on commits); each claim then adds at most the idle
+	// slots. With long steps the worker so holds, as with twice the
+	// concurrency, no runs that would only wait for a slot (README: the
+	// DBOS comparison at concurrency 8).
 	ActiveRuns int
 	// Prefetch is how many runs a worker claims beyond its active runs, so
 	// that a run that ends hands its place to the next without waiting for

@@ -23,7 +23,8 @@
 // A worker claims up to BatchSize ready runs per statement (FOR UPDATE SKIP
 // LOCKED, only the (kind, version) pairs it serves, in index order whatever
 // the table statistics say), each with a fresh lease_token. It executes up
-// to ActiveRuns of them at once (twice its concurrency by default) and
+// to ActiveRuns of them at once (by default twice its concurrency, up to
+// four times while runs wait on commits and leave step slots idle) and
 // keeps up to Prefetch more queued, so that a run that ends hands its place
 // to the next at once. StartOptions.Concurrency bounds the steps running at
 // once, as the port defines it and as the Temporal engine's activity slots

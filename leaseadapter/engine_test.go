@@ -320,6 +320,7 @@ type events struct {
 	claimed                 int
 	finished                map[port.Status]int
 	leaseLost, fencedCommit int
+	depths                  int // queue-depth samples
 }
 
 func (e *events) Claimed(n int) { e.mu.Lock(); defer e.mu.Unlock(); e.claimed += n }
@@ -330,7 +331,13 @@ func (e *events) Finished(_ port.Kind, s port.Status) {
 }
 func (e *events) LeaseLost(port.Kind)    { e.mu.Lock(); defer e.mu.Unlock(); e.leaseLost++ }
 func (e *events) FencedCommit(port.Kind) { e.mu.Lock(); defer e.mu.Unlock(); e.fencedCommit++ }
-func (e *events) QueueDepth(int)         {}
+func (e *events) QueueDepth(int)         { e.mu.Lock(); defer e.mu.Unlock(); e.depths++ }
+
+func (e *events) depthSamples() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.depths
+}
 
 func (e *events) read() (claimed, succeeded, lost int) {
 	e.mu.Lock()

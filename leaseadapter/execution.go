@@ -417,15 +417,28 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 // takeStepSlot waits for one of the worker's step slots (Concurrency of
 // them), which invoke frees. A run that was canceled, lost its lease or is
 // asked to stop while it waits starts nothing: the same outcomes as gate.
+// While no slot is free the run counts among the worker's slot waiters,
+// which keep the worker from claiming runs beyond its base (runsWanted).
 func (f *flow) takeStepSlot() error {
+	took := true
 	select {
 	case f.w.steps <- struct{}{}:
+	default:
+		f.w.slotWaiters.Add(1)
+		select {
+		case f.w.steps <- struct{}{}:
+		case <-f.runCtx.Done():
+			took = false
+		case <-f.w.stopping:
+			took = false
+		}
+		f.w.slotWaiters.Add(-1)
+	}
+	if took {
 		if f.runCtx.Err() == nil && !f.w.isStopping() {
 			return nil
 		}
 		<-f.w.steps
-	case <-f.runCtx.Done():
-	case <-f.w.stopping:
 	}
 	if err := f.gate(); err != nil {
 		return err

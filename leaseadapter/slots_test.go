@@ -7,11 +7,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/port"
 )
+
+// slotsKind is a kind of two steps, each a call of probe.
+const slotsKind port.Kind = "test.slots"
+
+// slotRuns returns an engine with cfg (its lease long: only the steps'
+// release ends the runs) that knows slotsKind, and n runs of it enqueued.
+func slotRuns(t *testing.T, pool *pgxpool.Pool, probe *slotProbe, cfg leaseadapter.Config, n int) (*leaseadapter.Engine, []port.RunID) {
+	t.Helper()
+	held := port.DeclareActivity[int, int]("test.slot")
+	reg := port.NewRegistry()
+	require.NoError(t, reg.RegisterActivity(port.Bind(held, probe.run)))
+	require.NoError(t, reg.Register(port.Definition{Kind: slotsKind, Version: 1, Retry: port.RetryPolicy{MaxAttempts: 1},
+		Handler: port.Handle(func(f port.Flow, _ struct{}) error {
+			for i := range 2 {
+				if _, err := held.Run(f, fmt.Sprintf("s%d", i), i); err != nil {
+					return err
+				}
+			}
+			return nil
+		})}))
+	cfg.LeaseDuration = 30 * time.Second
+	eng, err := leaseadapter.New(pool, reg, cfg)
+	require.NoError(t, err)
+	ids := make([]port.RunID, n)
+	for i := range ids {
+		ids[i], err = eng.Enqueue(context.Background(), slotsKind, struct{}{}, port.EnqueueOptions{IdempotencyKey: fmt.Sprint(i)})
+		require.NoError(t, err)
+	}
+	return eng, ids
+}
 
 // slotProbe is an activity that counts the steps running at once and keeps
 // the most it saw; each call holds until release is closed.
@@ -43,29 +74,9 @@ func TestConcurrencyBoundsStepsAtOnce(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
 	probe := &slotProbe{release: make(chan struct{})}
-	held := port.DeclareActivity[int, int]("test.slot")
-	const kind port.Kind = "test.slots"
-	reg := port.NewRegistry()
-	require.NoError(t, reg.RegisterActivity(port.Bind(held, probe.run)))
-	require.NoError(t, reg.Register(port.Definition{Kind: kind, Version: 1, Retry: port.RetryPolicy{MaxAttempts: 1},
-		Handler: port.Handle(func(f port.Flow, _ struct{}) error {
-			for i := range 2 {
-				if _, err := held.Run(f, fmt.Sprintf("s%d", i), i); err != nil {
-					return err
-				}
-			}
-			return nil
-		})}))
 	cfg := fastConfig()
-	cfg.LeaseDuration = 30 * time.Second // only the steps' release ends them
 	cfg.ActiveRuns, cfg.Prefetch = 4, -1
-	eng, err := leaseadapter.New(pool, reg, cfg)
-	require.NoError(t, err)
-	ids := make([]port.RunID, 4)
-	for i := range ids {
-		ids[i], err = eng.Enqueue(ctx, kind, struct{}{}, port.EnqueueOptions{IdempotencyKey: fmt.Sprint(i)})
-		require.NoError(t, err)
-	}
+	eng, ids := slotRuns(t, pool, probe, cfg, 4)
 	startEngine(t, eng, port.StartOptions{Concurrency: 2})
 	// Every run claimed (each on an executor of its own) and the two slots
 	// taken: a run not bounded by the slots would be in its step by now.
@@ -86,4 +97,36 @@ func TestConcurrencyBoundsStepsAtOnce(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (run_id, seq)) FROM taskport_lease.step_result`).Scan(&steps, &distinct))
 	require.Equal(t, 8, steps)
 	require.Equal(t, steps, distinct, "each step recorded once")
+}
+
+// With the default ActiveRuns, a worker whose steps hold every slot claims
+// no runs beyond its base (twice the concurrency executing) and its
+// prefetch (the concurrency): the extra executors, up to four times the
+// concurrency, are for runs that wait on their commits and leave slots
+// idle, not for runs that would only wait for a slot, holding leases
+// another worker could serve.
+func TestBusySlotsClaimNoRunsBeyondTheBase(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	probe := &slotProbe{release: make(chan struct{})}
+	cfg := fastConfig()
+	seen := &events{finished: map[port.Status]int{}}
+	cfg.Metrics = seen
+	eng, ids := slotRuns(t, pool, probe, cfg, 12)
+	startEngine(t, eng, port.StartOptions{Concurrency: 2})
+	const held = 2*2 + 2
+	claimed := func() int64 {
+		return count(t, pool, `SELECT count(*) FROM taskport.run WHERE status = 'running'`)
+	}
+	require.Eventually(t, func() bool { return probe.now.Load() == 2 && claimed() == held }, 10*time.Second, 10*time.Millisecond)
+	// The reaper samples the queue depth once per poll interval, the
+	// interval of the claim loop's poll: three more samples span polls at
+	// which the worker could have claimed more.
+	from := seen.depthSamples()
+	require.Eventually(t, func() bool { return seen.depthSamples() >= from+3 }, 10*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, held, claimed(), "runs claimed while every step slot is busy")
+	close(probe.release)
+	for _, id := range ids {
+		waitTaskStatus(t, pool, id, "succeeded")
+	}
 }

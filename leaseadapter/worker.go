@@ -29,17 +29,21 @@ var (
 // loop, a heartbeater renewing every lease it holds, a reaper for expired
 // leases, a LISTEN connection and the group committers. Each claimed run
 // executes on one of activeRuns executors; its steps run in one of
-// concurrency step slots.
+// concurrency step slots. The worker claims for baseRuns executors, and for
+// more, up to activeRuns, only while its runs leave step slots idle
+// (runsWanted).
 type worker struct {
 	e           *Engine
 	opts        port.StartOptions
 	log         *slog.Logger
 	served      []string      // "<kind>@<version>" of every definition this worker runs
 	concurrency int           // steps at once (StartOptions.Concurrency)
-	activeRuns  int           // executors: runs executing at once (Config.ActiveRuns)
-	prefetch    int           // runs claimed beyond activeRuns, queued for an executor
+	activeRuns  int           // executors: runs executing at once, at most (Config.ActiveRuns)
+	baseRuns    int           // runs executing at once while steps wait for slots (runsWanted)
+	prefetch    int           // runs claimed beyond the executing ones, queued for an executor
 	queue       chan queued   // claimed runs in claim order
 	steps       chan struct{} // step slots: a step runs while it holds one
+	slotWaiters atomic.Int64  // runs waiting for a step slot (takeStepSlot)
 
 	wake    chan struct{} // claim now (buffer 1: pokes coalesce)
 	commits chan *commitReq
@@ -92,8 +96,9 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 		w.prefetch = e.cfg.Prefetch
 	}
 	w.activeRuns = max(e.cfg.ActiveRuns, opts.Concurrency)
+	w.baseRuns = w.activeRuns
 	if e.cfg.ActiveRuns == 0 {
-		w.activeRuns = 2 * opts.Concurrency
+		w.activeRuns, w.baseRuns = 4*opts.Concurrency, 2*opts.Concurrency
 	}
 	w.queue = make(chan queued, w.activeRuns+w.prefetch)
 	for _, d := range e.reg.Definitions() {
@@ -276,20 +281,39 @@ func (w *worker) claimLoop(ctx context.Context) {
 func (w *worker) reserve(limit int, idleOnly bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.noClaims || (idleOnly && len(w.running) >= w.activeRuns) {
+	if w.noClaims {
+		return 0
+	}
+	runs := w.runsWanted()
+	if idleOnly && len(w.running) >= runs {
 		return 0
 	}
 	if w.reserved > 0 {
 		w.missed = w.missed || idleOnly
 		return 0
 	}
-	n := min(w.activeRuns+w.prefetch-len(w.running), limit)
+	n := min(runs+w.prefetch-len(w.running), limit)
 	if n <= 0 {
 		return 0
 	}
 	w.reserved = n
 	w.claims.Add(1)
 	return n
+}
+
+// runsWanted is how many runs the worker wants executing now (w.mu held):
+// baseRuns, and more, up to activeRuns, once those are all claimed while no
+// run waits for a step slot and some slots are idle. Runs then spend their
+// time waiting on their commits (short steps), and more runs in flight
+// keep the slots busy: each extension adds at most the idle slots. While a
+// run waits for a slot (long steps), more runs would only wait too,
+// holding leases that another worker could serve, so the worker holds no
+// more than baseRuns executing, plus its prefetch.
+func (w *worker) runsWanted() int {
+	if w.activeRuns == w.baseRuns || len(w.running) < w.baseRuns+w.prefetch || w.slotWaiters.Load() > 0 {
+		return w.baseRuns
+	}
+	return min(w.activeRuns, len(w.running)-w.prefetch+w.concurrency-len(w.steps))
 }
 
 // claimed launches the runs of a claim that booked n places (none if it

@@ -82,7 +82,7 @@ func run(ctx context.Context) error {
 		pool   = flag.Int("pool", 20, "connections per engine (pool_max_conns); 20 is DBOS's own default")
 		modes  = flag.String("modes", "closed,open", "loop modes: closed (each starter awaits its workflow), open (all started at once, awaited at the end)")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole comparison (both engines run in this process) to this file")
-		active = flag.Int("active", 0, "the lease worker's ActiveRuns: runs executing at once, of which `concurrency` run a step at once (0: the engine's default, twice the concurrency)")
+		active = flag.Int("active", 0, "the lease worker's ActiveRuns: runs executing at once, of which `concurrency` run a step at once (0: the engine's default, twice the concurrency, up to four times while runs leave step slots idle)")
 	)
 	flag.Parse()
 	activeRuns = *active

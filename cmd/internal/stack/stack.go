@@ -85,8 +85,8 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 		"Worker Deployment Versioning: this worker's build id; runs stay pinned to the build they started on (env TEMPORAL_WORKER_BUILD_ID)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default")
 	fs.IntVar(&c.LeaseActiveRuns, "lease-active-runs", 0,
-		"lease: claimed runs this worker executes at once (replaying, committing or in a step); 0: twice the concurrency; "+
-			"below the concurrency: raised to it")
+		"lease: claimed runs this worker executes at once (replaying, committing or in a step); 0: twice the concurrency, "+
+			"up to four times while runs leave step slots idle; below the concurrency: raised to it")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process")
