@@ -67,14 +67,13 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	if err != nil {
 		return "", err
 	}
-	id, err := uuid.NewV7()
+	notify := e.notifyNow()
+	args, err := e.enqueueArgs(ctx, kind, p, opts, e.enqueueHint(), notify)
 	if err != nil {
-		return "", fmt.Errorf("enqueue %s: new run id: %w", kind, err)
+		return "", err
 	}
 	var got *uuid.UUID
 	var ready, notified int
-	notify := e.notifyNow()
-	args := e.enqueueArgs(ctx, id, kind, p, opts, e.enqueueHint(), notify)
 	scan := func(row pgx.Row) error { return row.Scan(&got, &ready, &notified) }
 	w := e.serving()
 	if w != nil {
@@ -164,13 +163,12 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	if err != nil {
 		return "", err
 	}
-	id, err := uuid.NewV7()
+	args, err := e.enqueueArgs(ctx, kind, p, opts, "", true)
 	if err != nil {
-		return "", fmt.Errorf("enqueue %s: new run id: %w", kind, err)
+		return "", err
 	}
 	var got *uuid.UUID
 	var ready, notified int
-	args := e.enqueueArgs(ctx, id, kind, p, opts, "", true)
 	if err := tx.QueryRow(ctx, enqueueSQL, args...).Scan(&got, &ready, &notified); err != nil {
 		return "", fmt.Errorf("enqueue %s: %w", kind, err)
 	}
@@ -189,10 +187,15 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	return run.ID, nil
 }
 
-// enqueueArgs are enqueueSQL's parameters: a notification with payload
-// hint, sent when notify is set and the run is due now.
-func (e *Engine) enqueueArgs(ctx context.Context, id uuid.UUID, kind port.Kind, p enginekit.PreparedEnqueue,
-	opts port.EnqueueOptions, hint string, notify bool) []any {
+// enqueueArgs are enqueueSQL's parameters, with a new run id: a
+// notification with payload hint, sent when notify is set and the run is
+// due now.
+func (e *Engine) enqueueArgs(ctx context.Context, kind port.Kind, p enginekit.PreparedEnqueue,
+	opts port.EnqueueOptions, hint string, notify bool) ([]any, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("enqueue %s: new run id: %w", kind, err)
+	}
 	var avail *time.Time
 	if !opts.AvailableAt.IsZero() {
 		avail = &opts.AvailableAt
@@ -201,7 +204,7 @@ func (e *Engine) enqueueArgs(ctx context.Context, id uuid.UUID, kind port.Kind, 
 	tc := tracing.FromContext(ctx)
 	return []any{id, kind, p.Definition.Version, opts.IdempotencyKey, opts.BusinessKey,
 		opts.Priority, p.Input, avail, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
-		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, hint, notify, tc.Parent, tc.State}
+		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, hint, notify, tc.Parent, tc.State}, nil
 }
 
 // EnqueueMany enqueues a batch (port.TaskEngine) in one statement, which

@@ -207,11 +207,11 @@ func InsertManyWith(ctx context.Context, pool *pgxpool.Pool, rs []NewRun, ins Ba
 // common case, and ON CONFLICT costs it a probe of the unique index per
 // run before the insert, which then searches that index again to place
 // the entry (issue 14: the probe was 14% of the server's time in
-// EnqueueMany's insert, perf). A
-// batch that meets a taken key pays for both statements: the first fails
-// as a whole, and its rows are left to vacuum. pool runs each statement in
-// a transaction of its own, so that the failed one aborts nothing of the
-// caller's; that is why the batch inserts take a pool, not a DBTX.
+// EnqueueMany's insert, perf). A batch that meets a taken key pays for
+// both statements: the first fails as a whole, and its rows are left to
+// vacuum. pool runs each statement in a transaction of its own, so that
+// the failed one aborts nothing of the caller's; that is why the batch
+// inserts take a pool, not a DBTX.
 func insertBatch[T any](ctx context.Context, pool *pgxpool.Pool, ins BatchInsert, args []any, collect func(pgx.Rows) ([]T, error)) ([]T, error) {
 	rows, err := pool.Query(ctx, ins.Fresh, args...)
 	if err != nil {
