@@ -21,7 +21,8 @@
 //
 //	go run ./cmd/compare -db postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 //
-// `compare enqueue` compares enqueue rates instead (see enqueue.go).
+// `compare enqueue` compares enqueue rates instead (see enqueue.go), and
+// `compare taken` prices EnqueueMany with keys already taken (taken.go).
 package main
 
 import (
@@ -73,6 +74,9 @@ type result struct {
 func run(ctx context.Context) error {
 	if len(os.Args) > 1 && os.Args[1] == "enqueue" {
 		return runEnqueue(ctx, os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == "taken" {
+		return runTaken(ctx, os.Args[2:])
 	}
 	var (
 		dbURL  = flag.String("db", os.Getenv("TEST_DATABASE_URL"), "Postgres server URL (an admin database: fresh databases are created beside it)")
