@@ -88,9 +88,6 @@ func runEnqueue(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return errors.New("-db (or TEST_DATABASE_URL) is required")
-	}
 	if *batch < 1 || *producers < 1 || *runs < 1 {
 		return errors.New("-n, -batch and -producers must be at least 1")
 	}
@@ -120,9 +117,9 @@ func runEnqueue(ctx context.Context, args []string) error {
 		}
 		modes = modes[i : i+1]
 	}
-	admin, err := pgx.Connect(ctx, *dbURL)
+	admin, err := connectAdmin(ctx, *dbURL)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
 	got := make([][]result, len(modes))

@@ -91,7 +91,7 @@ func run(ctx context.Context) error {
 	flag.Parse()
 	activeRuns = *active
 	if *dbURL == "" {
-		return errors.New("-db (or TEST_DATABASE_URL) is required")
+		return errDBRequired
 	}
 	if *prof != "" {
 		f, err := os.Create(*prof)
@@ -159,6 +159,21 @@ func median(rs []result) result {
 	return rs[len(rs)/2]
 }
 
+var errDBRequired = errors.New("-db (or TEST_DATABASE_URL) is required")
+
+// connectAdmin connects to the server's admin database (-db), where each
+// measurement creates its fresh database.
+func connectAdmin(ctx context.Context, server string) (*pgx.Conn, error) {
+	if server == "" {
+		return nil, errDBRequired
+	}
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return admin, nil
+}
+
 // runner executes n workflows at concurrency c on the database at url and
 // returns how long that took (setup excluded).
 type runner func(ctx context.Context, url string, c, n int) (time.Duration, error)
@@ -166,9 +181,9 @@ type runner func(ctx context.Context, url string, c, n int) (time.Duration, erro
 // measure gives the engine a fresh database, reached through a pool of
 // poolSize connections, and reads its commit counter around the run.
 func measure(ctx context.Context, server string, poolSize int, engine, mode string, c, n int, fn runner) (result, error) {
-	admin, err := pgx.Connect(ctx, server)
+	admin, err := connectAdmin(ctx, server)
 	if err != nil {
-		return result{}, fmt.Errorf("connect: %w", err)
+		return result{}, err
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
 	name, dsn, drop, err := freshDB(ctx, admin, server, fmt.Sprintf("%s_%s_%d", engine, mode, c), poolSize)

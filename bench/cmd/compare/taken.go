@@ -41,15 +41,12 @@ func runTaken(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return errors.New("-db (or TEST_DATABASE_URL) is required")
-	}
 	if *batches < 1 || *size < 2 || *rounds < 1 {
 		return errors.New("-batches and -rounds must be at least 1, -batch at least 2")
 	}
-	admin, err := pgx.Connect(ctx, *dbURL)
+	admin, err := connectAdmin(ctx, *dbURL)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
 	names := []string{"new keys", "every key taken", "last key taken"}
