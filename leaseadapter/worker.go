@@ -340,12 +340,8 @@ func (w *worker) claimed(exs []*execution, n int) {
 // claim takes up to n runs in a transaction of its own. One round trip: the
 // claim with its plan pinned (claimPlanSQL), between BEGIN and COMMIT.
 func (w *worker) claim(ctx context.Context, n int) ([]*execution, error) {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
 	var exs []*execution
-	w.queueClaim(b, n, &exs)
-	b.Queue("COMMIT")
-	if err := w.e.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := dbtx.BatchTx(ctx, w.e.pool, func(b *pgx.Batch) { w.queueClaim(b, n, &exs) }); err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)
 	}
 	return exs, nil

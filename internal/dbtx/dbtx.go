@@ -89,16 +89,23 @@ func ExecPinned(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) 
 	return n, err
 }
 
-// pinnedTx runs pin, then the statements queue adds, between BEGIN and
-// COMMIT, as one batch: one round trip, where Begin, Exec, Query and
-// Commit took four. A statement that fails skips the rest, COMMIT
-// included, and leaves its connection inside the transaction: db is a pool
-// because a pool closes such a connection as it takes it back, which rolls
-// the transaction back (a lone connection would stay in it).
+// pinnedTx is BatchTx with pin run first.
 func pinnedTx(ctx context.Context, db *pgxpool.Pool, pin string, queue func(b *pgx.Batch)) error {
+	return BatchTx(ctx, db, func(b *pgx.Batch) {
+		b.Queue(pin)
+		queue(b)
+	})
+}
+
+// BatchTx runs the statements queue adds between BEGIN and COMMIT, as one
+// batch: one round trip, where Begin, each statement and Commit take one
+// each. A statement that fails skips the rest, COMMIT included, and leaves
+// its connection inside the transaction: db is a pool because a pool
+// closes such a connection as it takes it back, which rolls the
+// transaction back (a lone connection would stay in it).
+func BatchTx(ctx context.Context, db *pgxpool.Pool, queue func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(pin)
 	queue(b)
 	b.Queue("COMMIT")
 	return db.SendBatch(ctx, b).Close()
