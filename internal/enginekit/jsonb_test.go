@@ -3,6 +3,7 @@ package enginekit_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -157,25 +158,43 @@ func TestRunActivityRefusesAResultPostgresCannotStore(t *testing.T) {
 	}
 }
 
-// BenchmarkEncodePayload prices EncodePayload (and its jsonb check) on a
-// small input, a 64 KiB one with no escapes and the same with an escape
-// every 64 bytes.
-func BenchmarkEncodePayload(b *testing.B) {
-	cases := map[string]json.RawMessage{
-		"small":           json.RawMessage(`{"plan_id":"0190a5c6-0000-7000-8000-000000000000","path":"/library/films/x.mkv","bytes":734003200}`),
-		"64KiB":           json.RawMessage(`{"blob":"` + strings.Repeat("abcdefgh", 8<<10) + `"}`),
-		"64KiB escaped":   json.RawMessage(`{"blob":"` + strings.Repeat(strings.Repeat("x", 58)+`\u00e9`, 1<<10) + `"}`),
-		"64KiB non-ASCII": json.RawMessage(`{"blob":"` + strings.Repeat("é", 32<<10) + `"}`),
+// benchPayloads are a small input, a 64 KiB one with no escapes, the same
+// with an escape every 64 bytes, and one of two-byte characters.
+func benchPayloads() (names []string, raws []json.RawMessage) {
+	return []string{"small", "64KiB", "64KiB escaped", "64KiB non-ASCII"}, []json.RawMessage{
+		json.RawMessage(`{"plan_id":"0190a5c6-0000-7000-8000-000000000000","path":"/library/films/x.mkv","bytes":734003200}`),
+		json.RawMessage(`{"blob":"` + strings.Repeat("abcdefgh", 8<<10) + `"}`),
+		json.RawMessage(`{"blob":"` + strings.Repeat(strings.Repeat("x", 58)+`\u00e9`, 1<<10) + `"}`),
+		json.RawMessage(`{"blob":"` + strings.Repeat("é", 32<<10) + `"}`),
 	}
-	for _, name := range []string{"small", "64KiB", "64KiB escaped", "64KiB non-ASCII"} {
-		raw := cases[name]
-		b.Run(name, func(b *testing.B) {
-			b.SetBytes(int64(len(raw)))
-			for b.Loop() {
-				if _, err := enginekit.EncodePayload("input", raw); err != nil {
-					b.Fatal(err)
-				}
+}
+
+// BenchmarkEncodePayload prices EncodePayload of raw JSON, its jsonb check
+// included (encode/...), and the check alone (check/...).
+func BenchmarkEncodePayload(b *testing.B) {
+	names, raws := benchPayloads()
+	ops := []struct {
+		name string
+		run  func(json.RawMessage) error
+	}{
+		{"encode", func(raw json.RawMessage) error { _, err := enginekit.EncodePayload("input", raw); return err }},
+		{"check", func(raw json.RawMessage) error {
+			if reason := enginekit.CheckJSONB(raw); reason != "" {
+				return errors.New(reason)
 			}
-		})
+			return nil
+		}},
+	}
+	for _, op := range ops {
+		for i, raw := range raws {
+			b.Run(op.name+"/"+names[i], func(b *testing.B) {
+				b.SetBytes(int64(len(raw)))
+				for b.Loop() {
+					if err := op.run(raw); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
