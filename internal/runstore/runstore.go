@@ -381,14 +381,15 @@ func otherEngine(id port.RunID, owner, self Engine) error {
 // no reason, no updated_at): the caller has nothing more to do. A run of
 // another engine is refused with an error wrapping port.ErrOtherEngine, an
 // unknown one with port.ErrNotFound, and a reason Postgres cannot store
-// with a *port.FieldError; none of them writes anything.
+// with a *port.FieldError (checked after the id's form, before the run is
+// looked up, as both engines do); none of them writes anything.
 func RequestCancel(ctx context.Context, q DBTX, engine Engine, id port.RunID, reason string) (flagged bool, err error) {
-	if err := enginekit.ValidateText("reason", reason); err != nil {
-		return false, fmt.Errorf("request cancel of run %s: %w", id, err)
-	}
 	u, err := ParseID(id)
 	if err != nil {
 		return false, err
+	}
+	if err := enginekit.ValidateText("reason", reason); err != nil {
+		return false, fmt.Errorf("request cancel of run %s: %w", id, err)
 	}
 	var owner Engine
 	err = InterpretError(q.QueryRow(ctx, requestCancelSQL, u, reason, engine).Scan(&flagged, &owner))

@@ -115,10 +115,10 @@ func requireOtherEngine(w *world, err error, other, call string) {
 	require.ErrorContains(w.t, err, "owned by the "+other+" engine, not by this "+self+" engine", call)
 }
 
-// An input, a batch item or a signal payload with a U+0000 (or anything
-// else Postgres refuses) is a *port.FieldError naming the field, in a
-// *port.ItemError naming the item for EnqueueMany, and nothing is written
-// (issue 24, bug 5).
+// An input, a batch item, a signal payload or a cancel reason with a
+// U+0000 (or anything else Postgres refuses) is a *port.FieldError naming
+// the field, in a *port.ItemError naming the item for EnqueueMany, and
+// nothing is written (issue 24, bug 5).
 func nulInputRefused(w *world) {
 	e := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	for _, in := range []any{kinds.TagIn{Tag: "a\x00b"}, json.RawMessage(`{"tag":"\u0000"}`), json.RawMessage(`{"tag":"\udead"}`)} {
@@ -143,6 +143,13 @@ func nulInputRefused(w *world) {
 	w.waitStatus(e, id, port.StatusWaiting)
 	_, err = e.Signal(bg, "ct:nul-signal", map[string]string{"why": "\x00"})
 	requireField(w, err, "payload")
+	// A cancel reason Postgres cannot store: refused before the run is
+	// looked up, after the id's form.
+	before := w.row(id)
+	requireField(w, e.Cancel(bg, id, "why\x00"), "reason")
+	requireField(w, e.Cancel(bg, id, "why\xff"), "reason")
+	require.Equal(w.t, before, w.row(id), "a refused cancel writes nothing")
+	require.ErrorIs(w.t, e.Cancel(bg, "not-a-run", "why\x00"), port.ErrNotFound)
 	require.Empty(w.t, w.effects(id))
 }
 
