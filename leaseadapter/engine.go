@@ -306,13 +306,15 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 // waiting run is canceled at once; a running one has its step context
 // canceled with port.ErrCanceled (at once through a notification, at the
 // latest at its worker's next heartbeat), and no later step starts.
-// Canceling a finished run is a no-op.
+// Canceling a finished run writes nothing and returns nil; a run of the
+// Temporal engine is refused with port.ErrOtherEngine, nothing written.
 func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error {
 	u, err := runstore.ParseID(id)
 	if err != nil {
 		return err
 	}
-	if _, err := runstore.RequestCancel(ctx, e.pool, id, reason); err != nil {
+	flagged, err := runstore.RequestCancel(ctx, e.pool, runstore.EngineLease, id, reason)
+	if err != nil || !flagged {
 		return err
 	}
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
@@ -350,18 +352,18 @@ func (e *Engine) pokeLocal() {
 // Get returns the run's view, which is its row: a claimed run reads as
 // running, a run whose leases were all lost as failed.
 func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
-	run, err := runstore.Get(ctx, e.pool, id)
+	run, err := runstore.GetOwned(ctx, e.pool, runstore.EngineLease, id)
 	if err != nil {
 		return port.RunView{}, err
 	}
 	return run.RunView, nil
 }
 
-// ListRuns lists runs for the admin views: dead letters (Statuses: failed)
-// and runs still open on an old version (BelowVersion), including those no
-// worker serves.
+// ListRuns lists this engine's runs for the admin views: dead letters
+// (Statuses: failed) and runs still open on an old version (BelowVersion),
+// including those no worker serves.
 func (e *Engine) ListRuns(ctx context.Context, filter port.RunFilter) ([]port.RunView, error) {
-	return runstore.List(ctx, e.pool, filter)
+	return runstore.List(ctx, e.pool, runstore.EngineLease, filter)
 }
 
 // Retry starts a new run for a failed one (port.Admin): the shared

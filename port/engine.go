@@ -82,7 +82,14 @@ func (s Status) Valid() bool {
 type TaskEngine interface {
 	// Enqueue starts a run of the current version of kind, or returns the run
 	// already recorded for (kind, opts.IdempotencyKey). The input is not
-	// compared with the existing run's input.
+	// compared with the existing run's input. Invalid input is refused with
+	// a *FieldError (wrapping ErrInvalidInput) naming the field, before
+	// anything is written; that includes what Postgres cannot store: a
+	// U+0000 in any JSON string of the input, a lone surrogate escape or
+	// bytes that are not UTF-8, and in the idempotency or business key a
+	// NUL, another control character or bytes that are not UTF-8. The same
+	// rule holds for a step's result (the step fails at once, not retried,
+	// naming "result").
 	Enqueue(ctx context.Context, kind Kind, input any, opts EnqueueOptions) (RunID, error)
 	// EnqueueMany is Enqueue for a batch, in one transaction: a result per
 	// item, in the items' order. Every item is validated as Enqueue would
@@ -96,14 +103,23 @@ type TaskEngine interface {
 	EnqueueMany(ctx context.Context, items []EnqueueItem) ([]EnqueueResult, error)
 	// Signal wakes the runs waiting on topic and returns how many accepted it.
 	// It is a hint only: a waiter re-reads the business database after waking,
-	// and a signal nobody waits for returns 0 and breaks nothing.
+	// and a signal nobody waits for returns 0 and breaks nothing. A payload
+	// Enqueue would refuse as an input is a *FieldError "payload".
 	Signal(ctx context.Context, topic Topic, payload any) (delivered int, err error)
-	// Cancel records the cancel request in Postgres first, then cancels in the
-	// engine. A running step is not interrupted by the engine; it learns of the
-	// cancel through its context (see Heartbeat) and stops itself. Later steps
-	// never start. Canceling a finished run is a no-op.
+	// Cancel records the cancel request in Postgres first (the run's cancel
+	// flag and reason; a later request keeps the first's), then cancels in
+	// the engine, and returns nil. A running step is not interrupted by the
+	// engine; it learns of the cancel through its context (see Heartbeat),
+	// whose cause is ErrCanceled, and stops itself. Later steps never start.
+	// Canceling a finished run (succeeded, failed or canceled) writes
+	// nothing at all and returns nil. An unknown id (malformed or not) is
+	// ErrNotFound, a run of another engine ErrOtherEngine, a reason that
+	// Postgres's text cannot store (a NUL, bytes that are not UTF-8) a
+	// *FieldError "reason"; none of them writes anything.
 	Cancel(ctx context.Context, id RunID, reason string) error
-	// Get returns the read-only projection of a run, or ErrNotFound.
+	// Get returns the read-only projection of a run. An unknown id is
+	// ErrNotFound, a run of another engine ErrOtherEngine; neither writes
+	// anything.
 	Get(ctx context.Context, id RunID) (RunView, error)
 	// Start begins serving the given roles. It returns once the engine is
 	// serving; work happens in the background until Stop.
@@ -261,18 +277,20 @@ const (
 // dead letters (Statuses: failed) and runs still open on an old version
 // (ADR 2.5, 2.6).
 type Admin interface {
-	// ListRuns returns up to filter.Limit runs matching filter, newest
-	// first (by creation, then id). A page shorter than the limit is the
-	// last one.
+	// ListRuns returns up to filter.Limit of this engine's runs matching
+	// filter, newest first (by creation, then id); the runs of another
+	// engine sharing the database are not listed. A page shorter than the
+	// limit is the last one.
 	ListRuns(ctx context.Context, filter RunFilter) ([]RunView, error)
 	// Retry starts a new run for a failed run (a dead letter): the same
 	// kind, input and business key, at the kind's current version, whose
 	// input must still be accepted (the failed run's version is the input's
 	// MinVersion). Its idempotency key is derived from the failed run's id
 	// (RetryKey), so a repeated Retry returns the same new run. The failed
-	// run stays as it is, listed as failed. Retrying a run that is not
-	// failed is refused with an error wrapping ErrInvalidInput, and an
-	// unknown run with ErrNotFound; neither writes anything.
+	// run stays as it is, listed as failed. A run of another engine is
+	// refused with ErrOtherEngine (whatever its status), a run that is not
+	// failed with an error wrapping ErrInvalidInput, and an unknown run with
+	// ErrNotFound; none of them writes anything.
 	Retry(ctx context.Context, id RunID) (RunID, error)
 }
 

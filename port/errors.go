@@ -11,6 +11,14 @@ import (
 var (
 	// ErrNotFound: no run (or other record) with that id.
 	ErrNotFound = errors.New("taskport: not found")
+	// ErrOtherEngine: the run exists but another engine owns it (a database
+	// that both engines share, during a move from one to the other). Get,
+	// Cancel and Admin.Retry refuse it, naming both engines, and write
+	// nothing; Admin.ListRuns does not list it. It wraps ErrNotFound: to
+	// this engine the run is not one of its own, and a caller that only
+	// asks "is there such a run?" gets the answer it would for an unknown
+	// id.
+	ErrOtherEngine = fmt.Errorf("%w: the run belongs to another engine", ErrNotFound)
 	// ErrInvalidInput: the caller passed something the engine refuses; the
 	// concrete error is usually a *FieldError naming the field.
 	ErrInvalidInput = errors.New("taskport: invalid input")

@@ -297,14 +297,13 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 
 // Cancel writes the business cancel flag first (ADR 2.4), then cancels the
 // workflow with the reason. The running step is not interrupted: it learns
-// of the cancel at its next heartbeat; later steps never start.
+// of the cancel at its next heartbeat; later steps never start. Canceling
+// a finished run writes nothing and returns nil; a run of the lease engine
+// is refused with port.ErrOtherEngine, nothing written.
 func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error {
-	run, err := runstore.RequestCancel(ctx, e.pool, id, reason)
-	if err != nil {
+	flagged, err := runstore.RequestCancel(ctx, e.pool, runstore.EngineTemporal, id, reason)
+	if err != nil || !flagged {
 		return err
-	}
-	if run.Status.Terminal() {
-		return nil
 	}
 	err = interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason}))
 	if errors.Is(err, port.ErrNotFound) {
@@ -325,12 +324,9 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 // recorded as Temporal reports it, as the reconciler does for runs nobody
 // reads.
 func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
-	run, err := runstore.Get(ctx, e.pool, id)
+	run, err := runstore.GetOwned(ctx, e.pool, runstore.EngineTemporal, id)
 	if err != nil {
 		return port.RunView{}, err
-	}
-	if run.Engine != runstore.EngineTemporal {
-		return run.RunView, nil
 	}
 	view, _, err := e.describe(ctx, run)
 	return view, err
@@ -376,10 +372,11 @@ func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescripti
 	return v
 }
 
-// ListRuns reads the Postgres projection: dead letters (Statuses: failed)
-// and runs on old versions stay listed after Temporal's retention.
+// ListRuns reads the Postgres projection of this engine's runs: dead
+// letters (Statuses: failed) and runs on old versions stay listed after
+// Temporal's retention.
 func (e *Engine) ListRuns(ctx context.Context, f port.RunFilter) ([]port.RunView, error) {
-	return runstore.List(ctx, e.pool, f)
+	return runstore.List(ctx, e.pool, runstore.EngineTemporal, f)
 }
 
 // Retry starts a new run, with a workflow of its own, for a failed one

@@ -146,11 +146,11 @@ func (e *RecordingEngine) Signal(_ context.Context, topic port.Topic, payload an
 // Cancel implements port.TaskEngine: the cancel is recorded in the run store
 // and the run projected canceled (nothing runs it).
 func (e *RecordingEngine) Cancel(ctx context.Context, id port.RunID, reason string) error {
-	run, err := runstore.RequestCancel(ctx, e.pool, id, reason)
+	flagged, err := runstore.RequestCancel(ctx, e.pool, runstore.EngineLease, id, reason)
 	if err != nil {
 		return err
 	}
-	if !run.Status.Terminal() {
+	if flagged {
 		if err := runstore.Project(ctx, e.pool, id, runstore.Projection{Status: port.StatusCanceled}); err != nil {
 			return err
 		}
@@ -163,7 +163,7 @@ func (e *RecordingEngine) Cancel(ctx context.Context, id port.RunID, reason stri
 
 // Get implements port.TaskEngine.
 func (e *RecordingEngine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
-	run, err := runstore.Get(ctx, e.pool, id)
+	run, err := runstore.GetOwned(ctx, e.pool, runstore.EngineLease, id)
 	if err != nil {
 		return port.RunView{}, err
 	}
@@ -172,7 +172,7 @@ func (e *RecordingEngine) Get(ctx context.Context, id port.RunID) (port.RunView,
 
 // ListRuns implements port.Admin from the run store, as both engines do.
 func (e *RecordingEngine) ListRuns(ctx context.Context, f port.RunFilter) ([]port.RunView, error) {
-	return runstore.List(ctx, e.pool, f)
+	return runstore.List(ctx, e.pool, runstore.EngineLease, f)
 }
 
 // Retry implements port.Admin as both engines do; the new run is recorded

@@ -114,11 +114,25 @@ func newRunsCmd(g *stack.Globals) *cobra.Command {
 			}
 			id := port.RunID(args[0])
 			return withClient(cmd, g, &c, func(cl *stack.Client, log *slog.Logger) error {
+				// A finished run never changes again, and the engines' Cancel
+				// leaves it as it is: the CLI says so rather than report a
+				// cancel it did not request.
+				v, err := cl.Get(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				if v.Status.Terminal() {
+					if asJSON {
+						return writeJSON(cmd.OutOrStdout(), jsonRun(v))
+					}
+					_, err = fmt.Fprintf(cmd.OutOrStdout(), "run %s already finished: status %s; nothing changed\n", id, v.Status)
+					return err
+				}
 				if err := cl.Cancel(cmd.Context(), id, cancelReason(reason, as)); err != nil {
 					return err
 				}
 				log.Info("run cancel requested", slog.String("run_id", string(id)), slog.String("by", as), slog.String("reason", reason))
-				v, err := cl.Get(cmd.Context(), id)
+				v, err = cl.Get(cmd.Context(), id)
 				if err != nil {
 					return err
 				}

@@ -190,6 +190,11 @@ func TestRunsCommands(t *testing.T) {
 			var reason string
 			require.NoError(t, w.Pool.QueryRow(ctx, `SELECT cancel_reason FROM taskport.run WHERE id = $1`, string(waiter)).Scan(&reason))
 			require.Equal(t, "not needed (by carol)", reason)
+			out, err = run("cancel", string(waiter), "--as", "dave", "--reason", "again")
+			require.NoError(t, err)
+			require.Equal(t, "run "+string(waiter)+" already finished: status canceled; nothing changed\n", out)
+			require.NoError(t, w.Pool.QueryRow(ctx, `SELECT cancel_reason FROM taskport.run WHERE id = $1`, string(waiter)).Scan(&reason))
+			require.Equal(t, "not needed (by carol)", reason, "a finished run keeps the first cancel's reason")
 
 			// Paging: three runs of the plan, one per page, each once.
 			var seen []port.RunID

@@ -7,7 +7,10 @@
 //   - Input: PrepareEnqueue, PrepareSignal, ValidateStartOptions and Serves
 //     refuse bad input with the same *port.FieldError on both engines
 //     before anything is written; EncodePayload enforces
-//     port.MaxPayloadBytes on inputs, payloads and results.
+//     port.MaxPayloadBytes on inputs, payloads and results and refuses what
+//     Postgres's jsonb would (a U+0000, a lone surrogate, bytes that are not
+//     UTF-8), and ValidateText what its text would, whether or not the
+//     engine stores the value in Postgres, so that both refuse alike.
 //   - Replay: StepSequence numbers a run's steps and refuses reused names;
 //     CheckReplay compares (sequence, name) with the history.
 //   - Steps: ResolveStepOptions applies a step's options over its kind's

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskport/taskport/port"
 )
@@ -75,7 +77,7 @@ func PrepareBatch(reg *port.Registry, items []port.EnqueueItem) ([]PreparedEnque
 }
 
 // validateKey checks an idempotency key or business key: non-empty (when
-// required), at most port.MaxNameLen bytes, printable.
+// required), at most port.MaxNameLen bytes, UTF-8, printable.
 func validateKey(field, s string, required bool) error {
 	if s == "" {
 		if required {
@@ -86,10 +88,26 @@ func validateKey(field, s string, required bool) error {
 	if len(s) > port.MaxNameLen {
 		return fieldErr(field, "longer than %d bytes", port.MaxNameLen)
 	}
+	if !utf8.ValidString(s) {
+		return fieldErr(field, "is not valid UTF-8")
+	}
 	for _, r := range s {
 		if r < 0x20 || r == 0x7f {
 			return fieldErr(field, "control character %U not allowed", r)
 		}
+	}
+	return nil
+}
+
+// ValidateText refuses a string that a Postgres text column cannot store:
+// bytes that are not UTF-8, or a NUL. Free text the engines write (a
+// cancel reason) goes through it before any write.
+func ValidateText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return fieldErr(field, "is not valid UTF-8")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return fieldErr(field, "contains U+0000, which Postgres text cannot store")
 	}
 	return nil
 }
@@ -164,6 +182,9 @@ func ResolveStepOptions(def port.Definition, opts ...port.StepOption) (port.Step
 // EncodePayload encodes v as JSON and enforces port.MaxPayloadBytes. A
 // json.RawMessage (or []byte holding JSON) is taken as already encoded but
 // must be valid JSON. nil encodes as JSON null; the result is never nil.
+// It also refuses what Postgres's jsonb would (checkJSONB), so that an
+// input, payload or result is refused the same way whether or not the
+// engine stores it in Postgres.
 func EncodePayload(field string, v any) (json.RawMessage, error) {
 	var b []byte
 	switch x := v.(type) {
@@ -184,7 +205,85 @@ func EncodePayload(field string, v any) (json.RawMessage, error) {
 	if !json.Valid(b) {
 		return nil, fieldErr(field, "is not valid JSON")
 	}
+	if reason := checkJSONB(b); reason != "" {
+		return nil, fieldErr(field, "%s", reason)
+	}
 	return json.RawMessage(bytes.Clone(b)), nil
+}
+
+// checkJSONB returns why Postgres's jsonb would refuse the valid JSON b,
+// or "": bytes that are not UTF-8 (encoding/json accepts them in strings),
+// a \u0000 escape (jsonb stores strings as text, which has no NUL), or a
+// surrogate escape not in a high-low pair (encoding/json decodes a lone one
+// to U+FFFD). json.Marshal writes a NUL of a Go string as \u0000, so this
+// covers encoded values too. It is a byte scan, no decoding: utf8.Valid,
+// then each backslash found by bytes.IndexByte; in valid JSON a backslash
+// only starts an escape (\x or \uXXXX) inside a string, so stepping over
+// whole escapes never mistakes an escaped backslash for one.
+func checkJSONB(b []byte) string {
+	const lone = "contains a lone surrogate escape (\\ud800-\\udfff not in a high-low pair), which Postgres jsonb refuses"
+	if !utf8.Valid(b) {
+		return "is not valid UTF-8"
+	}
+	needLow := -1 // after a high surrogate: where its low one must start
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 {
+			break
+		}
+		i += j
+		if needLow >= 0 && i != needLow {
+			return lone
+		}
+		if i+1 < len(b) && b[i+1] != 'u' {
+			if needLow >= 0 {
+				return lone
+			}
+			i += 2
+			continue
+		}
+		if i+6 > len(b) { // an escape cut short: json.Valid refuses it
+			return "is not valid JSON"
+		}
+		cp, ok := hex4(b[i+2 : i+6])
+		if !ok {
+			return "is not valid JSON"
+		}
+		if isLow := cp >= 0xDC00 && cp <= 0xDFFF; isLow != (needLow >= 0) {
+			return lone
+		}
+		needLow = -1
+		switch {
+		case cp == 0:
+			return "contains U+0000 (\\u0000), which Postgres jsonb cannot store"
+		case cp >= 0xD800 && cp <= 0xDBFF:
+			needLow = i + 6
+		}
+		i += 6
+	}
+	if needLow >= 0 {
+		return lone
+	}
+	return ""
+}
+
+// hex4 decodes four hex digits.
+func hex4(b []byte) (rune, bool) {
+	var r rune
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // DecodePayload decodes a stored payload into out (a pointer, or nil to

@@ -14,6 +14,13 @@ import (
 const (
 	foreignKeyViolation = "23503"
 	uniqueViolation     = "23505"
+	// The values text and jsonb refuse: a NUL (U+0000) in jsonb
+	// (untranslatable_character), bytes that are not UTF-8 or a NUL in text
+	// (character_not_in_repertoire), a lone surrogate escape in jsonb
+	// (invalid_text_representation).
+	untranslatableCharacter   = "22P05"
+	characterNotInRepertoire  = "22021"
+	invalidTextRepresentation = "22P02"
 )
 
 // runKeyConstraint is the idempotency authority's constraint,
@@ -29,7 +36,12 @@ const runKeyConstraint = "run_kind_idempotency_key_key"
 //   - pgx.ErrNoRows (a statement that returns one row found none) is
 //     port.ErrNotFound;
 //   - a foreign-key violation (a waiter registered for a run that does not
-//     exist) wraps port.ErrNotFound, with Postgres's detail.
+//     exist) wraps port.ErrNotFound, with Postgres's detail;
+//   - a value text or jsonb refuses (22P05, 22021, 22P02) wraps
+//     port.ErrInvalidInput, with Postgres's message. The engines refuse such
+//     values before writing (enginekit.EncodePayload, ValidateText), naming
+//     the field; this is the last line of defence, so that one they miss is
+//     still a refusal a caller does not retry, not a fault.
 //
 // Everything else is returned as it is. Unique violations are not mapped:
 // every insert of these tables resolves its conflicts in SQL (ON CONFLICT),
@@ -44,6 +56,8 @@ func InterpretError(err error) error {
 		return port.ErrNotFound
 	case errors.As(err, &pe) && pe.Code == foreignKeyViolation:
 		return fmt.Errorf("%w: %s", port.ErrNotFound, pe.Detail)
+	case errors.As(err, &pe) && (pe.Code == untranslatableCharacter || pe.Code == characterNotInRepertoire || pe.Code == invalidTextRepresentation):
+		return fmt.Errorf("%w: %s (SQLSTATE %s)", port.ErrInvalidInput, pe.Message, pe.Code)
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package runstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -54,9 +55,44 @@ func TestNotFoundFromTheDatabase(t *testing.T) {
 	missing := port.RunID(uuid.NewString())
 	_, err := runstore.Get(ctx, pool, missing)
 	require.ErrorIs(t, err, port.ErrNotFound)
-	_, err = runstore.RequestCancel(ctx, pool, missing, "r")
+	_, err = runstore.RequestCancel(ctx, pool, runstore.EngineLease, missing, "r")
 	require.ErrorIs(t, err, port.ErrNotFound)
 	err = runstore.AddWaiter(ctx, pool, "approval:p1", missing, "wait-0")
 	require.ErrorIs(t, err, port.ErrNotFound, "a waiter for a run that does not exist")
 	require.ErrorContains(t, err, "is not present")
+}
+
+// What text and jsonb refuse is port.ErrInvalidInput when it reaches the
+// server anyway (the engines refuse it earlier, naming the field): a
+// caller does not retry it forever as a fault.
+func TestValuesPostgresRefusesAreInvalidInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	for _, tt := range []struct {
+		name, code string
+		mutate     func(*runstore.NewRun)
+	}{
+		{"U+0000 in the input", "22P05", func(r *runstore.NewRun) { r.Input = json.RawMessage(`{"a":"\u0000"}`) }},
+		{"lone surrogate in the input", "22P02", func(r *runstore.NewRun) { r.Input = json.RawMessage(`{"a":"\ud800"}`) }},
+		{"NUL in the key", "22021", func(r *runstore.NewRun) { r.Key = "k\x00" }},
+		{"invalid UTF-8 in the business key", "22021", func(r *runstore.NewRun) { r.BusinessKey = "\xff" }},
+	} {
+		r := newRun("bad")
+		tt.mutate(&r)
+		_, _, err := runstore.Insert(ctx, pool, r)
+		require.ErrorIs(t, err, port.ErrInvalidInput, tt.name)
+		require.ErrorContains(t, err, "SQLSTATE "+tt.code, tt.name)
+		_, _, err = runstore.InsertMany(ctx, pool, []runstore.NewRun{newRun("fine"), r})
+		require.ErrorIs(t, err, port.ErrInvalidInput, "%s, in a batch", tt.name)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run`).Scan(&n))
+	require.Zero(t, n, "nothing written")
+
+	for _, code := range []string{"22P05", "22021", "22P02"} {
+		err := runstore.InterpretError(&pgconn.PgError{Code: code, Message: "refused"})
+		require.ErrorIs(t, err, port.ErrInvalidInput, code)
+		require.False(t, errors.Is(err, port.ErrNotFound), code)
+	}
 }

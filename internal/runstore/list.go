@@ -18,10 +18,20 @@ import (
 	"github.com/taskport/taskport/port"
 )
 
-// List returns the runs matching f, newest first (created_at, then id, both
-// descending), after f.After. Each view carries its Cursor.
-func List(ctx context.Context, q DBTX, f port.RunFilter) ([]port.RunView, error) {
-	sql, args, err := listQuery(ctx, q, f)
+// List returns engine's runs matching f, newest first (created_at, then
+// id, both descending), after f.After. Each view carries its Cursor.
+//
+// The engine is a condition on the rows the listing's index seeks yield,
+// not a column of their indexes (listRunsSelect): a page also reads the
+// runs of the other engine that lie between its own. A database serves one
+// engine, save while moving from one to the other, so for that engine it
+// costs nothing. While both have runs there, a page of one engine's runs
+// also reads the other engine's runs of the same statuses (and kind and
+// version) created in the page's span; listing an engine with no runs at
+// all reads every run of the statuses asked for, of the other engine, to
+// find none.
+func List(ctx context.Context, q DBTX, engine Engine, f port.RunFilter) ([]port.RunView, error) {
+	sql, args, err := listQuery(ctx, q, engine, f)
 	if err != nil || sql == "" {
 		return nil, err
 	}
@@ -54,7 +64,7 @@ var allStatuses = []port.Status{port.StatusPending, port.StatusRunning, port.Sta
 // times the branches, never a sort of the table. Every run has one of the
 // six statuses, so the branches of all six are every run. A kind's versions
 // are read first (kindVersionsSQL, one seek per version).
-func listQuery(ctx context.Context, q DBTX, f port.RunFilter) (string, []any, error) {
+func listQuery(ctx context.Context, q DBTX, engine Engine, f port.RunFilter) (string, []any, error) {
 	limit := f.Limit
 	switch {
 	case limit == 0:
@@ -79,7 +89,7 @@ func listQuery(ctx context.Context, q DBTX, f port.RunFilter) (string, []any, er
 		}
 		after, afterID = pgtype.Timestamptz{Time: at, Valid: true}, id
 	}
-	args := []any{after, afterID}
+	args := []any{after, afterID, engine.others()}
 	param := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))

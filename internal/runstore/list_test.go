@@ -19,7 +19,7 @@ import (
 func pageAll(t *testing.T, q runstore.DBTX, f port.RunFilter) (ids []port.RunID, sizes []int) {
 	t.Helper()
 	for {
-		page, err := runstore.List(context.Background(), q, f)
+		page, err := runstore.List(context.Background(), q, runstore.EngineLease, f)
 		require.NoError(t, err)
 		sizes = append(sizes, len(page))
 		for _, v := range page {
@@ -84,7 +84,7 @@ func TestListPagesWithoutGapsOrDuplicates(t *testing.T) {
 	ids, _ = pageAll(t, pool, port.RunFilter{Limit: 4, Statuses: []port.Status{port.StatusFailed, port.StatusSucceeded}, BusinessKey: "plan-1"})
 	require.Equal(t, want, ids, "several statuses and a business key, paged")
 
-	first, err := runstore.List(ctx, pool, port.RunFilter{Limit: 3})
+	first, err := runstore.List(ctx, pool, runstore.EngineLease, port.RunFilter{Limit: 3})
 	require.NoError(t, err)
 	insert(pool, "newer", "a.kind", port.StatusPending)
 	rest, _ := pageAll(t, pool, port.RunFilter{Limit: 3, After: first[2].Cursor})
@@ -152,7 +152,7 @@ func TestListRefusesBadFilters(t *testing.T) {
 		{port.RunFilter{After: "not a cursor"}, "after"},
 		{port.RunFilter{After: "AAAA"}, "after"},
 	} {
-		_, err := runstore.List(context.Background(), pool, tt.f)
+		_, err := runstore.List(context.Background(), pool, runstore.EngineLease, tt.f)
 		require.ErrorIs(t, err, port.ErrInvalidInput, "%+v", tt.f)
 		var fe *port.FieldError
 		require.ErrorAs(t, err, &fe)
@@ -178,7 +178,7 @@ FROM generate_series(1, 20000) AS i`)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `ANALYZE taskport.run`)
 	require.NoError(t, err)
-	page, err := runstore.List(ctx, pool, port.RunFilter{Limit: 10})
+	page, err := runstore.List(ctx, pool, runstore.EngineLease, port.RunFilter{Limit: 10})
 	require.NoError(t, err)
 	cursor := page[9].Cursor
 
@@ -200,7 +200,7 @@ FROM generate_series(1, 20000) AS i`)
 	} {
 		for _, generic := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/generic=%v", tt.name, generic), func(t *testing.T) {
-				sql, args, err := runstore.ListQuery(ctx, pool, tt.f)
+				sql, args, err := runstore.ListQuery(ctx, pool, runstore.EngineLease, tt.f)
 				require.NoError(t, err)
 				tx, err := pool.Begin(ctx)
 				require.NoError(t, err)

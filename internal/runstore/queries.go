@@ -56,14 +56,26 @@ const selectRunByKeySQL = `SELECT ` + runColumns + ` FROM taskport.run WHERE kin
 
 const selectRunSQL = `SELECT ` + runColumns + ` FROM taskport.run WHERE id = $1`
 
-// A terminal run keeps its status; the first cancel request wins.
+// requestCancelSQL flags run $1 of engine $3 with the reason $2, unless it
+// belongs to another engine or is finished: then it writes nothing. The
+// first cancel request wins. It returns whether it wrote, and the run's
+// engine; no row: no such run. The UPDATE checks owner and state on the
+// row's latest version as it writes, so nothing can change in between; when
+// it wrote nothing, the row read instead is the statement's snapshot, whose
+// engine is exact (it never changes) but whose status may still read open
+// for a run that finished meanwhile, which is why the status is not returned.
 const requestCancelSQL = `
-UPDATE taskport.run
-SET cancel_requested_at = coalesce(cancel_requested_at, now()),
-    cancel_reason = CASE WHEN cancel_requested_at IS NULL THEN $2 ELSE cancel_reason END,
-    updated_at = now()
-WHERE id = $1
-RETURNING ` + runColumns
+WITH u AS (
+  UPDATE taskport.run
+  SET cancel_requested_at = coalesce(cancel_requested_at, now()),
+      cancel_reason = CASE WHEN cancel_requested_at IS NULL THEN $2 ELSE cancel_reason END,
+      updated_at = now()
+  WHERE id = $1 AND engine = $3 AND status NOT IN ('succeeded', 'failed', 'canceled')
+  RETURNING engine
+)
+SELECT true, engine FROM u
+UNION ALL
+SELECT false, engine FROM taskport.run WHERE id = $1 AND NOT EXISTS (SELECT FROM u)`
 
 const projectSQL = `
 UPDATE taskport.run
@@ -79,8 +91,19 @@ WHERE id = $1 AND status NOT IN ('succeeded', 'failed', 'canceled')`
 // first page starts after an infinite cursor), so that every branch of a
 // listing begins with an index seek on run_status_created or
 // run_kind_version_status_created (migration 00012; see listQuery).
+//
+// The engine condition filters the rows those seeks yield (see List). It
+// reads "not owned by any of the other engines" ($3, Engine.others), not
+// "engine = this one": the same rows, since run_row_check admits only the
+// engines this package knows, but the planner's estimates differ. It
+// prices an equality on a column it has no statistics for (a table never
+// analyzed) at 0.5% of the rows, and then sorts all the runs of a status
+// rather than walk them in order to the LIMIT; an inequality it prices at
+// 99.5%, the truth in a database that serves one engine. Neither form
+// matches run_finished (engine, status, ...) or a partial index on engine,
+// which would yield the runs out of the listing's order.
 const (
-	listRunsSelect = `SELECT ` + runColumns + ` FROM taskport.run WHERE (created_at, id) < ($1, $2)`
+	listRunsSelect = `SELECT ` + runColumns + ` FROM taskport.run WHERE (created_at, id) < ($1, $2) AND engine <> ALL($3::text[])`
 	listRunsOrder  = ` ORDER BY created_at DESC, id DESC LIMIT `
 )
 

@@ -40,6 +40,21 @@ const (
 	EngineTemporal Engine = "temporal"
 )
 
+// engines are the engines that can own a run: those taskport.run_engines()
+// admits (TestEnginesAreTheSchemas holds the two lists together).
+var engines = []Engine{EngineLease, EngineTemporal}
+
+// others are the engines other than e, as the text[] a statement takes.
+func (e Engine) others() []string {
+	var out []string
+	for _, o := range engines {
+		if o != e {
+			out = append(out, string(o))
+		}
+	}
+	return out
+}
+
 // NewRun is what Insert records.
 type NewRun struct {
 	Engine      Engine
@@ -325,7 +340,9 @@ func ParseID(id port.RunID) (uuid.UUID, error) {
 	return u, nil
 }
 
-// Get returns the stored run, or port.ErrNotFound.
+// Get returns the stored run, or port.ErrNotFound, whichever engine owns
+// it: what an engine reads of its own runs. What an engine answers its
+// callers about a run goes through GetOwned.
 func Get(ctx context.Context, q DBTX, id port.RunID) (Run, error) {
 	u, err := ParseID(id)
 	if err != nil {
@@ -338,19 +355,51 @@ func Get(ctx context.Context, q DBTX, id port.RunID) (Run, error) {
 	return run, nil
 }
 
-// RequestCancel writes the cancel request (ADR 2.4: the Postgres flag comes
-// first, then the engine cancel). It keeps the first request's time and
-// reason, and returns the run as stored after the write.
-func RequestCancel(ctx context.Context, q DBTX, id port.RunID, reason string) (Run, error) {
-	u, err := ParseID(id)
+// GetOwned is Get for engine's callers (port.TaskEngine.Get): a run
+// another engine owns is refused with an error wrapping
+// port.ErrOtherEngine.
+func GetOwned(ctx context.Context, q DBTX, engine Engine, id port.RunID) (Run, error) {
+	run, err := Get(ctx, q, id)
 	if err != nil {
 		return Run{}, err
 	}
-	run, err := collectRun(q.Query(ctx, requestCancelSQL, u, reason))
-	if err != nil {
-		return Run{}, fmt.Errorf("request cancel of run %s: %w", id, err)
+	if run.Engine != engine {
+		return Run{}, fmt.Errorf("get run %s: %w", id, otherEngine(id, run.Engine, engine))
 	}
 	return run, nil
+}
+
+// otherEngine is the refusal of run id, owned by owner, by engine self.
+func otherEngine(id port.RunID, owner, self Engine) error {
+	return fmt.Errorf("run %s is owned by the %s engine, not by this %s engine: %w", id, owner, self, port.ErrOtherEngine)
+}
+
+// RequestCancel writes the cancel request of run id for engine (ADR 2.4:
+// the Postgres flag comes first, then the engine cancel), keeping the first
+// request's time and reason. flagged reports whether the run is open and
+// now flagged; false means it is finished and was left as it is (no flag,
+// no reason, no updated_at): the caller has nothing more to do. A run of
+// another engine is refused with an error wrapping port.ErrOtherEngine, an
+// unknown one with port.ErrNotFound, and a reason Postgres cannot store
+// with a *port.FieldError (checked after the id's form, before the run is
+// looked up, as both engines do); none of them writes anything.
+func RequestCancel(ctx context.Context, q DBTX, engine Engine, id port.RunID, reason string) (flagged bool, err error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return false, err
+	}
+	if err := enginekit.ValidateText("reason", reason); err != nil {
+		return false, fmt.Errorf("request cancel of run %s: %w", id, err)
+	}
+	var owner Engine
+	err = InterpretError(q.QueryRow(ctx, requestCancelSQL, u, reason, engine).Scan(&flagged, &owner))
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("request cancel of run %s: %w", id, err)
+	case owner != engine:
+		return false, fmt.Errorf("request cancel of run %s: %w", id, otherEngine(id, owner, engine))
+	}
+	return flagged, nil
 }
 
 // Projection is the engine-reported state of a run.

@@ -52,6 +52,9 @@ var scenarios = []scenario{
 	{"admin_retry_dead_letter", adminRetry}, // admin.go
 	{"admin_list_paging", adminPaging},
 	{"enqueue_many", enqueueMany}, {"enqueue_many_bad_item_writes_nothing", enqueueManyBadItem}, // bulk.go
+	{"cancel_finished_run_writes_nothing", cancelFinishedWritesNothing}, // ownership.go
+	{"other_engine_run_refused", otherEngineRunRefused},
+	{"nul_input_refused", nulInputRefused},
 }
 
 var bg = context.Background()

@@ -1,0 +1,4 @@
+package enginekit
+
+// CheckJSONB lets the external benchmark price the jsonb check alone.
+var CheckJSONB = checkJSONB
