@@ -61,7 +61,9 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c.SecretsFromEnv()
+			if err := c.SecretsFromEnv(); err != nil {
+				return err
+			}
 			log, err := g.Logger()
 			if err != nil {
 				return err

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,8 +23,19 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "taskport:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is 2 for a command line the CLI refuses (an unknown command or
+// flag, a missing subcommand, a flag value that does not parse), as most
+// Unix tools do, and 1 for a command that ran and failed.
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
 }
 
 func run(ctx context.Context, args []string) error {

@@ -20,7 +20,12 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 	// closes both.
 	withMigrator := func(cmd *cobra.Command, fn func(*migrations.Migrator) error) error {
 		return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) error {
-			m, err := migrations.New(pool, log)
+			// goose logs every statement it runs: only at --log-level debug.
+			var steps *slog.Logger
+			if log.Enabled(cmd.Context(), slog.LevelDebug) {
+				steps = log
+			}
+			m, err := migrations.New(pool, steps)
 			if err != nil {
 				return err
 			}
@@ -43,7 +48,10 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 			})
 		},
 	})
-	var to int64
+	var (
+		to     int64
+		asJSON bool
+	)
 	down := &cobra.Command{
 		Use:   "down",
 		Short: "Roll back every migration above --to (default 0: everything)",
@@ -64,7 +72,7 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 	}
 	down.Flags().Int64Var(&to, "to", 0, "version to roll back to")
 	cmd.AddCommand(down)
-	cmd.AddCommand(&cobra.Command{
+	status := &cobra.Command{
 		Use:   "status",
 		Short: "List every migration and whether it is applied",
 		Args:  cobra.NoArgs,
@@ -73,6 +81,9 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 				st, err := m.Status(cmd.Context())
 				if err != nil {
 					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), jsonMigrations(st))
 				}
 				for _, s := range st {
 					state := "pending"
@@ -84,6 +95,8 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 				return nil
 			})
 		},
-	})
+	}
+	bindJSON(status, &asJSON)
+	cmd.AddCommand(status)
 	return cmd
 }

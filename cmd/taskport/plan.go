@@ -91,6 +91,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	f.StringVar(&np.ExpectedSHA256, "sha256", "", "expected SHA-256, 64 hex digits")
 
 	var by, note, reason, contentPath, downloads string
+	var asJSON bool
 	approve := &cobra.Command{
 		Use: "approve PLAN", Short: "Approve a plan (prints what happened; approving twice says so)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -144,6 +145,9 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), jsonTimeline(tl))
+				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "%s\t%s\t%s\n", tl.Plan.ID, tl.Plan.Status, tl.Plan.Title)
 				for _, e := range tl.Entries {
@@ -153,6 +157,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 			})
 		},
 	}
+	bindJSON(timeline, &asJSON)
 	cmd.AddCommand(create, approve, reject, cancel, complete, timeline)
 	return cmd
 }
@@ -171,7 +176,10 @@ func printAck(cmd *cobra.Command) func(plans.Ack, error) error {
 
 func newDecisionCmd(g *stack.Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "decision", Short: "The pending-decision centre: runs that exhausted their retries (needs only the database)"}
-	var status string
+	var (
+		status string
+		asJSON bool
+	)
 	list := &cobra.Command{
 		Use: "list", Short: "List decisions", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -179,6 +187,9 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 				ds, err := svc.ListDecisions(cmd.Context(), acquisition.DecisionStatus(status), 0)
 				if err != nil {
 					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), jsonDecisions(ds))
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				for _, d := range ds {
@@ -189,6 +200,7 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&status, "status", string(acquisition.DecisionOpen), "open, retry, abandon, or empty for all")
+	bindJSON(list, &asJSON)
 	var by string
 	resolve := &cobra.Command{
 		Use:   "resolve DECISION retry|abandon",

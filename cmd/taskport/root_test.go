@@ -52,14 +52,14 @@ func TestPoolSizes(t *testing.T) {
 	require.EqualValues(t, 5, pool.Config().MaxConns)
 	pool.Close()
 
-	for env, want := range map[string]string{"x": `DB_POOL_SIZE: "x" is not a number`, "0": "--db-pool-size must be at least 1"} {
+	for env, want := range map[string]string{"x": `DB_POOL_SIZE (for --db-pool-size): invalid argument "x"`, "0": "--db-pool-size must be at least 1"} {
 		t.Setenv("DB_POOL_SIZE", env)
 		root := newRootCmd()
 		root.SetArgs([]string{"migrate", "status", "--database-url", "postgres://nowhere.invalid/x"})
 		require.ErrorContains(t, root.ExecuteContext(context.Background()), want)
 	}
 	t.Setenv("DB_POOL_SIZE", "3")
-	for env, want := range map[string]string{"x": `ENGINE_DB_POOL_SIZE: "x" is not a number`, "-1": "--engine-db-pool-size must be at least 1"} {
+	for env, want := range map[string]string{"x": `ENGINE_DB_POOL_SIZE (for --engine-db-pool-size): invalid argument "x"`, "-1": "--engine-db-pool-size must be at least 1"} {
 		t.Setenv("ENGINE_DB_POOL_SIZE", env)
 		root := newRootCmd()
 		root.SetArgs([]string{"worker", "--database-url", "postgres://nowhere.invalid/x"})
@@ -87,16 +87,17 @@ func TestWorkerDeploymentFromEnv(t *testing.T) {
 // parse is refused before anything connects.
 func TestRetentionFromEnv(t *testing.T) {
 	t.Setenv("RETENTION_FAILED", "2160h")
-	fs := newWorkerCmd(&stack.Globals{}).Flags()
-	require.Equal(t, "2160h0m0s", fs.Lookup("retention-failed").Value.String())
-	require.Equal(t, "168h0m0s", fs.Lookup("retention-completed").Value.String())
+	worker, _, err := newRootCmd().Find([]string{"worker"})
+	require.NoError(t, err)
+	require.NoError(t, worker.ParseFlags(nil))
+	require.NoError(t, stack.ApplyEnv(worker.Flags()))
+	require.Equal(t, "2160h0m0s", worker.Flags().Lookup("retention-failed").Value.String())
+	require.Equal(t, "168h0m0s", worker.Flags().Lookup("retention-completed").Value.String())
 
 	t.Setenv("RETENTION_CANCELED", "a week")
-	cmd := newWorkerCmd(&stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"})
-	cmd.SetArgs([]string{"--library-root", "/library", "--download-dir", "/downloads"})
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(io.Discard)
-	require.ErrorContains(t, cmd.ExecuteContext(context.Background()), `RETENTION_CANCELED: time: invalid duration "a week"`)
+	err = run(context.Background(), []string{"worker", "--database-url", "postgres://nowhere.invalid/x", "--log-level", "error",
+		"--library-root", "/library", "--download-dir", "/downloads"})
+	require.ErrorContains(t, err, `RETENTION_CANCELED (for --retention-canceled): invalid argument "a week"`)
 }
 
 // A negative count of a worker's flags is refused, by its flag's name,

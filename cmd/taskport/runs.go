@@ -23,7 +23,9 @@ import (
 // withClient runs fn with the engine as a client (no worker) and the
 // process logger, and closes the client.
 func withClient(cmd *cobra.Command, g *stack.Globals, c *stack.Config, fn func(*stack.Client, *slog.Logger) error) error {
-	c.SecretsFromEnv()
+	if err := c.SecretsFromEnv(); err != nil {
+		return err
+	}
 	log, err := g.Logger()
 	if err != nil {
 		return err
@@ -48,7 +50,7 @@ func newRunsCmd(g *stack.Globals) *cobra.Command {
 			"(a client of the engine: needs the database, and the Temporal frontend for --engine temporal; runs no worker)",
 	}
 	c.BindEngine(cmd.PersistentFlags())
-	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.PersistentFlags().BoolVar(&asJSON, jsonFlag, false, jsonUsage)
 
 	var (
 		f        port.RunFilter
@@ -269,6 +271,17 @@ func jsonRuns(vs []port.RunView) []runJSON {
 		out[i] = jsonRun(v)
 	}
 	return out
+}
+
+// Every read command takes --json (TestEveryReadCommandTakesJSON).
+const (
+	jsonFlag  = "json"
+	jsonUsage = "print JSON instead of a table"
+)
+
+// bindJSON adds --json to a read command.
+func bindJSON(cmd *cobra.Command, into *bool) {
+	cmd.Flags().BoolVar(into, jsonFlag, false, jsonUsage)
 }
 
 func writeJSON(w io.Writer, v any) error {

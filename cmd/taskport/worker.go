@@ -25,6 +25,6 @@ func newWorkerCmd(g *stack.Globals) *cobra.Command {
 	}
 	c.Bind(cmd.Flags())
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", stack.EnvOr("METRICS_ADDR", ":9090"), "address for /metrics, /healthz, /readyz (env METRICS_ADDR)")
-	cmd.Flags().BoolVar(&dispatch, "dispatch", true, "also run the outbox dispatcher")
+	cmd.Flags().BoolVar(&dispatch, "dispatch", true, "also run the outbox dispatcher (env DISPATCH)")
 	return cmd
 }

@@ -137,9 +137,9 @@ func (w *world) startWorker() {
 		"--database-url", w.dbURL, "--db-pool-size", workerBizConns, "--engine-db-pool-size", workerEngConns,
 		"--log-level", "info", "--metrics-addr", "127.0.0.1:0", "--stop-timeout", "5s",
 		"--library-root", w.lib, "--download-dir", w.dl,
-		"--qbittorrent-url", w.qbt.URL, "--webhook-url", w.hooks.URL,
+		"--qbittorrent-url", w.qbt.URL,
 	}, w.eng.args(w)...)
-	p := proc.Start(w.t, name, workerBinary(w.t), args, "QBITTORRENT_PASSWORD=adminadmin")
+	p := proc.Start(w.t, name, workerBinary(w.t), args, "QBITTORRENT_PASSWORD=adminadmin", "WEBHOOK_URL="+w.hooks.URL)
 	require.NoError(w.t, p.WaitOutput("worker running", workerReadyWait))
 	w.workers = append(w.workers, p)
 	w.note(fmt.Sprintf("start %s (pid %d)", name, p.Pid()))

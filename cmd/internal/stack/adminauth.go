@@ -53,7 +53,7 @@ func (a *AdminAuth) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&a.TemporalUI, "temporal-ui-url", EnvOr("TEMPORAL_UI_URL", ""),
 		"temporal engine: the Temporal UI's base URL (http://127.0.0.1:8233); the timeline links runs to it (env TEMPORAL_UI_URL)")
 	fs.BoolVar(&a.InsecureNoAuth, "insecure-no-auth", false,
-		"serve a non-loopback address without authentication: anyone who reaches it is an operator")
+		"serve a non-loopback address without authentication: anyone who reaches it is an operator (env ADMIN_INSECURE_NO_AUTH=true)")
 }
 
 func splitEnv(key string) []string {

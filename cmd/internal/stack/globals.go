@@ -3,6 +3,7 @@ package stack
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -32,8 +33,9 @@ type Globals struct {
 	OTLPEndpoint string
 }
 
-// Bind adds the persistent flags to root, and applies DB_POOL_SIZE and
-// ENGINE_DB_POOL_SIZE to the pool-size flags of the command that runs.
+// Bind adds the persistent flags to root. Before any command runs, every
+// flag it was not given falls back to the environment variable its help
+// names (ApplyEnv), and the pool sizes are checked.
 func (g *Globals) Bind(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&g.DatabaseURL, "database-url", EnvOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		"Postgres URL for business tables and engine tables (env DATABASE_URL)")
@@ -42,25 +44,24 @@ func (g *Globals) Bind(root *cobra.Command) {
 		"OpenTelemetry collector to export traces to over OTLP/gRPC, e.g. http://collector:4317; empty: off (env OTEL_EXPORTER_OTLP_ENDPOINT)")
 	root.PersistentFlags().IntVar(&g.PoolSize, "db-pool-size", defaultPoolSize,
 		"connections of the business pool, also the migration's (env DB_POOL_SIZE; pool_max_conns in the URL wins)")
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return poolSizesFromEnv(cmd.Flags()) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := ApplyEnv(cmd.Flags()); err != nil {
+			return err
+		}
+		return checkPoolSizes(cmd.Flags())
+	}
 }
 
-// poolSizesFromEnv applies DB_POOL_SIZE and ENGINE_DB_POOL_SIZE to the
-// pool-size flags of fs not given on the command line, and checks them. A
-// command without an engine has no --engine-db-pool-size.
-func poolSizesFromEnv(fs *pflag.FlagSet) error {
-	for _, s := range []struct{ flag, env string }{{"db-pool-size", "DB_POOL_SIZE"}, {"engine-db-pool-size", "ENGINE_DB_POOL_SIZE"}} {
-		f := fs.Lookup(s.flag)
+// checkPoolSizes refuses a pool size below 1. A command without an engine
+// has no --engine-db-pool-size.
+func checkPoolSizes(fs *pflag.FlagSet) error {
+	for _, name := range []string{"db-pool-size", "engine-db-pool-size"} {
+		f := fs.Lookup(name)
 		if f == nil {
 			continue
 		}
-		if v := os.Getenv(s.env); v != "" && !f.Changed {
-			if err := fs.Set(s.flag, v); err != nil {
-				return fmt.Errorf("%s: %q is not a number", s.env, v)
-			}
-		}
 		if n, err := strconv.Atoi(f.Value.String()); err != nil || n < 1 {
-			return fmt.Errorf("--%s must be at least 1, got %s", s.flag, f.Value)
+			return fmt.Errorf("--%s must be at least 1, got %s", name, f.Value)
 		}
 	}
 	return nil
@@ -100,6 +101,11 @@ const defaultPoolSize = 20
 // pool_max_conns in the URL wins) and checks the connection, logging the
 // URL with its password masked.
 func (g *Globals) Pool(ctx context.Context, log *slog.Logger, size int) (*pgxpool.Pool, error) {
+	if strings.TrimSpace(g.DatabaseURL) == "" {
+		// pgx would fall back to libpq's defaults (PGHOST, the local
+		// socket) and act on whatever database they name.
+		return nil, errors.New("--database-url (env DATABASE_URL) is empty: name the database")
+	}
 	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)

@@ -73,7 +73,8 @@ type Config struct {
 	QBittorrentPass string
 	WebhookURL      string
 
-	envErr error // an environment fallback that did not parse (durationEnv)
+	// The files the secrets are read from (SecretsFromEnv).
+	temporalAPIKeyFile, qbittorrentPassFile, webhookURLFile string
 }
 
 // Bind adds the flags to fs.
@@ -83,29 +84,31 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 		"Worker Deployment Versioning: the deployment this worker belongs to (env TEMPORAL_DEPLOYMENT_NAME); needs a build id")
 	fs.StringVar(&c.BuildID, "temporal-worker-build-id", EnvOr("TEMPORAL_WORKER_BUILD_ID", ""),
 		"Worker Deployment Versioning: this worker's build id; runs stay pinned to the build they started on (env TEMPORAL_WORKER_BUILD_ID)")
-	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default")
+	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default (env CONCURRENCY)")
 	fs.IntVar(&c.LeaseActiveRuns, "lease-active-runs", 0,
 		"lease: claimed runs this worker executes at once (replaying, committing or in a step); 0: twice the concurrency, "+
-			"up to four times while runs leave step slots idle; below the concurrency: raised to it")
-	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back")
+			"up to four times while runs leave step slots idle; below the concurrency: raised to it (env LEASE_ACTIVE_RUNS)")
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back (env STOP_TIMEOUT)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
-		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process")
-	fs.DurationVar(&c.Retention.Completed, "retention-completed", c.durationEnv("RETENTION_COMPLETED", retention.DefaultCompleted),
+		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process (env RECONCILE_INTERVAL)")
+	fs.DurationVar(&c.Retention.Completed, "retention-completed", retention.DefaultCompleted,
 		"delete succeeded runs (and dispatched outbox rows, consumed or expired signals, waiters of ended runs) this long after they "+
 			"finished; an idempotency key is free again once its run is deleted; negative: keep forever (env RETENTION_COMPLETED)")
-	fs.DurationVar(&c.Retention.Canceled, "retention-canceled", c.durationEnv("RETENTION_CANCELED", retention.DefaultCanceled),
+	fs.DurationVar(&c.Retention.Canceled, "retention-canceled", retention.DefaultCanceled,
 		"delete canceled runs this long after they finished; negative: keep forever (env RETENTION_CANCELED)")
-	fs.DurationVar(&c.Retention.Failed, "retention-failed", c.durationEnv("RETENTION_FAILED", retention.DefaultFailed),
+	fs.DurationVar(&c.Retention.Failed, "retention-failed", retention.DefaultFailed,
 		"delete failed runs (dead letters) this long after they finished; negative: keep forever (env RETENTION_FAILED)")
-	fs.DurationVar(&c.Retention.Interval, "retention-interval", c.durationEnv("RETENTION_INTERVAL", retention.DefaultInterval),
+	fs.DurationVar(&c.Retention.Interval, "retention-interval", retention.DefaultInterval,
 		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); negative: never in this process "+
 			"(env RETENTION_INTERVAL)")
 	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
 	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
 	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
-	fs.StringVar(&c.QBittorrentPass, "qbittorrent-password", "", "qBittorrent WebUI password (env QBITTORRENT_PASSWORD; never logged)")
-	fs.StringVar(&c.WebhookURL, "webhook-url", "", "receiver of notify.webhook (env WEBHOOK_URL; never logged)")
+	fs.StringVar(&c.qbittorrentPassFile, "qbittorrent-password-file", "",
+		"file holding the qBittorrent WebUI password (env QBITTORRENT_PASSWORD_FILE); or the password itself in env QBITTORRENT_PASSWORD; never logged")
+	fs.StringVar(&c.webhookURLFile, "webhook-url-file", "",
+		"file holding the receiver URL of notify.webhook (env WEBHOOK_URL_FILE); or the URL itself in env WEBHOOK_URL; never logged")
 }
 
 // BindEngine adds to fs only the flags that choose and reach the engine:
@@ -117,47 +120,26 @@ func (c *Config) BindEngine(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TemporalAddress, "temporal-address", EnvOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
 	fs.StringVar(&c.TemporalNamespace, "temporal-namespace", EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 	fs.StringVar(&c.TaskQueue, "task-queue", EnvOr("TEMPORAL_TASK_QUEUE", temporaladapter.DefaultTaskQueue), "Temporal task queue (env TEMPORAL_TASK_QUEUE)")
-	fs.StringVar(&c.TemporalAPIKey, "temporal-api-key", "", "Temporal Cloud API key (env TEMPORAL_API_KEY; never logged)")
+	fs.StringVar(&c.temporalAPIKeyFile, "temporal-api-key-file", "",
+		"file holding the Temporal Cloud API key (env TEMPORAL_API_KEY_FILE); or the key itself in env TEMPORAL_API_KEY; never logged")
 	fs.StringVar(&c.TemporalCA, "temporal-tls-ca", EnvOr("TEMPORAL_TLS_CA", ""), "CA file to verify the frontend (env TEMPORAL_TLS_CA)")
 	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", EnvOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
 	fs.StringVar(&c.TemporalKey, "temporal-tls-key", EnvOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
 	fs.BoolVar(&c.TemporalTLS, "temporal-tls", EnvOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
 }
 
-// SecretsFromEnv fills the secret fields that were not given as flags; they
-// are never defaults of a flag, so `--help` cannot print them.
-func (c *Config) SecretsFromEnv() {
-	c.TemporalAPIKey = orEnv(c.TemporalAPIKey, "TEMPORAL_API_KEY")
-	c.QBittorrentPass = orEnv(c.QBittorrentPass, "QBITTORRENT_PASSWORD")
-	c.WebhookURL = orEnv(c.WebhookURL, "WEBHOOK_URL")
-}
-
-// durationEnv is the duration in the environment variable key, or def when
-// it is unset. A value that does not parse is reported by validate.
-func (c *Config) durationEnv(key string, def time.Duration) time.Duration {
-	v := EnvOr(key, "")
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		c.envErr = errors.Join(c.envErr, fmt.Errorf("%s: %w", key, err))
-		return def
-	}
-	return d
-}
-
-func orEnv(v, key string) string {
-	if v != "" {
-		return v
-	}
-	return EnvOr(key, "")
+// SecretsFromEnv fills the secret fields from their environment variables
+// or the files their --…-file flags name. No flag takes a secret's value, so
+// neither `ps` nor `--help` can show one.
+func (c *Config) SecretsFromEnv() error {
+	var errs [3]error
+	c.TemporalAPIKey, errs[0] = secret("TEMPORAL_API_KEY", c.temporalAPIKeyFile)
+	c.QBittorrentPass, errs[1] = secret("QBITTORRENT_PASSWORD", c.qbittorrentPassFile)
+	c.WebhookURL, errs[2] = secret("WEBHOOK_URL", c.webhookURLFile)
+	return errors.Join(errs[:]...)
 }
 
 func (c *Config) validate() error {
-	if c.envErr != nil {
-		return c.envErr
-	}
 	if err := c.validateEngine(); err != nil {
 		return err
 	}
@@ -218,7 +200,9 @@ type Stack struct {
 // With builds the wiring from the flags (secrets from the environment),
 // runs fn and closes the wiring.
 func With(cmd *cobra.Command, g *Globals, c *Config, fn func(*Stack) error) error {
-	c.SecretsFromEnv()
+	if err := c.SecretsFromEnv(); err != nil {
+		return err
+	}
 	log, err := g.Logger()
 	if err != nil {
 		return err

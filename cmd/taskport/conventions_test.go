@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/cmd/internal/stack"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+)
+
+// updateReference rewrites docs/configuration.md from the command tree:
+// go test ./cmd/taskport/ -run TestConfigurationReference -update
+var updateReference = flag.Bool("update", false, "rewrite docs/configuration.md from the command tree")
+
+// walk calls fn for every command of the tree below root, root included.
+func walk(cmd *cobra.Command, fn func(*cobra.Command)) {
+	fn(cmd)
+	for _, sub := range cmd.Commands() {
+		walk(sub, fn)
+	}
+}
+
+// settingsCommands are the long-running commands: every flag they take is
+// a setting (an operator configures it once, in a manifest), so each has
+// an environment fallback. The other commands' own flags are the
+// arguments of one invocation (a plan's title, a cancel's reason).
+var settingsCommands = []string{"taskport worker", "taskport admin", "taskport migrate up"}
+
+// settings returns the flags of the settings commands, by name, as the
+// parsed command sees them (its own and the inherited ones).
+func settings(t *testing.T, root *cobra.Command) map[string]*pflag.Flag {
+	t.Helper()
+	out := map[string]*pflag.Flag{}
+	for _, path := range settingsCommands {
+		cmd, _, err := root.Find(strings.Fields(path)[1:])
+		require.NoError(t, err, path)
+		require.NoError(t, cmd.ParseFlags(nil))
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Name != "help" && f.Name != jsonFlag {
+				out[f.Name] = f
+			}
+		})
+	}
+	return out
+}
+
+// valueOfType is a valid value for a flag of that type, different from
+// every default the tree has.
+func valueOfType(t *testing.T, f *pflag.Flag) string {
+	switch f.Value.Type() {
+	case "string":
+		return "/from-env/" + f.Name
+	case "int", "int64":
+		return "7"
+	case "duration":
+		return "7s"
+	case "bool":
+		if f.DefValue == "true" {
+			return "false"
+		}
+		return "true"
+	case "stringSlice":
+		return "a.example,b.example"
+	}
+	t.Fatalf("--%s: no test value for flag type %s", f.Name, f.Value.Type())
+	return ""
+}
+
+// Every setting has an environment fallback, named in its help, and
+// setting that variable sets the flag when the command line does not.
+func TestEveryFlagHasAnEnvironmentFallback(t *testing.T) {
+	flags := settings(t, newRootCmd())
+	require.NotEmpty(t, flags)
+	for name, f := range flags {
+		key := stack.EnvName(f)
+		require.NotEmpty(t, key, "--%s names no environment variable in its help (%q)", name, f.Usage)
+		want := valueOfType(t, f)
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(key, want)
+			got := settings(t, newRootCmd())[name]
+			fs := pflag.NewFlagSet("one", pflag.ContinueOnError)
+			fs.AddFlag(got)
+			require.NoError(t, stack.ApplyEnv(fs))
+			if got.Value.Type() == "stringSlice" {
+				want = "[" + want + "]"
+			}
+			require.Equal(t, want, got.Value.String(), "--%s from %s", name, key)
+		})
+	}
+	// The command line wins over the environment.
+	t.Setenv("CONCURRENCY", "9")
+	root := newRootCmd()
+	worker, _, err := root.Find([]string{"worker"})
+	require.NoError(t, err)
+	require.NoError(t, worker.ParseFlags([]string{"--concurrency", "3"}))
+	require.NoError(t, stack.ApplyEnv(worker.Flags()))
+	require.Equal(t, "3", worker.Flags().Lookup("concurrency").Value.String())
+	// A variable that does not parse is refused by its name.
+	t.Setenv("STOP_TIMEOUT", "soon")
+	require.NoError(t, worker.ParseFlags(nil))
+	require.ErrorContains(t, stack.ApplyEnv(worker.Flags()), "STOP_TIMEOUT (for --stop-timeout)")
+}
+
+// No flag takes a secret's value: secrets come from the environment or a
+// file, so that `ps` never shows them.
+func TestSecretsAreNeverFlagValues(t *testing.T) {
+	var files []string
+	walk(newRootCmd(), func(cmd *cobra.Command) {
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			for _, secret := range []string{"api-key", "password", "webhook-url", "token"} {
+				if strings.Contains(f.Name, secret) && f.Name != "auth-tokens-file" {
+					require.True(t, strings.HasSuffix(f.Name, "-file"), "%s --%s takes a secret as a value", cmd.CommandPath(), f.Name)
+					files = append(files, f.Name)
+				}
+			}
+		})
+	})
+	require.Subset(t, files, []string{"temporal-api-key-file", "qbittorrent-password-file", "webhook-url-file"})
+
+	err := run(context.Background(), []string{"worker", "--temporal-api-key", "k"})
+	require.ErrorContains(t, err, "unknown flag: --temporal-api-key")
+	require.Equal(t, 2, exitCode(err))
+
+	// From a file (its trailing newline dropped), or from the variable;
+	// both at once is refused rather than one silently winning.
+	file := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(file, []byte("from-file\n"), 0o600))
+	var c stack.Config
+	fs := pflag.NewFlagSet("worker", pflag.ContinueOnError)
+	c.Bind(fs)
+	require.NoError(t, fs.Parse([]string{"--temporal-api-key-file", file}))
+	require.NoError(t, c.SecretsFromEnv())
+	require.Equal(t, "from-file", c.TemporalAPIKey)
+	t.Setenv("TEMPORAL_API_KEY", "from-env")
+	require.ErrorContains(t, c.SecretsFromEnv(), "TEMPORAL_API_KEY and its file")
+	require.NoError(t, fs.Set("temporal-api-key-file", ""))
+	require.NoError(t, c.SecretsFromEnv())
+	require.Equal(t, "from-env", c.TemporalAPIKey)
+}
+
+// A command line the CLI refuses exits 2; a command that ran and failed
+// exits 1.
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"bogus"},
+		{"runs", "bogus"},
+		{"runs"},
+		{"plan"},
+		{"migrate"},
+		{"runs", "get"},
+		{"runs", "get", "a", "b"},
+		{"worker", "--concurrency", "many"},
+		{"worker", "--no-such-flag"},
+		{"plan", "approve"},
+	} {
+		t.Run(strings.Join(args, "_"), func(t *testing.T) {
+			err := run(context.Background(), args)
+			require.Error(t, err)
+			var u usageError
+			require.True(t, errors.As(err, &u), "taskport %v: %v is not a usage error", args, err)
+			require.Equal(t, 2, exitCode(err))
+		})
+	}
+	err := run(context.Background(), []string{"migrate", "up", "--database-url", ""})
+	require.ErrorContains(t, err, "--database-url (env DATABASE_URL) is empty")
+	require.Equal(t, 1, exitCode(err))
+}
+
+// Every read command takes --json.
+func TestEveryReadCommandTakesJSON(t *testing.T) {
+	root := newRootCmd()
+	for _, path := range []string{"runs list", "runs get", "plan timeline", "decision list", "migrate status"} {
+		cmd, _, err := root.Find(strings.Fields(path))
+		require.NoError(t, err, path)
+		require.NoError(t, cmd.ParseFlags(nil))
+		require.NotNil(t, cmd.Flags().Lookup(jsonFlag), "taskport %s has no --json", path)
+	}
+}
+
+// migrate status --json is one object per migration; migrate up says what
+// it applied and nothing else at the default log level (goose's statement
+// log is for --log-level debug).
+func TestMigrateJSONAndQuiet(t *testing.T) {
+	db := pgtest.NewEmptyDatabase(t)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	stderr := os.Stderr
+	os.Stderr = w
+	out := runCLI(t, "migrate", "up", "--database-url", db)
+	os.Stderr = stderr
+	require.NoError(t, w.Close())
+	logged, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Contains(t, out, "applied ")
+	require.NotContains(t, string(logged), "OK ", "goose's per-migration lines at info:\n%s", logged)
+	require.NotContains(t, string(logged), "CREATE", "SQL at info:\n%s", logged)
+
+	status := runCLI(t, "migrate", "status", "--json", "--database-url", db)
+	require.Contains(t, status, `"version": 1`)
+	require.Contains(t, status, `"applied": true`)
+}
+
+// docs/configuration.md is the command tree's settings, generated: every
+// flag and variable is in it, with its default and help.
+func TestConfigurationReference(t *testing.T) {
+	// Defaults read the environment (EnvOr): render them as they are on a
+	// machine that sets none of the variables.
+	for _, f := range settings(t, newRootCmd()) {
+		t.Setenv(stack.EnvName(f), "")
+	}
+	got := configurationReference(newRootCmd())
+	path := filepath.Join("..", "..", "docs", "configuration.md")
+	if *updateReference {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "generate it: go test ./cmd/taskport/ -run TestConfigurationReference -update")
+	require.Equal(t, string(want), got, "docs/configuration.md is stale: go test ./cmd/taskport/ -run TestConfigurationReference -update")
+	for _, f := range settings(t, newRootCmd()) {
+		require.Contains(t, got, "`--"+f.Name+"`")
+		require.Contains(t, got, "`"+stack.EnvName(f)+"`")
+	}
+}
+
+// configurationReference renders every command's settings (the flags with
+// an environment variable) as one table per command.
+func configurationReference(root *cobra.Command) string {
+	var b bytes.Buffer
+	b.WriteString("# Configuration reference\n\n" +
+		"Generated from the command tree of `cmd/taskport` by\n" +
+		"`go test ./cmd/taskport/ -run TestConfigurationReference -update`; the test\n" +
+		"fails when this page and the flags disagree. Every setting is a flag with\n" +
+		"an environment fallback: the variable applies when the flag is not given.\n" +
+		"Secrets are never flag values: they come from their variable or from the\n" +
+		"file a `--…-file` flag names. Defaults are shown as on a machine that sets\n" +
+		"none of the variables.\n")
+	var paths []string
+	cmds := map[string]*cobra.Command{}
+	walk(root, func(cmd *cobra.Command) {
+		if cmd.Hidden || cmd.Name() == "help" || cmd.Name() == "completion" {
+			return
+		}
+		paths = append(paths, cmd.CommandPath())
+		cmds[cmd.CommandPath()] = cmd
+	})
+	sort.Strings(paths)
+	for _, path := range paths {
+		cmd := cmds[path]
+		_ = cmd.ParseFlags(nil)
+		var rows []string
+		own := cmd.LocalFlags()
+		if cmd == root {
+			own = root.PersistentFlags()
+		}
+		own.VisitAll(func(f *pflag.Flag) {
+			key := stack.EnvName(f)
+			if key == "" {
+				return
+			}
+			def := f.DefValue
+			if def == "" || def == "[]" {
+				def = "(none)"
+			}
+			usage := strings.ReplaceAll(f.Usage, "|", `\|`)
+			rows = append(rows, fmt.Sprintf("| `--%s` | `%s` | `%s` | %s |", f.Name, key, def, usage))
+		})
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n## `%s`\n\n%s\n\n| flag | variable | default | meaning |\n|---|---|---|---|\n%s\n", path, cmd.Short, strings.Join(rows, "\n"))
+	}
+	return b.String()
+}
