@@ -49,6 +49,11 @@ const maxChunkSize = 256 << 20
 // temporary file name.
 const tempMarker = ".tp-import-"
 
+// MaxTargetName is the longest target base name, in bytes, whose temporary
+// file name ("." + name + tempMarker + up to 10 digits of os.CreateTemp's
+// random uint32) still fits the 255-byte name limit of Linux filesystems.
+const MaxTargetName = 255 - len(".") - len(tempMarker) - 10
+
 var (
 	// ErrInvalidRequest: the request was refused before touching any file.
 	ErrInvalidRequest = errors.New("fileimport: invalid request")
