@@ -4,8 +4,8 @@
 //
 // An import copies the source in chunks into a temporary file beside the
 // target, named ".<target base name>.tp-import-<digits>", fsyncs it, renames
-// it over the target, fsyncs the directory, and reads the target back to
-// check its size and SHA-256. Between chunks it asks the caller whether to
+// it to the target (never over an existing file), fsyncs the directory, and
+// reads the target back to check its size and SHA-256. Between chunks it asks the caller whether to
 // stop (the business cancel flag) and reports progress (the caller
 // heartbeats). A retried import finds a target that already matches and
 // returns at once (Reconciled); one whose predecessor crashed removes the
@@ -86,7 +86,7 @@ func (e *MismatchError) Unwrap() error { return ErrMismatch }
 // Request describes one import.
 type Request struct {
 	// Source and Target are absolute paths. Missing directories above Target
-	// are created (0o755); Target itself is replaced atomically.
+	// are created (0o755); Target appears atomically and is never replaced.
 	Source, Target string
 	// ExpectedSize in bytes (zero is a valid, empty file) and ExpectedSHA256
 	// as 64 hex digits: both are required, they are what makes a retry safe.
