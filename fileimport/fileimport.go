@@ -4,15 +4,17 @@
 //
 // An import copies the source in chunks into a temporary file beside the
 // target, named ".<target base name>.tp-import-<digits>", fsyncs it, renames
-// it over the target, fsyncs the directory, and reads the target back to
-// check its size and SHA-256. Between chunks it asks the caller whether to
+// it to the target (never over an existing file), fsyncs the directory, and
+// reads the target back to check its size and SHA-256. Between chunks it asks the caller whether to
 // stop (the business cancel flag) and reports progress (the caller
 // heartbeats). A retried import finds a target that already matches and
 // returns at once (Reconciled); one whose predecessor crashed removes the
 // temporary file that attempt left. A target that holds a different file is
-// never replaced (ErrTargetTaken): it is someone else's. The check is
-// repeated just before the rename, so only a file created in the instant
-// between that check and the rename could still be replaced.
+// never replaced (ErrTargetTaken): it is someone else's. The temporary file
+// is put in place with renameat2(RENAME_NOREPLACE), or, on a filesystem that
+// refuses that flag, with link then unlink: either fails when a name exists
+// at the target, so a file that appears there after the last check is not
+// replaced either; the import then checks it like any target found there.
 //
 // Two attempts overlapping on one target (a timed-out attempt still running
 // beside its retry) are safe: the later one removes the earlier one's
@@ -31,6 +33,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultChunkSize is the copy chunk when Request.ChunkSize is zero: large
@@ -44,6 +48,11 @@ const maxChunkSize = 256 << 20
 // tempMarker separates the target's base name from the random digits in a
 // temporary file name.
 const tempMarker = ".tp-import-"
+
+// MaxTargetName is the longest target base name, in bytes, whose temporary
+// file name ("." + name + tempMarker + up to 10 digits of os.CreateTemp's
+// random uint32) still fits the 255-byte name limit of Linux filesystems.
+const MaxTargetName = 255 - len(".") - len(tempMarker) - 10
 
 var (
 	// ErrInvalidRequest: the request was refused before touching any file.
@@ -77,7 +86,7 @@ func (e *MismatchError) Unwrap() error { return ErrMismatch }
 // Request describes one import.
 type Request struct {
 	// Source and Target are absolute paths. Missing directories above Target
-	// are created (0o755); Target itself is replaced atomically.
+	// are created (0o755); Target appears atomically and is never replaced.
 	Source, Target string
 	// ExpectedSize in bytes (zero is a valid, empty file) and ExpectedSHA256
 	// as 64 hex digits: both are required, they are what makes a retry safe.
@@ -107,6 +116,12 @@ type Result struct {
 // *MismatchError, after which neither a temporary file nor a wrong target is
 // left behind.
 func Import(ctx context.Context, req Request) (Result, error) {
+	return importFile(ctx, req, nil)
+}
+
+// importFile is Import; beforePlace, when set, runs between the last check of
+// the target and the no-replace rename (tests race a file into that window).
+func importFile(ctx context.Context, req Request, beforePlace func()) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
@@ -135,9 +150,25 @@ func Import(ctx context.Context, req Request) (Result, error) {
 		res.Reconciled = done
 		return res, err
 	}
-	if err := os.Rename(tmp, req.Target); err != nil {
+	if beforePlace != nil {
+		beforePlace()
+	}
+	if err := placeNoReplace(tmp, req.Target); err != nil {
 		_ = os.Remove(tmp)
-		return Result{}, fmt.Errorf("import %s: rename temporary file: %w", req.Target, err)
+		if !errors.Is(err, fs.ErrExist) {
+			return Result{}, fmt.Errorf("import %s: place temporary file: %w", req.Target, err)
+		}
+		// A file appeared after the last check: judge it as any target
+		// found in place (the same import's copy, or someone else's file).
+		done, err := inPlace(ctx, req.Target, req.ExpectedSize, want)
+		if err != nil {
+			return Result{}, err
+		}
+		if !done {
+			return Result{}, fmt.Errorf("import %s: a file appeared at the target and vanished again while placing it", req.Target)
+		}
+		res.Reconciled = true
+		return res, nil
 	}
 	if err := syncDir(filepath.Dir(req.Target)); err != nil {
 		return Result{}, fmt.Errorf("import %s: %w", req.Target, err)
@@ -414,6 +445,33 @@ func mkdirAllSynced(dir string) error {
 		if err := syncDir(filepath.Dir(d)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// placeNoReplace renames tmp to target unless a name exists at target, in
+// which case the error wraps fs.ErrExist and nothing moved. Filesystems
+// without RENAME_NOREPLACE (EINVAL) get a hard link then an unlink of tmp,
+// which fails the same way on an existing name; a crash between the two
+// leaves a temporary file that the next attempt removes.
+func placeNoReplace(tmp, target string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, target, unix.RENAME_NOREPLACE)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS):
+		return linkNoReplace(tmp, target)
+	}
+	return &fs.PathError{Op: "renameat2", Path: target, Err: err}
+}
+
+// linkNoReplace is placeNoReplace's fallback: link(2) never replaces.
+func linkNoReplace(tmp, target string) error {
+	if err := os.Link(tmp, target); err != nil {
+		return err
+	}
+	if err := os.Remove(tmp); err != nil {
+		return fmt.Errorf("remove temporary file after link: %w", err)
 	}
 	return nil
 }

@@ -159,7 +159,7 @@ func TestImportReconcilesMatchingTarget(t *testing.T) {
 }
 
 // A different file at the target is someone else's: the import refuses it,
-// before copying and again just before the rename, and leaves it as it is.
+// before copying and again just before placing its copy, and leaves it as it is.
 func TestImportNeverReplacesADifferentFile(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1<<20)
@@ -412,4 +412,52 @@ func TestCrashedAttemptLeavesTempThatIsCleanedUp(t *testing.T) {
 	got, err := os.ReadFile(target)
 	require.NoError(t, err)
 	require.Equal(t, f.data, got)
+}
+
+// A file created at the target after the last check, in the instant before
+// the temporary file is put in place, survives: the import fails with
+// ErrTargetTaken, or reconciles when that file is the expected one.
+func TestImportNeverReplacesAFileRacedInBeforeTheRename(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1<<20)
+	theirs := []byte("someone else's file, written in the window")
+
+	target := filepath.Join(f.dir, "raced.mkv")
+	_, err := fileimport.ImportRacing(t.Context(), f.request(target), func() {
+		require.NoError(t, os.WriteFile(target, theirs, 0o644))
+	})
+	require.ErrorIs(t, err, fileimport.ErrTargetTaken)
+	got, err := os.ReadFile(target)
+	require.NoError(t, err)
+	require.Equal(t, theirs, got, "the foreign file was replaced")
+	require.Equal(t, []string{"download", "raced.mkv"}, dirNames(t, f.dir), "no temporary file left")
+
+	same := filepath.Join(f.dir, "same.mkv")
+	res, err := fileimport.ImportRacing(t.Context(), f.request(same), func() {
+		require.NoError(t, os.WriteFile(same, f.data, 0o644))
+	})
+	require.NoError(t, err)
+	require.True(t, res.Reconciled)
+	require.NotContains(t, strings.Join(dirNames(t, f.dir), " "), ".tp-import-")
+}
+
+// The fallback for filesystems that refuse RENAME_NOREPLACE never replaces
+// either, and moves the file when the target is free.
+func TestLinkNoReplace(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tmp, target := filepath.Join(dir, ".t.tp-import-1"), filepath.Join(dir, "t")
+	require.NoError(t, os.WriteFile(tmp, []byte("new"), 0o644))
+	require.NoError(t, os.WriteFile(target, []byte("theirs"), 0o644))
+	require.ErrorIs(t, fileimport.LinkNoReplace(tmp, target), fs.ErrExist)
+	got, err := os.ReadFile(target)
+	require.NoError(t, err)
+	require.Equal(t, "theirs", string(got))
+
+	require.NoError(t, os.Remove(target))
+	require.NoError(t, fileimport.LinkNoReplace(tmp, target))
+	got, err = os.ReadFile(target)
+	require.NoError(t, err)
+	require.Equal(t, "new", string(got))
+	require.Equal(t, []string{"t"}, dirNames(t, dir))
 }

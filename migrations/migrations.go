@@ -11,10 +11,14 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -33,6 +37,90 @@ func FS() fs.FS {
 	return sub
 }
 
+// versionTable is goose's record of the applied migrations.
+const versionTable = "taskport_schema_migrations"
+
+// Latest is the newest embedded migration: the schema version this binary
+// needs.
+func Latest() int64 {
+	vs, err := embedded()
+	if err != nil {
+		panic(err) // the embedded names are checked by goose.NewProvider in every test
+	}
+	return vs[len(vs)-1]
+}
+
+func embedded() ([]int64, error) {
+	entries, err := fs.ReadDir(FS(), ".")
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, e := range entries {
+		v, err := goose.NumericComponent(e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("migration file %s: %w", e.Name(), err)
+		}
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// BehindError: the database lacks a migration this binary needs. A
+// database ahead of the binary is not an error: during a rolling upgrade
+// the previous binary runs on the new schema.
+type BehindError struct {
+	// Applied is the highest version below which every migration is
+	// applied (0: none); Need is Latest.
+	Applied, Need int64
+}
+
+func (e *BehindError) Error() string {
+	return fmt.Sprintf("database schema is at version %d, this binary needs version %d: run `taskport migrate up`", e.Applied, e.Need)
+}
+
+// Queryer is what CheckSchema reads through: a pool, a connection or a
+// transaction.
+type Queryer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// versionsSQL lists the applied migrations; goose deletes a version's row
+// when it rolls it back.
+const versionsSQL = `SELECT coalesce(array_agg(version_id), '{}') FROM ` + versionTable + ` WHERE is_applied`
+
+// CheckSchema returns a *BehindError when the database has not applied
+// every migration this binary embeds. A database never migrated (no version
+// table) is at version 0.
+func CheckSchema(ctx context.Context, q Queryer) error {
+	var applied []int64
+	err := q.QueryRow(ctx, versionsSQL).Scan(&applied)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		applied, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	need, err := embedded()
+	if err != nil {
+		return err
+	}
+	done := make(map[int64]bool, len(applied))
+	for _, v := range applied {
+		done[v] = true
+	}
+	var at int64
+	for _, v := range need {
+		if !done[v] {
+			return &BehindError{Applied: at, Need: need[len(need)-1]}
+		}
+		at = v
+	}
+	return nil
+}
+
 // Migrator applies the embedded migrations to one database.
 type Migrator struct {
 	db       *sql.DB
@@ -46,7 +134,7 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) (*Migrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migration locker: %w", err)
 	}
-	opts := []goose.ProviderOption{goose.WithSessionLocker(locker), goose.WithTableName("taskport_schema_migrations")}
+	opts := []goose.ProviderOption{goose.WithSessionLocker(locker), goose.WithTableName(versionTable)}
 	if logger != nil {
 		opts = append(opts, goose.WithSlog(logger), goose.WithVerbose(true))
 	}

@@ -213,3 +213,35 @@ VALUES (gen_random_uuid(), $1, 'k', $2, $3, '{}', $4)`
 	_, err = pool.Exec(ctx, `UPDATE taskport.run SET max_attempts = 0`)
 	require.ErrorContains(t, err, "run_row_check")
 }
+
+// A database migrated to the version before the newest is refused, naming
+// both versions; one never migrated is at 0; the newest schema passes, and
+// so does one with a migration this binary does not know (the next release
+// migrated it during a rolling upgrade).
+func TestCheckSchemaNamesBothVersions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, m := emptyDatabase(t)
+	n := migrations.Latest()
+
+	var behind *migrations.BehindError
+	require.ErrorAs(t, migrations.CheckSchema(ctx, pool), &behind)
+	require.Equal(t, migrations.BehindError{Applied: 0, Need: n}, *behind)
+
+	_, err := m.Up(ctx)
+	require.NoError(t, err)
+	require.NoError(t, migrations.CheckSchema(ctx, pool))
+
+	_, err = m.DownTo(ctx, n-1)
+	require.NoError(t, err)
+	err = migrations.CheckSchema(ctx, pool)
+	require.ErrorAs(t, err, &behind)
+	require.Equal(t, migrations.BehindError{Applied: n - 1, Need: n}, *behind)
+	require.ErrorContains(t, err, fmt.Sprintf("at version %d, this binary needs version %d", n-1, n))
+
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO taskport_schema_migrations (version_id, is_applied) VALUES ($1, true)`, n+1)
+	require.NoError(t, err)
+	require.NoError(t, migrations.CheckSchema(ctx, pool))
+}

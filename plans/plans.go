@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -34,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/fileimport"
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/timeline"
 	"github.com/taskport/taskport/ledger"
@@ -228,11 +230,26 @@ func checkMagnet(magnet, hash string) error {
 	return nil
 }
 
-// target checks that path is absolute, clean of traversal and strictly
-// inside the library root.
+// maxPathComponent is the name limit of Linux filesystems (NAME_MAX), in
+// bytes: a longer directory name in a target could never be created.
+const maxPathComponent = 255
+
+// target checks that path is absolute, clean of traversal, strictly inside
+// the library root, and a name the import can create: valid UTF-8 without
+// control characters, no directory name over maxPathComponent bytes and a
+// file name of at most fileimport.MaxTargetName bytes (its temporary file's
+// name must fit too). Anything else would pass creation and fail only at
+// import, after the download.
 func (s *Service) target(path string) (string, error) {
 	if s.root == "" {
 		return "", invalid("library_root", "not configured: this service cannot create plans")
+	}
+	if !utf8.ValidString(path) {
+		return "", invalid("target_path", "must be valid UTF-8, got %q", path)
+	}
+	if i := strings.IndexFunc(path, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(path[i:])
+		return "", invalid("target_path", "must not contain control characters, got %U at byte %d", r, i)
 	}
 	if !filepath.IsAbs(path) {
 		return "", invalid("target_path", "must be an absolute path, got %q", path)
@@ -240,6 +257,15 @@ func (s *Service) target(path string) (string, error) {
 	clean := filepath.Clean(path)
 	if !inside(s.root, clean) {
 		return "", invalid("target_path", "%q is not inside the library root %q", path, s.root)
+	}
+	dirs := strings.Split(filepath.Dir(clean), string(filepath.Separator))
+	for _, d := range dirs {
+		if len(d) > maxPathComponent {
+			return "", invalid("target_path", "directory name %.40q... is %d bytes, at most %d", d, len(d), maxPathComponent)
+		}
+	}
+	if base := filepath.Base(clean); len(base) > fileimport.MaxTargetName {
+		return "", invalid("target_path", "file name %.40q... is %d bytes, at most %d", base, len(base), fileimport.MaxTargetName)
 	}
 	return clean, nil
 }

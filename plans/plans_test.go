@@ -3,6 +3,8 @@ package plans_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/fileimport"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
@@ -49,6 +52,16 @@ func TestCreatePlanRejectsBadInputAndWritesNothing(t *testing.T) {
 		"target outside root":  {func(p *plans.NewPlan) { p.TargetPath = "/etc/passwd" }, "target_path"},
 		"target escapes root":  {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir + "/../x.mkv" }, "target_path"},
 		"target is the root":   {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir }, "target_path"},
+		"newline in target":    {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir + "/a\nb.mkv" }, "target_path"},
+		"escape in target":     {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir + "/a\x1b[2J.mkv" }, "target_path"},
+		"NUL in target":        {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir + "/a\x00.mkv" }, "target_path"},
+		"C1 control in target": {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir + "/a\u0085.mkv" }, "target_path"},
+		"invalid UTF-8 target": {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir + "/a\xff.mkv" }, "target_path"},
+		"long directory name":  {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir + "/" + strings.Repeat("d", 256) + "/a.mkv" }, "target_path"},
+		"long file name":       {func(p *plans.NewPlan) { p.TargetPath = w.LibraryDir + "/" + strings.Repeat("f", 256) }, "target_path"},
+		"file name without room for the import's temporary name": {func(p *plans.NewPlan) {
+			p.TargetPath = w.LibraryDir + "/" + strings.Repeat("f", fileimport.MaxTargetName+1)
+		}, "target_path"},
 		"no source":            {func(p *plans.NewPlan) { p.Magnet = "" }, "source"},
 		"two sources":          {func(p *plans.NewPlan) { p.TorrentURL = "https://x/a.torrent" }, "source"},
 		"magnet of other hash": {func(p *plans.NewPlan) { p.InfoHash = "ff" + a.Hash[2:] }, "info_hash"},
@@ -83,6 +96,19 @@ func TestCreatePlanRejectsBadInputAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, acquisition.AwaitingApproval, p.Status)
 	require.Equal(t, []string{"approval.await pending plan:" + p.ID.String() + ":approval.await"}, w.Outbox(t, p.ID.String()))
+
+	// The longest names that pass are ones the import can create, with its
+	// temporary file beside them.
+	longest := good
+	longest.TargetPath = w.LibraryDir + "/" + strings.Repeat("d", 255) + "/" + strings.Repeat("f", fileimport.MaxTargetName)
+	longest.InfoHash = strings.Repeat("1", 40)
+	longest.Magnet = "magnet:?xt=urn:btih:" + longest.InfoHash
+	_, err = w.Plans.CreatePlan(context.Background(), longest)
+	require.NoError(t, err)
+	src := filepath.Join(t.TempDir(), "src")
+	require.NoError(t, os.WriteFile(src, a.Content, 0o644))
+	_, err = fileimport.Import(context.Background(), fileimport.Request{Source: src, Target: longest.TargetPath, ExpectedSize: int64(len(a.Content)), ExpectedSHA256: a.SHA256})
+	require.NoError(t, err)
 }
 
 func TestCallsOnUnknownOrMalformedIDsWriteNothing(t *testing.T) {

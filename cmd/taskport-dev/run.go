@@ -117,7 +117,7 @@ func runLocal(ctx context.Context, g *stack.Globals, c stack.Config, rc runConfi
 	if err := ensureDatabase(ctx, g.DatabaseURL, log); err != nil {
 		return err
 	}
-	pool, err := g.Pool(ctx, log, g.PoolSize)
+	pool, err := g.MigrationPool(ctx, log, g.PoolSize)
 	if err != nil {
 		return err
 	}

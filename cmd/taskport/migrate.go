@@ -19,7 +19,7 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 	// withMigrator opens the database, runs fn on a migrator over it and
 	// closes both.
 	withMigrator := func(cmd *cobra.Command, fn func(*migrations.Migrator) error) error {
-		return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) error {
+		return g.WithMigrationPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) error {
 			// goose logs every statement it runs: only at --log-level debug.
 			var steps *slog.Logger
 			if log.Enabled(cmd.Context(), slog.LevelDebug) {

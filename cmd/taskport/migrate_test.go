@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -41,4 +42,32 @@ func TestMigrateCommands(t *testing.T) {
 	root := newRootCmd()
 	root.SetArgs(append([]string{"migrate", "down", "--to", "-1"}, common...))
 	require.ErrorContains(t, root.ExecuteContext(context.Background()), "--to must not be negative")
+}
+
+// The worker (with and without its dispatcher) and admin refuse to start on
+// a database one migration behind the binary, naming both versions.
+func TestStartRefusesASchemaBehindTheBinary(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	pool := pgtest.Connect(t, db)
+	m, err := migrations.New(pool, nil)
+	require.NoError(t, err)
+	defer m.Close()
+	n := migrations.Latest()
+	_, err = m.DownTo(context.Background(), n-1)
+	require.NoError(t, err)
+
+	want := fmt.Sprintf("database schema is at version %d, this binary needs version %d", n-1, n)
+	for _, args := range [][]string{
+		{"worker", "--engine", "lease", "--metrics-addr", "127.0.0.1:0"},
+		{"worker", "--engine", "lease", "--metrics-addr", "127.0.0.1:0", "--dispatch=false"},
+		{"admin", "--engine", "lease", "--addr", "127.0.0.1:0"},
+	} {
+		// Without the check the process would serve until ctx ends, then
+		// return nil: the deadline only keeps such a failure from hanging.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		root := newRootCmd()
+		root.SetArgs(append(args, "--database-url", db, "--log-level", "error"))
+		require.ErrorContains(t, root.ExecuteContext(ctx), want, args)
+		cancel()
+	}
 }

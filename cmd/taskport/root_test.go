@@ -111,3 +111,35 @@ func TestWorkerRefusesNegativeCounts(t *testing.T) {
 		require.ErrorContains(t, cmd.ExecuteContext(context.Background()), flag+" must not be negative, got -1")
 	}
 }
+
+// The Postgres timeouts come from the flags, else DB_LOCK_TIMEOUT,
+// DB_IDLE_IN_TRANSACTION_TIMEOUT and DB_STATEMENT_TIMEOUT, else the
+// documented defaults; bad values are refused before anything connects.
+func TestPoolTimeouts(t *testing.T) {
+	db := pgtest.NewEmptyDatabase(t)
+	values := func(env map[string]string, args ...string) map[string]string {
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		root := newRootCmd()
+		root.SetArgs(append([]string{"migrate", "status", "--database-url", db, "--log-level", "error"}, args...))
+		require.NoError(t, root.ExecuteContext(context.Background()))
+		out := map[string]string{}
+		for _, f := range []string{"db-lock-timeout", "db-idle-in-transaction-timeout", "db-statement-timeout"} {
+			out[f] = root.PersistentFlags().Lookup(f).Value.String()
+		}
+		return out
+	}
+	require.Equal(t, map[string]string{"db-lock-timeout": "10s", "db-idle-in-transaction-timeout": "1m0s", "db-statement-timeout": "2m0s"},
+		values(nil))
+	require.Equal(t, map[string]string{"db-lock-timeout": "3s", "db-idle-in-transaction-timeout": "4s", "db-statement-timeout": "5s"},
+		values(map[string]string{"DB_LOCK_TIMEOUT": "3s", "DB_IDLE_IN_TRANSACTION_TIMEOUT": "4s", "DB_STATEMENT_TIMEOUT": "5s"}))
+	require.Equal(t, "7s", values(nil, "--db-lock-timeout", "7s")["db-lock-timeout"], "a flag beats the environment")
+
+	for env, want := range map[string]string{"x": `DB_STATEMENT_TIMEOUT: "x" is not a duration`, "-1s": "--db-statement-timeout must not be negative"} {
+		t.Setenv("DB_STATEMENT_TIMEOUT", env)
+		root := newRootCmd()
+		root.SetArgs([]string{"migrate", "status", "--database-url", "postgres://nowhere.invalid/x"})
+		require.ErrorContains(t, root.ExecuteContext(context.Background()), want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -31,6 +32,62 @@ type Globals struct {
 	// OTLPEndpoint is the OpenTelemetry collector spans are exported to
 	// (OTLP/gRPC URL, e.g. http://collector:4317); empty: tracing off.
 	OTLPEndpoint string
+	// Timeouts are set on every connection of every pool Pool opens
+	// (docs/operations.md, "Postgres timeouts"). The zero value sets none.
+	Timeouts Timeouts
+}
+
+// Timeouts are Postgres session settings; a zero field is left to the
+// server's (or role's) setting.
+type Timeouts struct {
+	// Lock is lock_timeout: the longest a statement waits for a lock, so a
+	// session stalled while holding a plan's row lock fails its waiters
+	// instead of hanging them. Flag default defaultLockTimeout.
+	Lock time.Duration
+	// IdleInTransaction is idle_in_transaction_session_timeout: a session
+	// idle this long inside a transaction is ended, releasing its locks.
+	// Flag default defaultIdleInTransactionTimeout.
+	IdleInTransaction time.Duration
+	// Statement is statement_timeout: the longest one statement runs.
+	// Flag default defaultStatementTimeout.
+	Statement time.Duration
+}
+
+// The flags' defaults. taskport's transactions are short (a plan change
+// with its outbox rows, a claim, a batch of at most a few thousand rows),
+// so these bounds sit far above any legitimate wait or statement and only
+// stop what is stuck: a lock wait of 10 s is a stalled holder, not load.
+const (
+	defaultLockTimeout              = 10 * time.Second
+	defaultIdleInTransactionTimeout = time.Minute
+	defaultStatementTimeout         = 2 * time.Minute
+)
+
+// forMigrations keeps only the idle bound: a migration may rewrite a large
+// table or wait for running transactions (CREATE INDEX CONCURRENTLY does),
+// and failing it half-way serves no one.
+func (t Timeouts) forMigrations() Timeouts {
+	return Timeouts{IdleInTransaction: t.IdleInTransaction, Lock: disabled, Statement: disabled}
+}
+
+// disabled, in a Timeouts field, writes 0 (Postgres: no limit) to the
+// session, over the URL's and the role's own setting.
+const disabled time.Duration = -1
+
+// apply sets t's runtime parameters, in milliseconds (Postgres's unit for a
+// bare number). A positive bound the URL already sets is left as the URL
+// says, like pool_max_conns.
+func (t Timeouts) apply(params map[string]string) {
+	for name, d := range map[string]time.Duration{
+		"lock_timeout": t.Lock, "idle_in_transaction_session_timeout": t.IdleInTransaction, "statement_timeout": t.Statement,
+	} {
+		switch _, set := params[name]; {
+		case d == disabled:
+			params[name] = "0"
+		case d > 0 && !set:
+			params[name] = strconv.FormatInt(d.Milliseconds(), 10)
+		}
+	}
 }
 
 // Bind adds the persistent flags to root. Before any command runs, every
@@ -44,12 +101,36 @@ func (g *Globals) Bind(root *cobra.Command) {
 		"OpenTelemetry collector to export traces to over OTLP/gRPC, e.g. http://collector:4317; empty: off (env OTEL_EXPORTER_OTLP_ENDPOINT)")
 	root.PersistentFlags().IntVar(&g.PoolSize, "db-pool-size", defaultPoolSize,
 		"connections of the business pool, also the migration's (env DB_POOL_SIZE; pool_max_conns in the URL wins)")
+	pf := root.PersistentFlags()
+	pf.DurationVar(&g.Timeouts.Lock, "db-lock-timeout", defaultLockTimeout,
+		"Postgres lock_timeout of every pool's sessions; 0: the server's setting (env DB_LOCK_TIMEOUT; the URL's own setting wins)")
+	pf.DurationVar(&g.Timeouts.IdleInTransaction, "db-idle-in-transaction-timeout", defaultIdleInTransactionTimeout,
+		"Postgres idle_in_transaction_session_timeout of every pool's sessions; 0: the server's setting "+
+			"(env DB_IDLE_IN_TRANSACTION_TIMEOUT; the URL's own setting wins)")
+	pf.DurationVar(&g.Timeouts.Statement, "db-statement-timeout", defaultStatementTimeout,
+		"Postgres statement_timeout of every pool's sessions except the migration's; 0: the server's setting "+
+			"(env DB_STATEMENT_TIMEOUT; the URL's own setting wins)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if err := ApplyEnv(cmd.Flags()); err != nil {
 			return err
 		}
-		return checkPoolSizes(cmd.Flags())
+		return errors.Join(checkPoolSizes(cmd.Flags()), checkTimeouts(cmd.Flags()))
 	}
+}
+
+// checkTimeouts refuses a negative timeout.
+func checkTimeouts(fs *pflag.FlagSet) error {
+	var errs []error
+	for _, name := range []string{"db-lock-timeout", "db-idle-in-transaction-timeout", "db-statement-timeout"} {
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if d, err := time.ParseDuration(f.Value.String()); err == nil && d < 0 {
+			errs = append(errs, fmt.Errorf("--%s must not be negative, got %s", name, f.Value))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // checkPoolSizes refuses a pool size below 1. A command without an engine
@@ -98,9 +179,19 @@ func (g *Globals) Logger() (*slog.Logger, error) {
 const defaultPoolSize = 20
 
 // Pool opens a pool of size connections (defaultPoolSize when size is 0;
-// pool_max_conns in the URL wins) and checks the connection, logging the
-// URL with its password masked.
+// pool_max_conns in the URL wins) with g.Timeouts and checks the
+// connection, logging the URL with its password masked.
 func (g *Globals) Pool(ctx context.Context, log *slog.Logger, size int) (*pgxpool.Pool, error) {
+	return g.pool(ctx, log, size, g.Timeouts)
+}
+
+// MigrationPool is Pool for applying migrations: no statement_timeout and
+// no lock_timeout, whatever the flags or the URL say.
+func (g *Globals) MigrationPool(ctx context.Context, log *slog.Logger, size int) (*pgxpool.Pool, error) {
+	return g.pool(ctx, log, size, g.Timeouts.forMigrations())
+}
+
+func (g *Globals) pool(ctx context.Context, log *slog.Logger, size int, t Timeouts) (*pgxpool.Pool, error) {
 	if strings.TrimSpace(g.DatabaseURL) == "" {
 		// pgx would fall back to libpq's defaults (PGHOST, the local
 		// socket) and act on whatever database they name.
@@ -113,6 +204,7 @@ func (g *Globals) Pool(ctx context.Context, log *slog.Logger, size int) (*pgxpoo
 	if !strings.Contains(g.DatabaseURL, "pool_max_conns") {
 		cfg.MaxConns = int32(cmp.Or(size, defaultPoolSize))
 	}
+	t.apply(cfg.ConnConfig.RuntimeParams)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -128,11 +220,20 @@ func (g *Globals) Pool(ctx context.Context, log *slog.Logger, size int) (*pgxpoo
 // WithPool opens the business pool, runs fn with it and the logger, and
 // closes the pool: all that a command needing only the database opens.
 func (g *Globals) WithPool(ctx context.Context, fn func(*pgxpool.Pool, *slog.Logger) error) error {
+	return g.withPool(ctx, g.Timeouts, fn)
+}
+
+// WithMigrationPool is WithPool with MigrationPool's timeouts.
+func (g *Globals) WithMigrationPool(ctx context.Context, fn func(*pgxpool.Pool, *slog.Logger) error) error {
+	return g.withPool(ctx, g.Timeouts.forMigrations(), fn)
+}
+
+func (g *Globals) withPool(ctx context.Context, t Timeouts, fn func(*pgxpool.Pool, *slog.Logger) error) error {
 	log, err := g.Logger()
 	if err != nil {
 		return err
 	}
-	pool, err := g.Pool(ctx, log, g.PoolSize)
+	pool, err := g.pool(ctx, log, g.PoolSize, t)
 	if err != nil {
 		return err
 	}

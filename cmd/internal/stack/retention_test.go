@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/taskport/taskport/internal/testkit"
 )
 
 // The worker runs the retention cleaner with the flags' defaults: a run
@@ -26,12 +24,7 @@ VALUES (gen_random_uuid(), 'lease', 'k', 1, 'eight-days', '{}', 'succeeded', now
        (gen_random_uuid(), 'lease', 'k', 1, 'six-days', '{}', 'succeeded', now() - interval '6 days')`)
 	require.NoError(t, err)
 
-	addr := testkit.FreeAddr(t)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.RunWorker(ctx, Config{Engine: "lease", StopTimeout: 5 * time.Second}, addr, true)
-	}()
-	waitReady(t, addr)
+	addr, stop := runLeaseWorker(t, s)
 	keys := func() []string {
 		rows, err := s.bizPool.Query(ctx, `SELECT idempotency_key FROM taskport.run ORDER BY 1`)
 		require.NoError(t, err)
@@ -73,6 +66,5 @@ VALUES (gen_random_uuid(), 'lease', 'k', 1, 'eight-days', '{}', 'succeeded', now
 	require.Equal(t, http.StatusOK, page.StatusCode)
 	require.Contains(t, string(body), "Retention: completed 168h0m0s, canceled 168h0m0s, failed 720h0m0s, every 1m0s.")
 
-	cancel()
-	require.NoError(t, <-done)
+	stop()
 }

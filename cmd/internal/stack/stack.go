@@ -32,6 +32,7 @@ import (
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app"
 	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
@@ -232,6 +233,11 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	tp := s.tracing.Provider
 	if s.bizPool, err = g.Pool(ctx, log, g.PoolSize); err != nil {
 		return nil, err
+	}
+	// On a schema behind the binary every statement that needs the missing
+	// migration would fail at run time; refuse to start instead.
+	if err := migrations.CheckSchema(ctx, s.bizPool); err != nil {
+		return nil, fmt.Errorf("schema check: %w", err)
 	}
 	if s.enginePool, err = g.Pool(ctx, log, c.EnginePoolSize); err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/client"
 
+	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/port"
 )
 
@@ -20,7 +21,9 @@ import (
 // for good on its own, it returns an error (the process exits non-zero and
 // is restarted).
 func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dispatch bool) error {
-	checks := []namedCheck{{"postgres", s.bizPool.Ping}}
+	// schema: a rollback of the database under a running worker (restored
+	// backup, migrate down) takes it out of service.
+	checks := []namedCheck{{"postgres", s.bizPool.Ping}, {"schema", func(ctx context.Context) error { return migrations.CheckSchema(ctx, s.bizPool) }}}
 	if s.temporal != nil {
 		checks = append(checks, namedCheck{"temporal", func(ctx context.Context) error {
 			_, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
