@@ -84,12 +84,13 @@ func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 	if w.backlog.Load() {
 		n = w.reserve(w.e.cfg.BatchSize, false)
 	}
+	sent := time.Now()
 	err := w.sendBatch(ctx, group, n, &claimed)
 	if n > 0 {
 		if err != nil {
 			claimed = nil // the transaction did not commit
 		}
-		w.claimed(claimed, n)
+		w.claimed(claimed, n, sent)
 	}
 	if err == nil || len(group) == 1 {
 		for _, r := range group {
