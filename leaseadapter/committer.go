@@ -49,6 +49,20 @@ func (w *worker) submit(ctx context.Context, sql string, args []any, scan func(p
 	}
 }
 
+// markStarted queues stepStartedSQL for a step body starting now and does
+// not wait for it: the body runs while the marker commits with the next
+// group. Its outcome is not read: a fenced marker belongs to a lost claim,
+// and a failed one is written by the next heartbeat.
+func (w *worker) markStarted(ctx context.Context, ex *execution, seq int, step string) {
+	req := &commitReq{sql: stepStartedSQL, args: []any{ex.id, ex.token, seq, step},
+		scan: func(row pgx.Row) error { var n int64; var at time.Time; return row.Scan(&n, &at) }, done: make(chan error, 1)}
+	select {
+	case w.commits <- req:
+	case <-w.committerDone:
+	case <-ctx.Done():
+	}
+}
+
 // committer groups the statements that arrive while the previous group is
 // being committed into one pipelined batch: one round trip and one commit
 // for the lot, each statement still checking its own lease_token. There is no

@@ -483,6 +483,7 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, seq int, step
 	}
 	f.ex.setStep(step, seq)
 	defer f.ex.setStep("", -1)
+	f.w.markStarted(f.dbCtx, f.ex, seq, step)
 	info := port.StepInfo{
 		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Attempt: attempt,
 		Token: enginekit.LeaseToken(f.ex.runID(), step, f.ex.claims, f.ex.token.String(), f.ex.generation),

@@ -254,15 +254,39 @@ WITH t AS (
 )
 SELECT count(*), now() FROM t`
 
+// stepStartedSQL is the durable marker that a step body ($3 its seq, $4
+// its name) started under this claim: queued to the group committers as
+// the body starts, not waited for. It brings the run's view to the step
+// (the attempt running: its failed attempts so far plus this one; a new
+// step clears the last error) and raises started_seq, which decides whether
+// the reaper charges an attempt (reapSQL). greatest: two markers of one
+// claim may commit out of order in concurrent groups. Like the heartbeat
+// it never waits for the row lock: the marker rides in a group with other
+// runs' statements while the same run's next statement may commit in
+// another group, and waiting could close a cycle of row locks between two
+// groups. A row locked now is being written by its own run (the step's
+// result, whose presence makes the marker moot), the heartbeat (which writes
+// the marker itself) or a cancel or reaper (which end the claim).
+const stepStartedSQL = `
+WITH l AS (
+  SELECT id FROM taskport.run WHERE ` + claimedRun + ` FOR UPDATE SKIP LOCKED
+), t AS (
+  UPDATE taskport.run r
+  SET started_seq = greatest(r.started_seq, $3::int), attempts = r.step_attempts + 1,
+      last_error = CASE WHEN r.current_step = $4 THEN r.last_error ELSE '' END, current_step = $4, updated_at = now()
+  FROM l WHERE r.id = l.id
+  RETURNING r.id
+)
+SELECT count(*), now() FROM t`
+
 // heartbeatSQL renews every lease of one worker at once and reports which
 // runs were canceled; a run missing from the result lost its lease. For a
 // run whose step body is running ($3 its name, $6 its seq; "" and -1 for
 // none) it brings the run's view up to that step and its attempt (its failed
 // attempts so far, plus the one running), clears the last error when the
-// step is a new one, and records the seq as started_seq: the durable marker
-// that a step body started under this claim, which decides whether the
-// reaper charges an attempt (reapSQL). It leaves updated_at alone: a
-// renewal changes nothing an operator reads.
+// step is a new one, and records the seq as started_seq, as stepStartedSQL
+// does: a marker whose own commit failed is written here. It leaves
+// updated_at alone: a renewal changes nothing an operator reads.
 //
 // It never waits for a row lock: a run whose row is locked right now is
 // being committed by its own worker (or canceled), so its renewal is skipped
@@ -288,7 +312,7 @@ WITH h AS (
       current_step = CASE WHEN h.step = '' THEN r.current_step ELSE h.step END,
       attempts = CASE WHEN h.step = '' THEN r.attempts ELSE r.step_attempts + 1 END,
       last_error = CASE WHEN h.step = '' OR h.step = r.current_step THEN r.last_error ELSE '' END,
-      started_seq = CASE WHEN h.started < 0 THEN r.started_seq ELSE h.started END,
+      started_seq = CASE WHEN h.started < 0 THEN r.started_seq ELSE greatest(r.started_seq, h.started) END,
       progress = coalesce(h.progress::jsonb, r.progress)
   FROM h JOIN l ON l.id = h.id WHERE r.id = h.id
 )
