@@ -15,6 +15,9 @@ type commitReq struct {
 	args []any
 	scan func(pgx.Row) error // reads the statement's one result row
 	done chan error
+	// marker: a step's started marker (markStarted), which says a step
+	// begins, not that a run or step ended and freed a place.
+	marker bool
 }
 
 type commitRes struct {
@@ -55,7 +58,8 @@ func (w *worker) submit(ctx context.Context, sql string, args []any, scan func(p
 // and a failed one is written by the next heartbeat.
 func (w *worker) markStarted(ctx context.Context, ex *execution, seq int, step string) {
 	req := &commitReq{sql: stepStartedSQL, args: []any{ex.id, ex.token, seq, step},
-		scan: func(row pgx.Row) error { var n int64; var at time.Time; return row.Scan(&n, &at) }, done: make(chan error, 1)}
+		scan: func(row pgx.Row) error { var n int64; var at time.Time; return row.Scan(&n, &at) }, done: make(chan error, 1),
+		marker: true}
 	select {
 	case w.commits <- req:
 	case <-w.committerDone:
@@ -89,13 +93,24 @@ func (w *worker) committer(ctx context.Context) {
 	}
 }
 
+func onlyMarkers(group []*commitReq) bool {
+	for _, r := range group {
+		if !r.marker {
+			return false
+		}
+	}
+	return true
+}
+
 func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 	// A group whose transaction has places to fill in the prefetch queue
 	// claims too, while there may be a backlog: the claim rides on a commit
-	// that happens anyway.
+	// that happens anyway. A group of markers only does not: its steps are
+	// starting, and their runs, between taking a step slot and the others
+	// reaching theirs, look to runsWanted like runs leaving slots idle.
 	var claimed []*execution
 	var n int
-	if w.backlog.Load() {
+	if w.backlog.Load() && !onlyMarkers(group) {
 		n = w.reserve(w.e.cfg.BatchSize, false)
 	}
 	sent := time.Now()

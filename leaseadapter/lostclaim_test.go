@@ -2,12 +2,14 @@ package leaseadapter
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -64,4 +66,64 @@ func TestClaimLostByItsClientChargesNothing(t *testing.T) {
 	v, err := eng.Get(ctx, port.RunID(id))
 	require.NoError(t, err)
 	require.Equal(t, 1, v.Attempts)
+}
+
+// The reaper charges an expired lease only when its marker names a step
+// with no result; a claim lost without one is charged from the
+// unstartedLossesCharged-th loss in a row, so that a step or handler that
+// kills its worker before any marker commits still runs out of attempts.
+func TestReaperChargesStartedStepsAndBoundsUnstartedLosses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	insert := func(key string, results int) uuid.UUID {
+		id := uuid.New()
+		_, err := pool.Exec(ctx, `
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, max_attempts, backoff_initial, backoff_max,
+  backoff_coefficient)
+VALUES ($1, 'lease', 'k', 1, $2, '{}', 5, '0s', '0s', 2)`, id, key)
+		require.NoError(t, err)
+		for seq := range results {
+			_, err := pool.Exec(ctx, `INSERT INTO taskport_lease.step_result (run_id, seq, name, result, attempts)
+VALUES ($1, $2, $3, '1', 1)`, id, seq, fmt.Sprint("s", seq))
+			require.NoError(t, err)
+		}
+		return id
+	}
+	// expire leases the run as a killed worker left it, marker marked.
+	expire := func(id uuid.UUID, marked *int) {
+		_, err := pool.Exec(ctx, `UPDATE taskport.run SET status = 'running', lease_owner = 'gone', lease_token = gen_random_uuid(),
+  lease_until = now() - interval '1 second', started_seq = $2 WHERE id = $1`, id, marked)
+		require.NoError(t, err)
+	}
+	reap := func() {
+		var requeued, failed, canceled int
+		require.NoError(t, dbtx.QueryRowPinned(ctx, pool, claimPlanSQL, reapSQL, []any{100, unstartedLossesCharged},
+			&requeued, &failed, &canceled))
+	}
+	charged := func(id uuid.UUID) (stepAttempts, losses int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT step_attempts, unstarted_losses FROM taskport.run WHERE id = $1`, id).
+			Scan(&stepAttempts, &losses))
+		return stepAttempts, losses
+	}
+	zero, one := 0, 1
+	running := insert("running", 1)    // step 1 running (marker 1, no result)
+	between := insert("between", 1)    // step 0 done, the next not started (marker 0, result 0)
+	unstarted := insert("unmarked", 0) // prefetched: no marker
+	for i := 1; i <= unstartedLossesCharged; i++ {
+		expire(running, &one)
+		expire(between, &zero)
+		expire(unstarted, nil)
+		reap()
+		a, l := charged(running)
+		require.Equal(t, [2]int{i, 0}, [2]int{a, l}, "a started step is charged every time")
+		want := [2]int{0, i}
+		if i == unstartedLossesCharged {
+			want = [2]int{1, i - 1}
+		}
+		a, l = charged(between)
+		require.Equal(t, want, [2]int{a, l}, "loss %d of a claim between steps", i)
+		a, l = charged(unstarted)
+		require.Equal(t, want, [2]int{a, l}, "loss %d of a claim without a marker", i)
+	}
 }
