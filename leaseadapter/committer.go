@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -15,9 +16,16 @@ type commitReq struct {
 	args []any
 	scan func(pgx.Row) error // reads the statement's one result row
 	done chan error
-	// marker: a step's started marker (markStarted), which says a step
-	// begins, not that a run or step ended and freed a place.
-	marker bool
+	// marker, when set, is a step's started marker (markStarted) instead of
+	// a statement: the group sends its markers as one stepsStartedSQL.
+	marker *startedMarker
+}
+
+// startedMarker is one row of stepsStartedSQL.
+type startedMarker struct {
+	id, token uuid.UUID
+	seq       int32
+	step      string
 }
 
 type commitRes struct {
@@ -52,14 +60,13 @@ func (w *worker) submit(ctx context.Context, sql string, args []any, scan func(p
 	}
 }
 
-// markStarted queues stepStartedSQL for a step body starting now and does
-// not wait for it: the body runs while the marker commits with the next
-// group. Its outcome is not read: a fenced marker belongs to a lost claim,
-// and a failed one is written by the next heartbeat.
+// markStarted queues the started marker of a step body starting now
+// (stepsStartedSQL) and does not wait for it: the body runs while the
+// marker commits with the next group. Its outcome is not read: a fenced
+// marker belongs to a lost claim, and a failed one is written by the next
+// heartbeat while the body runs.
 func (w *worker) markStarted(ctx context.Context, ex *execution, seq int, step string) {
-	req := &commitReq{sql: stepStartedSQL, args: []any{ex.id, ex.token, seq, step},
-		scan: func(row pgx.Row) error { var n int64; var at time.Time; return row.Scan(&n, &at) }, done: make(chan error, 1),
-		marker: true}
+	req := &commitReq{marker: &startedMarker{id: ex.id, token: ex.token, seq: int32(seq), step: step}, done: make(chan error, 1)}
 	select {
 	case w.commits <- req:
 	case <-w.committerDone:
@@ -95,7 +102,7 @@ func (w *worker) committer(ctx context.Context) {
 
 func onlyMarkers(group []*commitReq) bool {
 	for _, r := range group {
-		if !r.marker {
+		if r.marker == nil {
 			return false
 		}
 	}
@@ -144,8 +151,18 @@ func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 // transaction.
 func (w *worker) sendBatch(ctx context.Context, group []*commitReq, claim int, claimed *[]*execution) error {
 	b := &pgx.Batch{}
+	var ids, tokens []uuid.UUID
+	var seqs []int32
+	var steps []string
 	for _, r := range group {
+		if m := r.marker; m != nil {
+			ids, tokens, seqs, steps = append(ids, m.id), append(tokens, m.token), append(seqs, m.seq), append(steps, m.step)
+			continue
+		}
 		b.Queue(r.sql, r.args...).QueryRow(r.scan)
+	}
+	if len(ids) > 0 {
+		b.Queue(stepsStartedSQL, ids, tokens, seqs, steps)
 	}
 	if claim > 0 {
 		w.queueClaim(b, claim, claimed)

@@ -104,8 +104,9 @@
 // Each worker's reaper, every PollInterval, returns expired leases to
 // pending. An attempt is charged only to a step whose body started: as a
 // step body starts, its worker queues a marker (started_seq, the step's seq,
-// on the run row) to the group committers without waiting for it, and each
-// heartbeat writes it again while the body runs. An expired lease whose
+// on the run row) to the group committers without waiting for it (a group
+// writes all the markers it gathered in one statement), and each heartbeat
+// writes it again while the body runs. An expired lease whose
 // marker is unset, or whose step already has a result, goes back to pending
 // at once, charged nothing: the worker died with the run prefetched, waiting
 // for a step slot, replaying or between steps; a claim committed on the

@@ -254,37 +254,39 @@ WITH t AS (
 )
 SELECT count(*), now() FROM t`
 
-// stepStartedSQL is the durable marker that a step body ($3 its seq, $4
-// its name) started under this claim: queued to the group committers as
-// the body starts, not waited for. It brings the run's view to the step
-// (the attempt running: its failed attempts so far plus this one; a new
-// step clears the last error) and raises started_seq, which decides whether
-// the reaper charges an attempt (reapSQL). greatest: two markers of one
-// claim may commit out of order in concurrent groups. Like the heartbeat
-// it never waits for the row lock: the marker rides in a group with other
-// runs' statements while the same run's next statement may commit in
-// another group, and waiting could close a cycle of row locks between two
-// groups. A row locked now is being written by its own run (the step's
-// result, whose presence makes the marker moot), the heartbeat (which writes
-// the marker itself) or a cancel or reaper (which end the claim).
-const stepStartedSQL = `
-WITH l AS (
-  SELECT id FROM taskport.run WHERE ` + claimedRun + ` FOR UPDATE SKIP LOCKED
-), t AS (
-  UPDATE taskport.run r
-  SET started_seq = greatest(r.started_seq, $3::int), attempts = r.step_attempts + 1,
-      last_error = CASE WHEN r.current_step = $4 THEN r.last_error ELSE '' END, current_step = $4, updated_at = now()
-  FROM l WHERE r.id = l.id
-  RETURNING r.id
+// stepsStartedSQL is the durable marker that step bodies started under
+// their claims ($1 run ids, $2 lease tokens, $3 step seqs, $4 step names):
+// each worker queues one as a body starts, not waited for, and a group
+// commit sends the markers it gathered as this one statement. For each run
+// still under that claim it brings the run's view to the step (the attempt
+// running: its failed attempts so far plus this one; a new step clears the
+// last error) and raises started_seq, which decides whether the reaper
+// charges an attempt (reapSQL). greatest: two markers of one claim may
+// commit out of order in concurrent groups. Like the heartbeat it never
+// waits for a row lock: the markers ride with other runs' statements while
+// the same run's next statement may commit in another group, and waiting
+// could close a cycle of row locks between two groups. A row locked now is
+// being written by its own run (the step's result, whose presence makes the
+// marker moot), the heartbeat (which writes the marker itself) or a cancel
+// or reaper (which end the claim).
+const stepsStartedSQL = `
+WITH m AS (
+  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[]) AS m(id, token, seq, step)
+), l AS (
+  SELECT r.id FROM taskport.run r JOIN m ON r.id = m.id AND r.lease_token = m.token
+  FOR UPDATE OF r SKIP LOCKED
 )
-SELECT count(*), now() FROM t`
+UPDATE taskport.run r
+SET started_seq = greatest(r.started_seq, m.seq), attempts = r.step_attempts + 1,
+    last_error = CASE WHEN r.current_step = m.step THEN r.last_error ELSE '' END, current_step = m.step, updated_at = now()
+FROM m JOIN l ON l.id = m.id WHERE r.id = m.id`
 
 // heartbeatSQL renews every lease of one worker at once and reports which
 // runs were canceled; a run missing from the result lost its lease. For a
 // run whose step body is running ($3 its name, $6 its seq; "" and -1 for
 // none) it brings the run's view up to that step and its attempt (its failed
 // attempts so far, plus the one running), clears the last error when the
-// step is a new one, and records the seq as started_seq, as stepStartedSQL
+// step is a new one, and records the seq as started_seq, as stepsStartedSQL
 // does: a marker whose own commit failed is written here. It leaves
 // updated_at alone: a renewal changes nothing an operator reads.
 //
