@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -15,6 +16,16 @@ type commitReq struct {
 	args []any
 	scan func(pgx.Row) error // reads the statement's one result row
 	done chan error
+	// marker, when set, is a step's started marker (markStarted) instead of
+	// a statement: the group sends its markers as one stepsStartedSQL.
+	marker *startedMarker
+}
+
+// startedMarker is one row of stepsStartedSQL.
+type startedMarker struct {
+	id, token uuid.UUID
+	seq       int32
+	step      string
 }
 
 type commitRes struct {
@@ -49,6 +60,20 @@ func (w *worker) submit(ctx context.Context, sql string, args []any, scan func(p
 	}
 }
 
+// markStarted queues the started marker of a step body starting now
+// (stepsStartedSQL) and does not wait for it: the body runs while the
+// marker commits with the next group. Its outcome is not read: a fenced
+// marker belongs to a lost claim, and a failed one is written by the next
+// heartbeat while the body runs.
+func (w *worker) markStarted(ctx context.Context, ex *execution, seq int, step string) {
+	req := &commitReq{marker: &startedMarker{id: ex.id, token: ex.token, seq: int32(seq), step: step}, done: make(chan error, 1)}
+	select {
+	case w.commits <- req:
+	case <-w.committerDone:
+	case <-ctx.Done():
+	}
+}
+
 // committer groups the statements that arrive while the previous group is
 // being committed into one pipelined batch: one round trip and one commit
 // for the lot, each statement still checking its own lease_token. There is no
@@ -75,21 +100,33 @@ func (w *worker) committer(ctx context.Context) {
 	}
 }
 
+func onlyMarkers(group []*commitReq) bool {
+	for _, r := range group {
+		if r.marker == nil {
+			return false
+		}
+	}
+	return true
+}
+
 func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 	// A group whose transaction has places to fill in the prefetch queue
 	// claims too, while there may be a backlog: the claim rides on a commit
-	// that happens anyway.
+	// that happens anyway. A group of markers only does not: its steps are
+	// starting, and their runs, between taking a step slot and the others
+	// reaching theirs, look to runsWanted like runs leaving slots idle.
 	var claimed []*execution
 	var n int
-	if w.backlog.Load() {
+	if w.backlog.Load() && !onlyMarkers(group) {
 		n = w.reserve(w.e.cfg.BatchSize, false)
 	}
+	sent := time.Now()
 	err := w.sendBatch(ctx, group, n, &claimed)
 	if n > 0 {
 		if err != nil {
 			claimed = nil // the transaction did not commit
 		}
-		w.claimed(claimed, n)
+		w.claimed(claimed, n, sent)
 	}
 	if err == nil || len(group) == 1 {
 		for _, r := range group {
@@ -114,8 +151,18 @@ func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 // transaction.
 func (w *worker) sendBatch(ctx context.Context, group []*commitReq, claim int, claimed *[]*execution) error {
 	b := &pgx.Batch{}
+	var ids, tokens []uuid.UUID
+	var seqs []int32
+	var steps []string
 	for _, r := range group {
+		if m := r.marker; m != nil {
+			ids, tokens, seqs, steps = append(ids, m.id), append(tokens, m.token), append(seqs, m.seq), append(steps, m.step)
+			continue
+		}
 		b.Queue(r.sql, r.args...).QueryRow(r.scan)
+	}
+	if len(ids) > 0 {
+		b.Queue(stepsStartedSQL, ids, tokens, seqs, steps)
 	}
 	if claim > 0 {
 		w.queueClaim(b, claim, claimed)

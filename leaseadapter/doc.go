@@ -51,7 +51,16 @@
 // One heartbeat statement per HeartbeatInterval renews every lease a worker
 // holds; it skips rows locked by a commit in progress rather than wait (and
 // deadlock) behind it. A run missing from its result lost its lease: its context is
-// canceled at once with cause port.ErrLeaseLost. A run whose
+// canceled at once with cause port.ErrLeaseLost. The worker also keeps, per
+// run, the deadline of the last renewal that succeeded (the claim's, then
+// each heartbeat's): the time the statement was sent plus LeaseDuration,
+// minus a margin (half of the smaller of HeartbeatInterval and
+// LeaseDuration-HeartbeatInterval), on its monotonic clock. When renewals
+// fail (the database unreachable, the statement erroring or hanging) until
+// that deadline passes, the run's context is canceled with
+// port.ErrLeaseLost then, before the lease can end on the server. A run
+// whose lease is lost commits nothing more of its claim: not the attempt's
+// result, not a held step, not its end; the next claim replays. A run whose
 // cancel_requested_at is set gets cause port.ErrCanceled (at once when the
 // Cancel's notification arrives, at the latest at the next heartbeat).
 //
@@ -93,17 +102,37 @@
 // # Recovery and Stop
 //
 // Each worker's reaper, every PollInterval, returns expired leases to
-// pending; the n-th lost lease of the same step waits Backoff(n-1) (the
-// first none). A killed worker's run is therefore claimable again at most
+// pending. An attempt is charged only to a step whose body started: as a
+// step body starts, its worker queues a marker (started_seq, the step's seq,
+// on the run row) to the group committers without waiting for it (a group
+// writes all the markers it gathered in one statement), and each heartbeat
+// writes it again while the body runs. An expired lease whose
+// marker is unset, or whose step already has a result, goes back to pending
+// at once, charged nothing: the worker died with the run prefetched, waiting
+// for a step slot, replaying or between steps; a claim committed on the
+// server whose client saw an error is one too. The edge: a body that kills
+// its worker before its marker commits (one group commit after it starts)
+// is not charged; so that such a step, or a handler that kills its worker
+// outside any step, still runs out of attempts, the third claim in a row
+// lost without a marker (unstarted_losses) is charged anyway. A charged lost
+// lease of the same step waits Backoff(n-1) for its n-th loss (the first
+// none). A killed worker's run is therefore claimable again at most
 // LeaseDuration + PollInterval after its last renewal. A lost lease counts
 // against the kind's retry policy (the reaper does not know a step's own
 // override). When the step is out of attempts the run is claimable at once,
 // and that claim's replay records the step as failed for good without running
 // it, so Flow.Step returns *port.StepError and the handler decides, as on
 // Temporal, where the last attempt's timeout reaches the workflow. Only if
-// that claim's lease is lost too (the handler itself kills its worker) does
+// that claim's lease is charged too (the handler itself kills its worker) does
 // the run fail: a dead letter whose last_error names the lost lease. A
 // canceled run whose lease expired ends canceled and is charged nothing.
+//
+// The run's view follows the port's semantics: attempts counts the started
+// attempts of current_step (0 for a wait or sleep, which is no attempt);
+// last_error is the latest failed attempt's message while the run is open,
+// cleared when a step succeeds and when a new step, wait or sleep begins,
+// never set by a cancel, "" once succeeded or canceled, and the handler's
+// error once failed.
 //
 // A run canceled while it waits in the prefetch queue ends canceled at once
 // (finished by the goroutine that learned of the cancel), not when a busy

@@ -398,7 +398,8 @@ func TestReaperSettlesLostLeases(t *testing.T) {
 	poisoned := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "lost-recording")
 	canceled := enqueue(t, eng, kinds.Three, kinds.TagIn{}, "lost-canceled")
 	// A backoff of an hour keeps the requeued run parked while the test reads it.
-	crashed := `UPDATE taskport.run SET status = 'running', lease_owner = 'gone', lease_token = gen_random_uuid(),
+	// started_seq 0: a heartbeat had reported the first step's body running.
+	crashed := `UPDATE taskport.run SET status = 'running', lease_owner = 'gone', lease_token = gen_random_uuid(), started_seq = 0,
   lease_until = now() - interval '1 second', claims = claims + 1, step_attempts = $2, max_attempts = 3,
   backoff_initial = interval '1 hour', backoff_max = interval '2 hours',
   cancel_requested_at = CASE WHEN $3 THEN now() END

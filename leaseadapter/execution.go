@@ -31,6 +31,7 @@ type execution struct {
 	generation   int64 // the run's seq: orders its fencing tokens against other runs'
 	token        uuid.UUID
 	stepAttempts int
+	errorShown   bool // the run row shows a last error, which the next recorded step clears
 	canceled     bool
 	createdAt    time.Time
 	history      []historyEntry
@@ -46,9 +47,14 @@ type execution struct {
 	// prefetch queue takes it: an executor or Stop (take), or a cancel that
 	// finishes the queued run itself (settle). The winner forgets the run.
 	dequeued atomic.Int32
+	// leaseTimer cancels the run context with port.ErrLeaseLost when the
+	// lease may have expired on the server: at the deadline of the last
+	// renewal that succeeded (leaseDeadline), unless a later one moved it.
+	leaseTimer *time.Timer
 
 	mu       sync.Mutex
-	step     string  // the step running now, for the heartbeat
+	step     string  // the step whose body runs now, for the heartbeat ("" between bodies)
+	stepSeq  int     // its seq (-1 between bodies): the heartbeat's started-step marker
 	progress *string // last Heartbeat progress not yet written
 }
 
@@ -70,9 +76,10 @@ func (ex *execution) take() bool { return ex.dequeued.CompareAndSwap(0, 1) }
 // false means an executor (or Stop) took it first.
 func (ex *execution) settle() bool { return ex.dequeued.CompareAndSwap(0, 2) }
 
-func (ex *execution) setStep(name string) {
+// setStep tells the heartbeat which step body runs now (seq -1: none).
+func (ex *execution) setStep(name string, seq int) {
 	ex.mu.Lock()
-	ex.step = name
+	ex.step, ex.stepSeq = name, seq
 	ex.mu.Unlock()
 }
 
@@ -83,12 +90,12 @@ func (ex *execution) setProgress(p string) {
 }
 
 // beat returns what the heartbeat writes and forgets the progress it takes.
-func (ex *execution) beat() (string, *string) {
+func (ex *execution) beat() (string, int32, *string) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	p := ex.progress
 	ex.progress = nil
-	return ex.step, p
+	return ex.step, int32(ex.stepSeq), p
 }
 
 // unwind is panicked by Flow methods to leave the handler when the run must
@@ -118,6 +125,9 @@ func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
 	f.log = log
 	u, herr := f.run()
 	switch {
+	case errors.Is(context.Cause(runCtx), port.ErrLeaseLost):
+		// Nothing of a claim whose lease may be gone commits, not even a
+		// held step or the run's end: the next claim replays them.
 	case u != nil && u.fatal != nil:
 		log.Error("run failed", slog.Any("error", u.fatal))
 		w.finish(dbCtx, ex, port.StatusFailed, u.fatal.Error(), f.held)
@@ -215,9 +225,10 @@ type heldStep struct {
 	attempt int
 }
 
-// flush commits the held step, if any.
+// flush commits the held step, if any, unless the lease is gone.
 func (f *flow) flush() {
 	if h := f.held; h != nil {
+		f.checkLease()
 		f.held = nil
 		res, err := f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, h.name, h.seq, h.result, h.attempt)
 		f.committed(res, err, "step "+h.name)
@@ -361,7 +372,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		if err := f.takeStepSlot(); err != nil {
 			return err
 		}
-		result, actErr = f.invoke(binding, raw, name, attempt, o)
+		result, actErr = f.invoke(binding, raw, seq, name, attempt, o)
 		f.checkLease()
 		if errors.Is(context.Cause(f.runCtx), port.ErrCanceled) {
 			// Whatever the step returned, nothing after it starts.
@@ -370,7 +381,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		}
 	}
 	if actErr == nil {
-		if f.ex.stepAttempts > 0 {
+		if f.ex.stepAttempts > 0 || f.ex.errorShown {
 			f.record(seq, name, result, attempt)
 		} else {
 			f.held = &heldStep{seq: seq, name: name, result: result, attempt: attempt}
@@ -394,24 +405,25 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 	res, err := f.w.commit(f.dbCtx, commitStepSQL, f.ex.id, f.ex.token, name, seq, enc, true, attempt, se.Error(),
 		f.w.e.cfg.LeaseDuration.Milliseconds())
 	f.committed(res, err, "failure of "+name)
+	f.ex.stepAttempts, f.ex.errorShown = 0, true
 	return se
 }
 
 // record commits a completed step (or marker) now. The first one of a
-// claim that inherited failed attempts also resets the run's step attempt
-// count (commitStepSQL); the others only insert their result
-// (recordStepSQL).
+// claim that inherited failed attempts, or after a last error the run still
+// shows, also resets the run's step attempt count and clears the error
+// (commitStepSQL); the others only insert their result (recordStepSQL).
 func (f *flow) record(seq int, name string, result json.RawMessage, attempt int) {
 	var res commitRes
 	var err error
-	if f.ex.stepAttempts > 0 {
+	if f.ex.stepAttempts > 0 || f.ex.errorShown {
 		res, err = f.w.commit(f.dbCtx, commitStepSQL, f.ex.id, f.ex.token, name, seq, result, false, attempt, "",
 			f.w.e.cfg.LeaseDuration.Milliseconds())
 	} else {
 		res, err = f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, name, seq, result, attempt)
 	}
 	f.committed(res, err, "step "+name)
-	f.ex.stepAttempts = 0
+	f.ex.stepAttempts, f.ex.errorShown = 0, false
 }
 
 // takeStepSlot waits for one of the worker's step slots (Concurrency of
@@ -457,7 +469,7 @@ var (
 // invoke runs one attempt through the engines' one activity runtime
 // (enginekit.RunActivity), with the lease engine's fencing token, under the
 // attempt's timeout and heartbeat timeout, which this engine enforces itself.
-func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step string, attempt int, o port.StepOptions) (json.RawMessage, error) {
+func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, seq int, step string, attempt int, o port.StepOptions) (json.RawMessage, error) {
 	defer func() { <-f.w.steps }() // the slot takeStepSlot took
 	ctx, cancel := context.WithCancelCause(f.runCtx)
 	defer cancel(nil)
@@ -469,7 +481,9 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, step string, 
 		hb.timeout = o.HeartbeatTimeout
 		defer hb.watchdog.Stop()
 	}
-	f.ex.setStep(step)
+	f.ex.setStep(step, seq)
+	defer f.ex.setStep("", -1)
+	f.w.markStarted(f.dbCtx, f.ex, seq, step)
 	info := port.StepInfo{
 		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Attempt: attempt,
 		Token: enginekit.LeaseToken(f.ex.runID(), step, f.ex.claims, f.ex.token.String(), f.ex.generation),
@@ -591,6 +605,7 @@ func (f *flow) wait(seq int, name, topic string, d time.Duration) *historyEntry 
 		panic(unwind{why: "parked"})
 	}
 	f.ex.released.Store(false)
+	f.ex.stepAttempts, f.ex.errorShown = 0, false // as commitStepSQL left the row
 	f.now = rec.At
 	return rec
 }
@@ -667,7 +682,7 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	}
 	var n int64
 	var at time.Time
-	if err := tx.QueryRow(ctx, commitStepSQL, ex.id, ex.token, name, seq, result, false, 1, "",
+	if err := tx.QueryRow(ctx, commitStepSQL, ex.id, ex.token, name, seq, result, false, 0, "",
 		w.e.cfg.LeaseDuration.Milliseconds()).Scan(&n, &at); err != nil {
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("record %s: %w", name, err)
 	}

@@ -126,10 +126,11 @@ const claimSQL = presentPrioritiesCTE + `, c AS (
       lease_until = now() + $4 * interval '1 millisecond', claims = r.claims + 1, updated_at = now()
   FROM c WHERE r.id = c.id
   RETURNING r.id, r.kind, r.version, coalesce(r.continued_input, r.input) AS input, r.claims, r.lease_token,
-    r.step_attempts, r.cancel_requested_at IS NOT NULL AS canceled, r.created_at, r.seq, r.traceparent, r.tracestate
+    r.step_attempts, r.cancel_requested_at IS NOT NULL AS canceled, r.created_at, r.seq, r.traceparent, r.tracestate,
+    r.last_error <> '' AS error_shown
 )
 SELECT t.id, t.kind, t.version, t.input, t.claims, t.lease_token, t.step_attempts, t.canceled, t.created_at,
-  t.seq, t.traceparent, t.tracestate,
+  t.seq, t.traceparent, t.tracestate, t.error_shown,
   coalesce((SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'result', s.result,
       'failed', s.failed, 'at', s.completed_at) ORDER BY s.seq)
     FROM taskport_lease.step_result s WHERE s.run_id = t.id), '[]')
@@ -147,12 +148,14 @@ FROM t`
 const claimedRun = `id = $1 AND lease_token = $2`
 
 // commitStepSQL records a completed (or finally failed) step, wait, sleep or
-// version marker. $6 is failed, $7 attempts, $8 the error message to keep.
+// version marker. $6 is failed, $7 attempts (0 for a wait or sleep, which is
+// no attempt), $8 the run's last error from now on: the final failure's
+// message, or "" (a step that succeeded, a wait).
 const commitStepSQL = `
 WITH t AS (
   UPDATE taskport.run
   SET current_step = $3, attempts = $7, step_attempts = 0, wait_topic = NULL, wait_until = NULL, progress = NULL,
-      last_error = CASE WHEN $6::boolean THEN $8::text ELSE last_error END,
+      last_error = $8::text,
       lease_until = now() + $9 * interval '1 millisecond', updated_at = now()
   WHERE ` + claimedRun + `
   RETURNING id
@@ -167,8 +170,8 @@ SELECT count(*), now() FROM t`
 // recordStepSQL is the hot path of commitStepSQL: it only inserts the step
 // result, under a share lock on the run row that holds the claim, so that
 // no reaper or takeover can move the lease until the commit. It is used when
-// the run has nothing to reset (no failed attempts recorded); the heart
-// beat keeps current_step and the lease fresh.
+// the run has nothing to reset (no failed attempts recorded, no last error
+// shown); the heart beat keeps current_step and the lease fresh.
 const recordStepSQL = `
 WITH t AS (
   SELECT id FROM taskport.run WHERE ` + claimedRun + ` FOR SHARE
@@ -179,8 +182,13 @@ WITH t AS (
 )
 SELECT count(*), now() FROM s`
 
-// releasedLease is what every statement that ends a claim sets.
-const releasedLease = `lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()`
+// releasedLease is what every statement that ends a claim sets, the
+// started-step marker (started_seq, migration 00016) included.
+const releasedLease = `lease_owner = NULL, lease_token = NULL, lease_until = NULL, started_seq = NULL, updated_at = now()`
+
+// endedClaim is releasedLease for a claim its worker ended (all but the
+// reaper's): the run's count of claims lost before a step started restarts.
+const endedClaim = releasedLease + `, unstarted_losses = 0`
 
 // retryStepSQL puts the run back to pending after a failed attempt; the
 // next claim replays and runs the step again.
@@ -188,7 +196,7 @@ const retryStepSQL = `
 WITH t AS (
   UPDATE taskport.run
   SET status = 'pending', next_run_at = now() + $5 * interval '1 millisecond',
-      current_step = $3, step_attempts = $4, attempts = $4, last_error = $6, progress = NULL, ` + releasedLease + `
+      current_step = $3, step_attempts = $4, attempts = $4, last_error = $6, progress = NULL, ` + endedClaim + `
   WHERE ` + claimedRun + `
   RETURNING id
 )
@@ -198,18 +206,19 @@ SELECT count(*), now() FROM t`
 // is a dead letter. When $5 is not NULL it also records the run's last
 // step ($5 seq, $6 name, $7 result, $8 attempts), whose commit was held back
 // until the handler's next move turned out to be its return; otherwise the
-// run's view keeps the last step recorded (l).
+// run's view keeps the last step recorded (l). last_error becomes $4: ""
+// for succeeded and canceled, the handler's error for failed.
 const finishSQL = `
 WITH l AS (
   SELECT s.name, s.attempts FROM taskport_lease.step_result s
   WHERE s.run_id = $1 AND $5::int IS NULL ORDER BY s.seq DESC LIMIT 1
 ), t AS (
   UPDATE taskport.run
-  SET status = $3, last_error = CASE WHEN $4 = '' THEN last_error ELSE $4 END,
+  SET status = $3, last_error = $4,
       dead_letter_at = CASE WHEN $3 = 'failed' THEN now() END, finished_at = coalesce(finished_at, now()),
       current_step = coalesce($6::text, (SELECT name FROM l), current_step),
       attempts = coalesce($8::int, (SELECT attempts FROM l), attempts),
-      wait_topic = NULL, wait_until = NULL, progress = NULL, ` + releasedLease + `
+      wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
   WHERE ` + claimedRun + `
   RETURNING id
 ), s AS (
@@ -227,7 +236,7 @@ const continueAsNewSQL = `
 WITH t AS (
   UPDATE taskport.run
   SET status = 'pending', continued_input = $3, next_run_at = now(), current_step = '', step_attempts = 0,
-      attempts = 0, wait_topic = NULL, wait_until = NULL, progress = NULL, ` + releasedLease + `
+      attempts = 0, last_error = '', wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
   WHERE ` + claimedRun + `
   RETURNING id
 ), s AS (
@@ -239,16 +248,46 @@ SELECT count(*), now() FROM t`
 // commit whose outcome is unknown).
 const handBackSQL = `
 WITH t AS (
-  UPDATE taskport.run SET status = 'pending', next_run_at = now(), ` + releasedLease + `
+  UPDATE taskport.run SET status = 'pending', next_run_at = now(), ` + endedClaim + `
   WHERE ` + claimedRun + `
   RETURNING id
 )
 SELECT count(*), now() FROM t`
 
+// stepsStartedSQL is the durable marker that step bodies started under
+// their claims ($1 run ids, $2 lease tokens, $3 step seqs, $4 step names):
+// each worker queues one as a body starts, not waited for, and a group
+// commit sends the markers it gathered as this one statement. For each run
+// still under that claim it brings the run's view to the step (the attempt
+// running: its failed attempts so far plus this one; a new step clears the
+// last error) and raises started_seq, which decides whether the reaper
+// charges an attempt (reapSQL). greatest: two markers of one claim may
+// commit out of order in concurrent groups. Like the heartbeat it never
+// waits for a row lock: the markers ride with other runs' statements while
+// the same run's next statement may commit in another group, and waiting
+// could close a cycle of row locks between two groups. A row locked now is
+// being written by its own run (the step's result, whose presence makes the
+// marker moot), the heartbeat (which writes the marker itself) or a cancel
+// or reaper (which end the claim).
+const stepsStartedSQL = `
+WITH m AS (
+  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[]) AS m(id, token, seq, step)
+), l AS (
+  SELECT r.id FROM taskport.run r JOIN m ON r.id = m.id AND r.lease_token = m.token
+  FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE taskport.run r
+SET started_seq = greatest(r.started_seq, m.seq), attempts = r.step_attempts + 1,
+    last_error = CASE WHEN r.current_step = m.step THEN r.last_error ELSE '' END, current_step = m.step, updated_at = now()
+FROM m JOIN l ON l.id = m.id WHERE r.id = m.id`
+
 // heartbeatSQL renews every lease of one worker at once and reports which
-// runs were canceled; a run missing from the result lost its lease. It also
-// brings the run's view up to the step each run is in and that step's
-// attempt (its failed attempts so far, plus the one running). It leaves
+// runs were canceled; a run missing from the result lost its lease. For a
+// run whose step body is running ($3 its name, $6 its seq; "" and -1 for
+// none) it brings the run's view up to that step and its attempt (its failed
+// attempts so far, plus the one running), clears the last error when the
+// step is a new one, and records the seq as started_seq, as stepsStartedSQL
+// does: a marker whose own commit failed is written here. It leaves
 // updated_at alone: a renewal changes nothing an operator reads.
 //
 // It never waits for a row lock: a run whose row is locked right now is
@@ -257,11 +296,12 @@ SELECT count(*), now() FROM t`
 // deadlock: a group commit locks several runs' rows in one transaction, in
 // its own order, while this statement locks the same rows in another
 // (Postgres breaks the cycle only after deadlock_timeout, 1 s, stalling both).
-// The liveness answer comes from the statement's snapshot, locked or not.
+// The liveness answer comes from the statement's snapshot, locked or not;
+// the third column says whether the lease was renewed (not skipped).
 // A claim matches by its lease_token alone, as claimedRun explains.
 const heartbeatSQL = `
 WITH h AS (
-  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS h(id, token, step, progress)
+  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $6::int[]) AS h(id, token, step, progress, started)
 ), live AS (
   SELECT r.id, r.cancel_requested_at IS NOT NULL AS canceled
   FROM taskport.run r JOIN h ON r.id = h.id AND r.lease_token = h.token
@@ -273,26 +313,34 @@ WITH h AS (
   SET lease_until = now() + $5 * interval '1 millisecond',
       current_step = CASE WHEN h.step = '' THEN r.current_step ELSE h.step END,
       attempts = CASE WHEN h.step = '' THEN r.attempts ELSE r.step_attempts + 1 END,
+      last_error = CASE WHEN h.step = '' OR h.step = r.current_step THEN r.last_error ELSE '' END,
+      started_seq = CASE WHEN h.started < 0 THEN r.started_seq ELSE greatest(r.started_seq, h.started) END,
       progress = coalesce(h.progress::jsonb, r.progress)
   FROM h JOIN l ON l.id = h.id WHERE r.id = h.id
 )
-SELECT id, canceled FROM live`
+SELECT id, canceled, id IN (SELECT id FROM l) FROM live`
 
 // reapSQL settles expired claims. A canceled run ends canceled (the cancel
-// stops it before any later step; no attempt is charged). Otherwise the lost
-// attempt counts against the kind's policy: with attempts left the run goes
-// back to pending, the n-th lost lease of a step waiting Backoff(n-1) (the
-// first none), so a killed worker's run is claimable again at most lease +
-// poll interval after its last renewal. A step out of attempts goes back to
-// pending at once too: the next claim replays the handler, and its Step
-// records the step as failed for good without running it (what a failed last
-// attempt records) and returns *port.StepError, so the handler's outcome
-// decides the run, as on Temporal. Only when that claim is lost as well (the
-// handler itself, not a step, kills its worker) is the run failed: a dead
-// letter, last_error naming the lost lease. It runs under claimPlanSQL and
-// takes the oldest expired leases first, from run_leased: without the pin,
-// statistics whose sample held no running run made run_status_created (all
-// running runs of both engines) look cheaper.
+// stops it before any later step; no attempt is charged). A claim under
+// which no step body is known to have started (started_seq NULL, or its step
+// has a result: the worker died prefetching the run, waiting for a step
+// slot, replaying, or between steps) goes back to pending at once, charged
+// nothing, and counts in unstarted_losses; from the $2-th such loss in a row
+// it is charged as below, so that a step or handler that kills its worker
+// before a heartbeat reports the step still runs out of attempts. A charged
+// lost attempt counts against the kind's policy: with attempts left the run
+// goes back to pending, the n-th lost lease of a step waiting Backoff(n-1)
+// (the first none), so a killed worker's run is claimable again at most
+// lease + poll interval after its last renewal. A step out of attempts goes
+// back to pending at once too: the next claim replays the handler, and its
+// Step records the step as failed for good without running it (what a
+// failed last attempt records) and returns *port.StepError, so the handler's
+// outcome decides the run, as on Temporal. Only when that claim is charged
+// as well (the handler itself, not a step, kills its worker) is the run
+// failed: a dead letter, last_error naming the lost lease. It runs under
+// claimPlanSQL and takes the oldest expired leases first, from run_leased:
+// without the pin, statistics whose sample held no running run made
+// run_status_created (all running runs of both engines) look cheaper.
 const reapSQL = `
 WITH x AS (
   SELECT id FROM taskport.run
@@ -300,26 +348,37 @@ WITH x AS (
   ORDER BY lease_until
   LIMIT $1
   FOR UPDATE SKIP LOCKED
+), y AS (
+  SELECT r.id, r.cancel_requested_at IS NOT NULL AS canceled,
+    r.cancel_requested_at IS NULL AND (r.unstarted_losses + 1 >= $2 OR (r.started_seq IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM taskport_lease.step_result s WHERE s.run_id = r.id AND s.seq >= r.started_seq))) AS charged
+  FROM taskport.run r JOIN x ON r.id = x.id
 ), t AS (
   UPDATE taskport.run r
-  SET status = CASE WHEN r.cancel_requested_at IS NOT NULL THEN 'canceled'
-                    WHEN r.step_attempts < r.max_attempts THEN 'pending' ELSE 'failed' END,
-      step_attempts = r.step_attempts + CASE WHEN r.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
-      attempts = r.step_attempts + CASE WHEN r.cancel_requested_at IS NULL THEN 1 ELSE 0 END,
-      next_run_at = now() + CASE WHEN r.step_attempts = 0 OR r.step_attempts + 1 >= r.max_attempts THEN interval '0'
+  SET status = CASE WHEN y.canceled THEN 'canceled'
+                    WHEN NOT y.charged OR r.step_attempts < r.max_attempts THEN 'pending' ELSE 'failed' END,
+      step_attempts = r.step_attempts + CASE WHEN y.charged THEN 1 ELSE 0 END,
+      attempts = CASE WHEN y.charged THEN r.step_attempts + 1 ELSE r.attempts END,
+      next_run_at = now() + CASE WHEN NOT y.charged OR r.step_attempts = 0 OR r.step_attempts + 1 >= r.max_attempts
+        THEN interval '0'
         ELSE least(r.backoff_max, r.backoff_initial * power(r.backoff_coefficient, r.step_attempts - 1)) END,
-      last_error = CASE WHEN r.cancel_requested_at IS NOT NULL THEN r.last_error
-        ELSE 'lease of worker ' || coalesce(r.lease_owner, '?') || ' expired' END,
-      dead_letter_at = CASE WHEN r.cancel_requested_at IS NULL AND r.step_attempts >= r.max_attempts THEN now() END,
-      finished_at = CASE WHEN r.cancel_requested_at IS NOT NULL OR r.step_attempts >= r.max_attempts THEN now() END,
+      last_error = CASE WHEN y.canceled THEN ''
+        WHEN y.charged THEN 'lease of worker ' || coalesce(r.lease_owner, '?') || ' expired' ELSE r.last_error END,
+      dead_letter_at = CASE WHEN y.charged AND r.step_attempts >= r.max_attempts THEN now() END,
+      finished_at = CASE WHEN y.canceled OR (y.charged AND r.step_attempts >= r.max_attempts) THEN now() END,
+      unstarted_losses = r.unstarted_losses + CASE WHEN y.canceled OR y.charged THEN 0 ELSE 1 END,
       progress = NULL, ` + releasedLease + `
-  FROM x WHERE r.id = x.id
+  FROM y WHERE r.id = y.id
   RETURNING r.id, r.status
 ), w AS (
   DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t WHERE status IN ('failed', 'canceled'))
 )
 SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'failed'),
   count(*) FILTER (WHERE status = 'canceled') FROM t`
+
+// unstartedLossesCharged is reapSQL's $2: the lost claims in a row without
+// a started step reported from which the reaper charges anyway.
+const unstartedLossesCharged = 3
 
 // queueDepthSQL counts the ready runs (Metrics.QueueDepth, every poll
 // interval), under claimPlanSQL: bounded per priority, it reads the ready
@@ -380,10 +439,12 @@ WITH s AS (
 SELECT payload, traceparent, tracestate FROM s`
 
 // parkSQL releases the claim and parks the run until $4 (a signal sets
-// next_run_at to now).
+// next_run_at to now). A wait or sleep is no attempt and has no error of its
+// own: attempts 0, last_error "".
 const parkSQL = `
 UPDATE taskport.run
-SET status = 'waiting', next_run_at = $4, wait_until = $4, wait_topic = $5, current_step = $3, ` + releasedLease + `
+SET status = 'waiting', next_run_at = $4, wait_until = $4, wait_topic = $5, current_step = $3, attempts = 0,
+    last_error = '', ` + endedClaim + `
 WHERE ` + claimedRun
 
 // settleCancelSQL settles a cancel on the lease engine's side, after
@@ -398,6 +459,7 @@ WITH o AS (
   SET cancel_requested_at = coalesce(r.cancel_requested_at, now()),
       status = CASE WHEN o.old IN ('pending', 'waiting') THEN 'canceled' ELSE r.status END,
       finished_at = CASE WHEN o.old IN ('pending', 'waiting') THEN now() ELSE r.finished_at END,
+      last_error = CASE WHEN o.old IN ('pending', 'waiting') THEN '' ELSE r.last_error END,
       wait_topic = CASE WHEN o.old IN ('pending', 'waiting') THEN NULL ELSE r.wait_topic END,
       wait_until = CASE WHEN o.old IN ('pending', 'waiting') THEN NULL ELSE r.wait_until END,
       updated_at = CASE WHEN o.old IN ('pending', 'waiting') THEN now() ELSE r.updated_at END

@@ -90,16 +90,17 @@ VALUES ($1, 'lease', 'k', 1, 'beat', '{}', 'running', 'w', $2, now() + interval 
 	}
 	before := leaseUntil()
 
+	// beat returns the live runs, each with whether its lease was renewed.
 	beat := func() (map[uuid.UUID]bool, error) {
 		rows, err := pool.Query(ctx, heartbeatSQL, []uuid.UUID{id}, []uuid.UUID{token}, []string{"s1"}, []*string{nil},
-			int64(time.Hour/time.Millisecond))
+			int64(time.Hour/time.Millisecond), []int32{0})
 		if err != nil {
 			return nil, err
 		}
 		live := map[uuid.UUID]bool{}
 		var rid uuid.UUID
-		var canceled bool
-		_, err = pgx.ForEachRow(rows, []any{&rid, &canceled}, func() error { live[rid] = canceled; return nil })
+		var canceled, renewed bool
+		_, err = pgx.ForEachRow(rows, []any{&rid, &canceled, &renewed}, func() error { live[rid] = renewed; return nil })
 		return live, err
 	}
 
@@ -122,6 +123,7 @@ VALUES ($1, 'lease', 'k', 1, 'beat', '{}', 'running', 'w', $2, now() + interval 
 	case r := <-done:
 		require.NoError(t, r.err)
 		require.Contains(t, r.live, id, "a locked run is still held, not lost")
+		require.False(t, r.live[id], "and reported not renewed, so that its worker keeps the older deadline")
 	case <-time.After(time.Minute):
 		t.Fatal("the heartbeat waited for the row lock")
 	}
@@ -131,6 +133,7 @@ VALUES ($1, 'lease', 'k', 1, 'beat', '{}', 'running', 'w', $2, now() + interval 
 	live, err := beat()
 	require.NoError(t, err)
 	require.Contains(t, live, id)
+	require.True(t, live[id], "reported renewed")
 	require.True(t, leaseUntil().After(before), "renewed once the lock is gone")
 }
 

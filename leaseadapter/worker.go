@@ -256,9 +256,10 @@ func (w *worker) claimLoop(ctx context.Context) {
 			// reaper). Runs it returns after Stop began are handed back by
 			// stop's drain of the queue.
 			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.e.cfg.LeaseDuration)
+			sent := time.Now()
 			exs, err := w.claim(claimCtx, want)
 			cancel()
-			w.claimed(exs, want)
+			w.claimed(exs, want, sent)
 			if err != nil {
 				if ctx.Err() == nil {
 					w.log.Warn("claim failed; retrying at the next poll", slog.Any("error", err))
@@ -317,13 +318,13 @@ func (w *worker) runsWanted() int {
 }
 
 // claimed launches the runs of a claim that booked n places (none if it
-// failed) and frees the booking.
-func (w *worker) claimed(exs []*execution, n int) {
+// failed), sent at sent, and frees the booking.
+func (w *worker) claimed(exs []*execution, n int, sent time.Time) {
 	if len(exs) > 0 {
 		w.e.cfg.Metrics.Claimed(len(exs))
 	}
 	for _, ex := range exs {
-		w.launch(ex)
+		w.launch(ex, sent)
 	}
 	w.backlog.Store(len(exs) == n)
 	w.mu.Lock()
@@ -357,7 +358,7 @@ func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
 			ex := &execution{}
 			var history []byte
 			if err := row.Scan(&ex.id, &ex.kind, &ex.version, &ex.input, &ex.claims, &ex.token, &ex.stepAttempts,
-				&ex.canceled, &ex.createdAt, &ex.generation, &ex.trace.Parent, &ex.trace.State, &history); err != nil {
+				&ex.canceled, &ex.createdAt, &ex.generation, &ex.trace.Parent, &ex.trace.State, &ex.errorShown, &history); err != nil {
 				return nil, err
 			}
 			if err := json.Unmarshal(history, &ex.history); err != nil {
@@ -371,10 +372,13 @@ func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
 }
 
 // launch registers a claimed run (its lease is renewed from now on) and
-// queues it for the executors, in claim order.
-func (w *worker) launch(ex *execution) {
+// queues it for the executors, in claim order. claimSent is when the claim
+// was sent: the lease it granted is measured from then.
+func (w *worker) launch(ex *execution, claimSent time.Time) {
 	ctx, cancel := context.WithCancelCause(w.runCtx)
 	ex.cancel = cancel
+	ex.stepSeq = -1
+	ex.leaseTimer = time.AfterFunc(time.Until(w.leaseDeadline(claimSent)), func() { w.leaseExpired(ex) })
 	w.mu.Lock()
 	w.running[ex.id] = ex
 	w.mu.Unlock()
@@ -431,8 +435,35 @@ func (w *worker) executor(serviceCtx context.Context) {
 	}
 }
 
+// leaseDeadline is when a lease granted by a statement sent at sent may have
+// expired on the server, on this process's monotonic clock: the server set
+// lease_until = now() + LeaseDuration when it ran the statement, after it
+// was sent, minus a margin that keeps the worker's own deadline ahead of the
+// server's (a heartbeat that gets no answer, clock rates) and still leaves
+// room for one renewal skipped behind a commit's row lock
+// (heartbeatSQL): half the time a renewal has left, at most half an interval.
+func (w *worker) leaseDeadline(sent time.Time) time.Time {
+	margin := min(w.e.cfg.HeartbeatInterval, w.e.cfg.LeaseDuration-w.e.cfg.HeartbeatInterval) / 2
+	return sent.Add(w.e.cfg.LeaseDuration - margin)
+}
+
+// leaseExpired cancels a run whose lease no renewal kept: the renewals
+// failed (the database unreachable, the statement erroring or hanging) past
+// the lease's deadline, so the run may have a new owner. The step stops at
+// once and nothing of the attempt commits (the ADR appendix: a lost lease
+// stops the run and never commits).
+func (w *worker) leaseExpired(ex *execution) {
+	if ex.released.Load() {
+		return
+	}
+	w.e.cfg.Metrics.LeaseLost(port.Kind(ex.kind))
+	w.log.Warn("lease lost: no renewal before its deadline", slog.String("run_id", ex.id.String()))
+	ex.cancel(port.ErrLeaseLost)
+}
+
 // forget ends a run's stay on this worker.
 func (w *worker) forget(ex *execution) {
+	ex.leaseTimer.Stop()
 	ex.cancel(errStopped)
 	w.mu.Lock()
 	delete(w.running, ex.id)
@@ -448,9 +479,14 @@ func (w *worker) forget(ex *execution) {
 // (port.ErrCanceled) or whose lease is gone (port.ErrLeaseLost).
 func (w *worker) heartbeater(ctx context.Context) {
 	startstop.Every(ctx, w.e.cfg.HeartbeatInterval, func(ctx context.Context) {
+		// Bounded, so that a renewal that hangs does not hold back the next
+		// ones; the runs' lease timers cancel them meanwhile.
+		ctx, cancel := context.WithTimeout(ctx, w.e.cfg.HeartbeatInterval)
+		defer cancel()
 		if err := w.heartbeat(ctx); err != nil && ctx.Err() == nil {
 			// Unknown outcome: keep going; a lease that did expire shows up
-			// as missing at the next successful heartbeat.
+			// as missing at the next successful heartbeat, or its lease timer
+			// cancels the run first.
 			w.log.Warn("heartbeat failed", slog.Any("error", err))
 		}
 	})
@@ -469,27 +505,34 @@ func (w *worker) heartbeat(ctx context.Context) error {
 	ids := make([]uuid.UUID, len(exs))
 	tokens := make([]uuid.UUID, len(exs))
 	steps := make([]string, len(exs))
+	started := make([]int32, len(exs))
 	progress := make([]*string, len(exs))
 	for i, ex := range exs {
 		ids[i], tokens[i] = ex.id, ex.token
-		steps[i], progress[i] = ex.beat()
+		steps[i], started[i], progress[i] = ex.beat()
 	}
-	rows, err := w.e.pool.Query(ctx, heartbeatSQL, ids, tokens, steps, progress, w.e.cfg.LeaseDuration.Milliseconds())
+	sent := time.Now()
+	rows, err := w.e.pool.Query(ctx, heartbeatSQL, ids, tokens, steps, progress, w.e.cfg.LeaseDuration.Milliseconds(), started)
 	if err != nil {
 		return fmt.Errorf("renew %d leases: %w", len(exs), err)
 	}
 	live := map[uuid.UUID]bool{}
+	renewed := map[uuid.UUID]bool{}
 	var id uuid.UUID
-	var canceled bool
-	_, err = pgx.ForEachRow(rows, []any{&id, &canceled}, func() error {
-		live[id] = canceled
+	var canceled, ok bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &canceled, &ok}, func() error {
+		live[id], renewed[id] = canceled, ok
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("renew %d leases: %w", len(exs), err)
 	}
+	until := time.Until(w.leaseDeadline(sent))
 	for _, ex := range exs {
 		canceled, ok := live[ex.id]
+		if renewed[ex.id] {
+			ex.leaseTimer.Reset(until)
+		}
 		switch {
 		case !ok && !ex.released.Load():
 			w.e.cfg.Metrics.LeaseLost(port.Kind(ex.kind))
@@ -509,7 +552,8 @@ func (w *worker) reaper(ctx context.Context) {
 	sampleDepth = !sampleDepth
 	startstop.Every(ctx, w.e.cfg.PollInterval, func(ctx context.Context) {
 		var requeued, failed, canceled int
-		if err := dbtx.QueryRowPinned(ctx, w.e.pool, claimPlanSQL, reapSQL, []any{w.e.cfg.BatchSize * 16}, &requeued, &failed, &canceled); err != nil {
+		if err := dbtx.QueryRowPinned(ctx, w.e.pool, claimPlanSQL, reapSQL, []any{w.e.cfg.BatchSize * 16, unstartedLossesCharged},
+			&requeued, &failed, &canceled); err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("reap expired leases failed", slog.Any("error", err))
 			}
