@@ -11,6 +11,8 @@ import (
 var (
 	// ErrNotFound: no run (or other record) with that id.
 	ErrNotFound = errors.New("taskport: not found")
+	// ErrOtherEngine: the run exists but another engine owns it; nothing was done.
+	ErrOtherEngine = fmt.Errorf("%w: the run belongs to another engine", ErrNotFound)
 	// ErrInvalidInput: the caller passed something the engine refuses; the
 	// concrete error is usually a *FieldError naming the field.
 	ErrInvalidInput = errors.New("taskport: invalid input")
