@@ -139,6 +139,7 @@ func checkCancel(c *cell) {
 		if !c.started {
 			c.start(port.StartOptions{})
 		}
+		c.bodies.release(c.id) // a body that started anyway must not hold the run
 		c.bodies.releaseAll()
 		v := c.waitStatus(c.id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
 		require.Equal(t, port.StatusCanceled, v.Status, "view %+v", v)
@@ -270,6 +271,7 @@ func checkSignal(c *cell) {
 	}
 	// received asserts the run went through its wait with the payload.
 	received := func() {
+		c.bodies.release(c.id)
 		c.bodies.releaseAll()
 		v := c.waitStatus(c.id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
 		require.Equal(t, port.StatusSucceeded, v.Status, "view %+v", v)
@@ -381,7 +383,7 @@ func checkRetry(c *cell) {
 		}
 	case c.st.status == port.StatusFailed:
 		var again port.RunID
-		c.unchanged(c.id, func() {
+		c.rowUnchanged(c.id, func() {
 			var err error
 			again, err = c.admin().Retry(ctx, c.id)
 			require.NoError(t, err)
@@ -430,7 +432,7 @@ func checkStart(c *cell) {
 		require.Equal(t, 1, c.executions(c.id, "work", 0))
 	case c.st.other || !c.open():
 		// Another engine's run and a finished run are never taken.
-		c.unchanged(c.id, func() {
+		c.rowUnchanged(c.id, func() {
 			if !c.started {
 				c.start(port.StartOptions{})
 			}
@@ -442,7 +444,7 @@ func checkStart(c *cell) {
 		err := c.eng.Start(ctx, port.StartOptions{})
 		require.ErrorIs(t, err, port.ErrAlreadyStarted)
 		if c.st.name == "delayed" {
-			c.unchanged(c.id, func() { c.marker(c.eng, "delayed") })
+			c.rowUnchanged(c.id, func() { c.marker(c.eng, "delayed") })
 			require.Zero(t, c.executions(c.id, "", 0), "a delayed run ran early")
 		}
 	}
@@ -475,6 +477,7 @@ func checkStop(c *cell) {
 			defer cancel()
 			done <- c.eng.Stop(sctx)
 		}()
+		c.bodies.release(c.id)
 		c.bodies.releaseAll()
 		require.NoError(t, <-done)
 		next := c.h.New(t, c.reg)
