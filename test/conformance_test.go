@@ -33,9 +33,9 @@ func TestConformance(t *testing.T) {
 				pool := pgtest.NewPool(t)
 				return porttest.Harness{
 					Pool: pool,
-					New:  factory(t, cell.eng, pool),
+					New:  factory(cell.eng, pool),
 					Other: func(t *testing.T, reg *port.Registry) port.TaskEngine {
-						return factory(t, cell.other, pool)(t, reg)
+						return factory(cell.other, pool)(t, reg)
 					},
 				}
 			})
@@ -44,7 +44,7 @@ func TestConformance(t *testing.T) {
 }
 
 // factory opens eng's side of one conformance test over pool.
-func factory(_ *testing.T, eng contract.Engine, pool *pgxpool.Pool) func(*testing.T, *port.Registry) port.TaskEngine {
+func factory(eng contract.Engine, pool *pgxpool.Pool) func(*testing.T, *port.Registry) port.TaskEngine {
 	var open contract.Factory
 	return func(t *testing.T, reg *port.Registry) port.TaskEngine {
 		if open == nil {
