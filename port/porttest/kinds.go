@@ -1,0 +1,216 @@
+package porttest
+
+import (
+	"context"
+
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskport/taskport/port"
+)
+
+// schema is the suite's own table: one row per step body that started.
+const schema = `
+CREATE SCHEMA IF NOT EXISTS porttest;
+CREATE TABLE IF NOT EXISTS porttest.execution (
+    id       bigserial PRIMARY KEY,
+    run_id   text    NOT NULL,
+    step     text    NOT NULL,
+    attempt  int     NOT NULL,
+    payload  text    NOT NULL DEFAULT '',
+    finished boolean NOT NULL DEFAULT false
+);`
+
+// kind is the suite's one kind; its input says what the run does.
+const kind port.Kind = "porttest.program"
+
+// program is the input of kind: step "work", then optionally the wait
+// "wait", step "mid" and the wait "wait2", the sleep "nap", and step "done"
+// (which records the payload the first wait received).
+type program struct {
+	Block       bool   `json:"block,omitempty"`        // "work" blocks until the test releases the run
+	Fail        int    `json:"fail,omitempty"`         // "work" fails this many times, then succeeds
+	MaxAttempts int    `json:"max_attempts,omitempty"` // of "work"; 0 means 3
+	BackoffMs   int    `json:"backoff_ms,omitempty"`   // before the second attempt of "work"; 0 means 50
+	Topic       string `json:"topic,omitempty"`        // when set, WaitSignal("wait", Topic, Timeout)
+	TimeoutMs   int    `json:"timeout_ms,omitempty"`   // of the waits; 0 means one hour
+	SecondWait  bool   `json:"second_wait,omitempty"`  // then step "mid" (blocking) and WaitSignal("wait2", Topic)
+	SleepMs     int    `json:"sleep_ms,omitempty"`     // then Sleep("nap")
+	Unbound     bool   `json:"unbound,omitempty"`      // the only step names an activity never bound
+	Note        string `json:"note,omitempty"`         // free text, for inputs that must differ
+}
+
+// workIn is the input of the work activity.
+type workIn struct {
+	Block   bool   `json:"block,omitempty"`
+	Fail    int    `json:"fail,omitempty"`
+	Payload string `json:"payload,omitempty"`
+}
+
+var (
+	work    = port.DeclareActivity[workIn, struct{}]("porttest.work")
+	unbound = "porttest.never_bound"
+)
+
+func (p program) timeout() time.Duration {
+	if p.TimeoutMs == 0 {
+		return time.Hour
+	}
+	return time.Duration(p.TimeoutMs) * time.Millisecond
+}
+
+func (p program) retry() port.RetryPolicy {
+	r := port.RetryPolicy{MaxAttempts: p.MaxAttempts, InitialInterval: time.Duration(p.BackoffMs) * time.Millisecond,
+		MaxInterval: time.Hour, BackoffCoefficient: 1}
+	if r.MaxAttempts == 0 {
+		r.MaxAttempts = 3
+	}
+	if r.InitialInterval == 0 {
+		r.InitialInterval = 50 * time.Millisecond
+	}
+	return r
+}
+
+func handle(f port.Flow, p program) error {
+	if p.Unbound {
+		return f.Step("unbound", unbound, p, nil)
+	}
+	// A heartbeat timeout lets Temporal deliver a cancel to a blocked body.
+	opts := []port.StepOption{port.WithRetry(p.retry()), port.WithHeartbeatTimeout(2 * time.Second)}
+	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail}, opts...); err != nil {
+		return err
+	}
+	var payload string
+	if p.Topic != "" {
+		if _, err := f.WaitSignal("wait", port.Topic(p.Topic), p.timeout(), &payload); err != nil {
+			return err
+		}
+		if p.SecondWait {
+			if _, err := work.Run(f, "mid", workIn{Block: true}, opts...); err != nil {
+				return err
+			}
+			if _, err := f.WaitSignal("wait2", port.Topic(p.Topic), p.timeout(), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if p.SleepMs > 0 {
+		if err := f.Sleep("nap", time.Duration(p.SleepMs)*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	_, err := work.Run(f, "done", workIn{Payload: payload}, opts...)
+	return err
+}
+
+// bodies is the in-memory side of the work activity: the gates the test
+// releases and the cause each blocked body saw when its context ended.
+type bodies struct {
+	pool   *pgxpool.Pool
+	mu     sync.Mutex
+	gates  map[port.RunID]chan struct{}
+	causes map[port.RunID]error
+}
+
+func (b *bodies) gate(id port.RunID) chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g, ok := b.gates[id]
+	if !ok {
+		g = make(chan struct{})
+		b.gates[id] = g
+	}
+	return g
+}
+
+// release lets every body of run id that blocks (or will) go on.
+func (b *bodies) release(id port.RunID) {
+	g := b.gate(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-g:
+	default:
+		close(g)
+	}
+}
+
+func (b *bodies) releaseAll() {
+	b.mu.Lock()
+	ids := make([]port.RunID, 0, len(b.gates))
+	for id := range b.gates {
+		ids = append(ids, id)
+	}
+	b.mu.Unlock()
+	for _, id := range ids {
+		b.release(id)
+	}
+}
+
+func (b *bodies) cause(id port.RunID) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.causes[id]
+}
+
+// run is the work activity's body: it records its start, then blocks or
+// fails as asked, and records that it finished.
+func (b *bodies) run(ctx context.Context, in workIn) (struct{}, error) {
+	info, ok := port.StepInfoFrom(ctx)
+	if !ok {
+		return struct{}{}, fmt.Errorf("porttest: no step info in the activity context")
+	}
+	var execID int64
+	if err := b.pool.QueryRow(ctx, `INSERT INTO porttest.execution (run_id, step, attempt, payload) VALUES ($1, $2, $3, $4) RETURNING id`,
+		string(info.RunID), info.Step, info.Attempt, in.Payload).Scan(&execID); err != nil {
+		return struct{}{}, fmt.Errorf("record execution: %w", err)
+	}
+	var n int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM porttest.execution WHERE run_id = $1 AND step = $2`,
+		string(info.RunID), info.Step).Scan(&n); err != nil {
+		return struct{}{}, fmt.Errorf("count executions: %w", err)
+	}
+	if n <= in.Fail {
+		return struct{}{}, fmt.Errorf("attempt %d failed", n)
+	}
+	if in.Block {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		gate := b.gate(info.RunID)
+	wait:
+		for {
+			select {
+			case <-gate:
+				break wait
+			case <-ctx.Done():
+				b.mu.Lock()
+				b.causes[info.RunID] = context.Cause(ctx)
+				b.mu.Unlock()
+				return struct{}{}, port.StopReason(ctx)
+			case <-tick.C:
+				_ = port.Heartbeat(ctx, nil) // a stop shows in ctx, read above
+			}
+		}
+	}
+	// The result must commit even if the step's context ends now: finished
+	// is what the step did, written outside its context.
+	if _, err := b.pool.Exec(context.WithoutCancel(ctx), `UPDATE porttest.execution SET finished = true WHERE id = $1`, execID); err != nil {
+		return struct{}{}, fmt.Errorf("record finish: %w", err)
+	}
+	return struct{}{}, nil
+}
+
+// registry is the suite's kind and activity over b.
+func registry(b *bodies) (*port.Registry, error) {
+	reg := port.NewRegistry()
+	if err := reg.RegisterActivity(port.Bind(work, b.run)); err != nil {
+		return nil, err
+	}
+	err := reg.Register(port.Definition{Kind: kind, Version: 1, StepTimeout: time.Minute,
+		Retry:   port.RetryPolicy{MaxAttempts: 3, InitialInterval: 50 * time.Millisecond, MaxInterval: time.Second},
+		Handler: port.Handle(handle)})
+	return reg, err
+}

@@ -1,0 +1,513 @@
+package porttest
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/port"
+)
+
+// method is one table of the specification: check asserts the row of c's
+// state.
+type method struct {
+	name  string
+	check func(c *cell)
+}
+
+var methods = []method{
+	{"Enqueue", checkEnqueue},
+	{"EnqueueMany", checkEnqueueMany},
+	{"Signal", checkSignal},
+	{"Cancel", checkCancel},
+	{"Get", checkGet},
+	{"ListRuns", checkListRuns},
+	{"Retry", checkRetry},
+	{"Start", checkStart},
+	{"Stop", checkStop},
+}
+
+var ctx = context.Background()
+
+// checkView asserts the RunView fields of the specification for the run of
+// c's state, as it stands.
+func checkView(c *cell, v port.RunView) {
+	t := c.t
+	t.Helper()
+	require.Equal(t, c.id, v.ID)
+	require.Equal(t, kind, v.Kind)
+	require.Equal(t, 1, v.Version)
+	require.Equal(t, c.bk, v.BusinessKey)
+	require.Equal(t, c.wantStatus(), v.Status, "status; view %+v", v)
+	type fields struct {
+		Attempts    int
+		LastError   string
+		CurrentStep string
+	}
+	want := map[string]fields{
+		"pending":   {0, "", ""},
+		"delayed":   {0, "", ""},
+		"running":   {1, "", "work"},
+		"waiting":   {0, "", "wait"},
+		"succeeded": {1, "", "done"},
+		"failed":    {1, failedMessage(), "work"},
+		"canceled":  {0, "", ""},
+	}
+	got := fields{v.Attempts, v.LastError, v.CurrentStep}
+	if c.st.name == "leased" {
+		// Not started: no attempt, no error. CurrentStep is "" or "work"
+		// (scheduled): the specification does not say which yet.
+		require.Equal(t, fields{0, "", got.CurrentStep}, got, "view %+v", v)
+		require.Contains(t, []string{"", "work"}, got.CurrentStep, "view %+v", v)
+		t.Logf("leased but not started: CurrentStep %q", got.CurrentStep)
+	} else {
+		require.Equal(t, want[c.st.name], got, "view %+v", v)
+	}
+	checkTimes(c, v)
+}
+
+// checkTimes asserts the only order timestamps promise.
+func checkTimes(c *cell, v port.RunView) {
+	t := c.t
+	t.Helper()
+	require.False(t, v.CreatedAt.IsZero(), "CreatedAt zero: %+v", v)
+	require.False(t, v.UpdatedAt.Before(v.CreatedAt), "UpdatedAt before CreatedAt: %+v", v)
+	if v.Status.Terminal() {
+		require.False(t, v.FinishedAt.IsZero(), "terminal without FinishedAt: %+v", v)
+		require.False(t, v.FinishedAt.Before(v.UpdatedAt), "FinishedAt before UpdatedAt: %+v", v)
+	} else {
+		require.True(t, v.FinishedAt.IsZero(), "open with FinishedAt: %+v", v)
+	}
+}
+
+// requireErr asserts err wraps want and, for ErrNotFound, that it does not
+// claim another engine unless it should.
+func requireErr(t *testing.T, err, want error) {
+	t.Helper()
+	require.Error(t, err)
+	require.ErrorIs(t, err, want, "error %q", err)
+	if want == port.ErrNotFound {
+		require.NotErrorIs(t, err, port.ErrOtherEngine, "an unknown id said to be another engine's: %q", err)
+	}
+}
+
+func checkGet(c *cell) {
+	t := c.t
+	switch {
+	case c.st.other:
+		c.unchanged(c.id, func() {
+			_, err := c.eng.Get(ctx, c.id)
+			requireErr(t, err, port.ErrOtherEngine)
+		})
+	case !c.st.known():
+		for _, id := range unknownIDs() {
+			_, err := c.eng.Get(ctx, id)
+			requireErr(t, err, port.ErrNotFound)
+		}
+	case c.held():
+		checkView(c, c.get(c.id))
+	default:
+		c.unchanged(c.id, func() { checkView(c, c.get(c.id)) })
+	}
+}
+
+func checkCancel(c *cell) {
+	t := c.t
+	switch {
+	case c.st.other:
+		c.unchanged(c.id, func() {
+			err := c.eng.Cancel(ctx, c.id, "porttest")
+			requireErr(t, err, port.ErrOtherEngine)
+		})
+	case !c.st.known():
+		for _, id := range unknownIDs() {
+			c.unchanged(id, func() { requireErr(t, c.eng.Cancel(ctx, id, "porttest"), port.ErrNotFound) })
+		}
+	case !c.open():
+		c.unchanged(c.id, func() { require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest")) })
+	default:
+		before := c.get(c.id)
+		require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest"))
+		mark := c.lastExecution()
+		if c.st.name == "running" {
+			eventually(t, func() bool { return c.bodies.cause(c.id) != nil }, "the running body's context was never canceled")
+			require.ErrorIs(t, c.bodies.cause(c.id), port.ErrCanceled, "the running body's context cause")
+		}
+		if !c.started {
+			c.start(port.StartOptions{})
+		}
+		c.bodies.release(c.id) // a body that started anyway must not hold the run
+		c.bodies.releaseAll()
+		v := c.waitStatus(c.id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		require.Equal(t, port.StatusCanceled, v.Status, "view %+v", v)
+		if c.st.name == "leased" {
+			// The blocker finished; the canceled run must never have started.
+			c.waitStatus(c.blocker, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		}
+		require.Zero(t, c.executions(c.id, "", mark), "a step body started after Cancel returned")
+		require.Empty(t, v.LastError, "a cancel sets no error: %+v", v)
+		require.Equal(t, before.CurrentStep, v.CurrentStep, "the end of the run changed CurrentStep: %+v", v)
+		require.Equal(t, before.Attempts, v.Attempts, "the cancel changed Attempts: %+v", v)
+		checkTimes(c, v)
+		if c.st.name == "running" {
+			require.Equal(t, 1, c.executions(c.id, "", 0), "executions of the canceled run")
+		}
+		// Terminal: a second Cancel writes nothing.
+		c.unchanged(c.id, func() { require.NoError(t, c.eng.Cancel(ctx, c.id, "again")) })
+	}
+}
+
+func checkEnqueue(c *cell) {
+	t := c.t
+	switch {
+	case c.st.other:
+		c.unchanged(c.id, func() {
+			_, err := c.eng.Enqueue(ctx, kind, c.prog, port.EnqueueOptions{IdempotencyKey: c.key})
+			requireErr(t, err, port.ErrOtherEngine)
+		})
+	case !c.st.known():
+		n := c.count()
+		id, err := c.eng.Enqueue(ctx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.bk})
+		require.NoError(t, err)
+		require.Equal(t, n+1, c.count())
+		v := c.get(id)
+		require.Equal(t, port.RunView{ID: id, Kind: kind, Version: 1, BusinessKey: c.bk, Status: port.StatusPending,
+			CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Cursor: v.Cursor}, v)
+		checkTimes(c, v)
+		invalid := map[string]port.EnqueueOptions{
+			"NUL in the input":        {IdempotencyKey: c.key + ":nul-input"},
+			"NUL in the key":          {IdempotencyKey: c.key + "\x00"},
+			"NUL in the business key": {IdempotencyKey: c.key + ":nul-bk", BusinessKey: "a\x00b"},
+			"invalid UTF-8 key":       {IdempotencyKey: c.key + "\xff"},
+		}
+		for name, opts := range invalid {
+			in := program{}
+			if name == "NUL in the input" {
+				in.Note = "a\x00b"
+			}
+			n := c.count()
+			_, err := c.eng.Enqueue(ctx, kind, in, opts)
+			var fe *port.FieldError
+			require.ErrorAs(t, err, &fe, "%s: %v", name, err)
+			require.ErrorIs(t, err, port.ErrInvalidInput, name)
+			require.Equal(t, n, c.count(), "%s: a run was written", name)
+		}
+	default:
+		if !c.held() {
+			c.unchanged(c.id, func() { c.enqueueAgain() })
+			return
+		}
+		n := c.count()
+		c.enqueueAgain()
+		require.Equal(t, n, c.count())
+	}
+}
+
+// enqueueAgain enqueues the state's (kind, key) with another input and
+// expects the recorded run back.
+func (c *cell) enqueueAgain() {
+	id, err := c.eng.Enqueue(ctx, kind, program{Note: "another input"}, port.EnqueueOptions{IdempotencyKey: c.key})
+	require.NoError(c.t, err)
+	require.Equal(c.t, c.id, id)
+}
+
+func checkEnqueueMany(c *cell) {
+	t := c.t
+	fresh := c.key + ":fresh"
+	item := func(key string, p program) port.EnqueueItem {
+		return port.EnqueueItem{Kind: kind, Input: p, Options: port.EnqueueOptions{IdempotencyKey: key}}
+	}
+	switch {
+	case c.st.other:
+		c.unchanged(c.id, func() {
+			_, err := c.eng.EnqueueMany(ctx, []port.EnqueueItem{item(fresh, program{}), item(c.key, program{})})
+			var ie *port.ItemError
+			require.ErrorAs(t, err, &ie, "%v", err)
+			require.Equal(t, 1, ie.Index)
+			requireErr(t, err, port.ErrOtherEngine)
+		})
+	case !c.st.known():
+		n := c.count()
+		res, err := c.eng.EnqueueMany(ctx, nil)
+		require.NoError(t, err)
+		require.Empty(t, res)
+		_, err = c.eng.EnqueueMany(ctx, []port.EnqueueItem{item(fresh, program{}), item(fresh+":nul", program{Note: "a\x00b"})})
+		var ie *port.ItemError
+		require.ErrorAs(t, err, &ie, "%v", err)
+		require.Equal(t, 1, ie.Index)
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, "%v", err)
+		require.ErrorIs(t, err, port.ErrInvalidInput)
+		require.Equal(t, n, c.count(), "a refused batch wrote runs")
+	default:
+		n := c.count()
+		before := c.row(c.id)
+		res, err := c.eng.EnqueueMany(ctx, []port.EnqueueItem{
+			item(c.key, program{Note: "a"}), item(fresh, program{Note: "first"}),
+			item(c.key, program{Note: "b"}), item(fresh, program{Note: "second"})})
+		require.NoError(t, err)
+		require.Len(t, res, 4)
+		require.Equal(t, port.EnqueueResult{ID: c.id, Created: false}, res[0])
+		require.True(t, res[1].Created)
+		require.Equal(t, port.EnqueueResult{ID: c.id, Created: false}, res[2])
+		require.Equal(t, port.EnqueueResult{ID: res[1].ID, Created: false}, res[3])
+		require.Equal(t, n+1, c.count())
+		if !c.held() {
+			require.Equal(t, before, c.row(c.id), "the batch changed the recorded run")
+		}
+	}
+}
+
+func checkSignal(c *cell) {
+	t := c.t
+	payload := "porttest payload"
+	signal := func(topic string) int {
+		n, err := c.eng.Signal(ctx, port.Topic(topic), payload)
+		require.NoError(t, err)
+		return n
+	}
+	// received asserts the run went through its wait with the payload.
+	received := func() {
+		c.bodies.release(c.id)
+		c.bodies.releaseAll()
+		v := c.waitStatus(c.id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		require.Equal(t, port.StatusSucceeded, v.Status, "view %+v", v)
+		var got string
+		require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(c.id)).Scan(&got))
+		require.Equal(t, payload, got, "the wait did not receive the signal")
+		require.Equal(t, 1, c.executions(c.id, "work", 0), "duplicate executions of work")
+		require.Equal(t, 1, c.executions(c.id, "done", 0), "duplicate executions of done")
+	}
+	switch c.st.name {
+	case "other":
+		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic), "another engine's waiter counted") })
+	case "unknown":
+		require.Zero(t, signal(c.topic))
+	case "delayed":
+		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic)) })
+	case "succeeded", "failed", "canceled":
+		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic)) })
+	case "pending":
+		require.Zero(t, signal(c.topic))
+		c.start(port.StartOptions{})
+		received()
+	case "leased", "running":
+		require.Zero(t, signal(c.topic), "a run not yet waiting counted")
+		received()
+	case "waiting":
+		t.Run("NUL payload", func(t *testing.T) {
+			c.unchanged(c.id, func() {
+				n, err := c.eng.Signal(ctx, port.Topic(c.topic), map[string]string{"s": "a\x00b"})
+				var fe *port.FieldError
+				require.ErrorAs(t, err, &fe, "%v", err)
+				require.Equal(t, "payload", fe.Field)
+				require.ErrorIs(t, err, port.ErrInvalidInput)
+				require.Zero(t, n)
+			})
+		})
+		require.Equal(t, 1, signal(c.topic))
+		received()
+		// After the wait: a run running a step between two waits is not
+		// waiting, so it is not counted; its next wait receives the signal.
+		t.Run("between two waits", func(t *testing.T) {
+			topic := c.topic + ":two"
+			id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic, SecondWait: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":two"})
+			require.NoError(t, err)
+			c.waitStatus(id, port.StatusWaiting)
+			require.Equal(t, 1, signal(topic))
+			c.waitExecution(id, "mid")
+			require.Zero(t, signal(topic), "a run running a step after its wait counted")
+			c.bodies.release(id)
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusSucceeded, v.Status, "the second wait did not receive the kept signal in time: %+v", v)
+		})
+	}
+}
+
+func checkListRuns(c *cell) {
+	t := c.t
+	list := func(f port.RunFilter) []port.RunView {
+		vs, err := c.admin().ListRuns(ctx, f)
+		require.NoError(t, err)
+		return vs
+	}
+	ids := func(vs []port.RunView) []port.RunID {
+		out := make([]port.RunID, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, v.ID)
+		}
+		return out
+	}
+	switch {
+	case c.st.other:
+		c.unchanged(c.id, func() {
+			require.NotContains(t, ids(list(port.RunFilter{})), c.id, "another engine's run listed")
+			require.NotContains(t, ids(list(port.RunFilter{BusinessKey: c.bk})), c.id, "another engine's run listed")
+		})
+	case !c.st.known():
+		require.NotContains(t, ids(list(port.RunFilter{Kind: kind})), c.id)
+	default:
+		vs := list(port.RunFilter{Kind: kind, BusinessKey: c.bk})
+		require.Equal(t, []port.RunID{c.id}, ids(vs))
+		got := vs[0]
+		require.Equal(t, c.wantStatus(), got.Status)
+		require.NotContains(t, ids(list(port.RunFilter{Kind: kind, Statuses: otherStatuses(got.Status)})), c.id)
+		if !c.held() {
+			want := c.get(c.id)
+			got.Cursor, want.Cursor = "", ""
+			require.Equal(t, want, got, "ListRuns and Get disagree")
+		}
+	}
+}
+
+func otherStatuses(s port.Status) []port.Status {
+	all := []port.Status{port.StatusPending, port.StatusRunning, port.StatusWaiting, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled}
+	return slices.DeleteFunc(all, func(x port.Status) bool { return x == s })
+}
+
+func checkRetry(c *cell) {
+	t := c.t
+	switch {
+	case c.st.other:
+		c.unchanged(c.id, func() {
+			_, err := c.admin().Retry(ctx, c.id)
+			requireErr(t, err, port.ErrOtherEngine)
+		})
+	case !c.st.known():
+		for _, id := range unknownIDs() {
+			_, err := c.admin().Retry(ctx, id)
+			requireErr(t, err, port.ErrNotFound)
+		}
+	case c.st.status == port.StatusFailed:
+		var again port.RunID
+		c.rowUnchanged(c.id, func() {
+			var err error
+			again, err = c.admin().Retry(ctx, c.id)
+			require.NoError(t, err)
+		})
+		require.NotEqual(t, c.id, again)
+		second, err := c.admin().Retry(ctx, c.id)
+		require.NoError(t, err)
+		require.Equal(t, again, second, "a repeated Retry started another run")
+		v := c.get(again)
+		require.Equal(t, kind, v.Kind)
+		require.Equal(t, c.bk, v.BusinessKey)
+	default:
+		refuse := func() {
+			_, err := c.admin().Retry(ctx, c.id)
+			requireErr(t, err, port.ErrInvalidInput)
+		}
+		if c.held() {
+			n := c.count()
+			refuse()
+			require.Equal(t, n, c.count())
+			return
+		}
+		c.unchanged(c.id, refuse)
+	}
+}
+
+// marker runs a run of the engine under test to its end, so that every
+// run the engine could have taken meanwhile had its chance.
+func (c *cell) marker(e port.TaskEngine, name string) {
+	c.t.Helper()
+	id, err := e.Enqueue(ctx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + ":marker:" + name})
+	require.NoError(c.t, err)
+	eventually(c.t, func() bool {
+		v, err := e.Get(ctx, id)
+		return err == nil && v.Status.Terminal()
+	}, "marker run %s never ended", id)
+}
+
+func checkStart(c *cell) {
+	t := c.t
+	switch {
+	case c.st.name == "pending":
+		c.start(port.StartOptions{})
+		c.bodies.release(c.id)
+		c.waitStatus(c.id, port.StatusWaiting)
+		require.Equal(t, 1, c.executions(c.id, "work", 0))
+	case c.st.other || !c.open():
+		// Another engine's run and a finished run are never taken.
+		c.rowUnchanged(c.id, func() {
+			if !c.started {
+				c.start(port.StartOptions{})
+			}
+			c.marker(c.eng, "start")
+		})
+		require.Zero(t, c.executions(c.id, "", 0)-c.finishedExecutions(), "a body ran for a run it should not take")
+	default:
+		// delayed, leased, running, waiting: the engine already serves.
+		err := c.eng.Start(ctx, port.StartOptions{})
+		require.ErrorIs(t, err, port.ErrAlreadyStarted)
+		if c.st.name == "delayed" {
+			c.rowUnchanged(c.id, func() { c.marker(c.eng, "delayed") })
+			require.Zero(t, c.executions(c.id, "", 0), "a delayed run ran early")
+		}
+	}
+}
+
+// finishedExecutions counts the bodies of the state's run that ran before
+// the row's check (a succeeded run ran work and done).
+func (c *cell) finishedExecutions() int {
+	switch c.st.name {
+	case "succeeded":
+		return 2
+	case "failed":
+		return 1
+	}
+	return 0
+}
+
+func checkStop(c *cell) {
+	t := c.t
+	stop := func(e port.TaskEngine) {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		require.NoError(t, e.Stop(sctx))
+	}
+	switch c.st.name {
+	case "running", "leased":
+		done := make(chan error, 1)
+		go func() {
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			done <- c.eng.Stop(sctx)
+		}()
+		c.bodies.release(c.id)
+		c.bodies.releaseAll()
+		require.NoError(t, <-done)
+		next := c.h.New(t, c.reg)
+		c.startEngine(next, port.StartOptions{})
+		v := c.waitStatus(c.id, port.StatusWaiting, port.StatusFailed, port.StatusSucceeded, port.StatusCanceled)
+		require.Equal(t, port.StatusWaiting, v.Status, "view %+v", v)
+		var finished int
+		require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT count(*) FROM porttest.execution WHERE run_id = $1 AND step = 'work' AND finished`, string(c.id)).Scan(&finished))
+		require.Equal(t, 1, finished, "step work finished more than once")
+		if c.st.name == "leased" {
+			var attempt int
+			require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT min(attempt) FROM porttest.execution WHERE run_id = $1 AND step = 'work'`, string(c.id)).Scan(&attempt))
+			require.Equal(t, 1, attempt, "the first body of a run leased but not started saw a later attempt")
+		}
+	case "waiting":
+		stop(c.eng)
+		require.Equal(t, port.StatusWaiting, c.get(c.id).Status)
+		next := c.h.New(t, c.reg)
+		c.startEngine(next, port.StartOptions{})
+		n, err := next.Signal(ctx, port.Topic(c.topic), "after stop")
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		v := c.waitStatus(c.id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		require.Equal(t, port.StatusSucceeded, v.Status)
+	default:
+		// Not serving (pending, unknown, other), or runs that stay as they
+		// are: Stop and a second Stop return nil and write nothing.
+		c.unchanged(c.id, func() {
+			stop(c.eng)
+			stop(c.eng)
+		})
+	}
+}

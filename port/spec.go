@@ -1,0 +1,175 @@
+// # Specification: what every engine does, by method and run state
+//
+// Both engines must give the same answers, error for error, and write the
+// same thing (or nothing). package port/porttest checks every row below
+// against an engine; an engine is conforming when porttest.Run passes.
+//
+// The run states of the tables:
+//
+//	pending    enqueued, no worker holds it (engine not serving, no slot yet)
+//	delayed    enqueued with EnqueueOptions.AvailableAt in the future
+//	leased     held by a worker but no step body started (prefetched, waiting
+//	           for a step slot, replaying)
+//	running    a step body is running
+//	waiting    parked in Flow.WaitSignal or Flow.Sleep
+//	succeeded  terminal: the handler returned nil
+//	failed     terminal: the handler returned an error
+//	canceled   terminal: Cancel ended it
+//	unknown    no run has that id (a well-formed uuid, or not an id at all)
+//	other      the id is a run of another engine (same tables, other owner)
+//
+// "Nothing written" means the run's row (every column, updated_at included)
+// and the number of runs are the same after the call as before.
+//
+// # Enqueue(kind, input, opts) with the (kind, key) of a run in each state
+//
+//	pending .. canceled  returns that run's id, nil; nothing written (the
+//	                     input is not compared; a finished run is returned
+//	                     until retention deletes its row)
+//	unknown (new key)    inserts a pending run, returns its new id, nil
+//	other                error wrapping ErrOtherEngine; nothing written
+//	invalid input        *FieldError wrapping ErrInvalidInput; nothing
+//	                     written. Invalid: anything Postgres refuses, such as
+//	                     U+0000 in any JSON string of the input (Field
+//	                     "input"), in the idempotency key or the business key,
+//	                     or invalid UTF-8 in a key.
+//
+// # EnqueueMany(items)
+//
+// Each item answers as Enqueue would, in one transaction:
+//
+//	key of a run in any state  that run's id, Created false
+//	new key                    a new pending run, Created true
+//	a key repeated in a batch  one run, the first item's input; the later
+//	                           items report the same id, Created false
+//	key of another engine      *ItemError{Index} wrapping ErrOtherEngine;
+//	                           nothing of the batch written
+//	an invalid item            *ItemError{Index} wrapping the *FieldError;
+//	                           nothing of the batch written
+//	empty batch                nil, nil; nothing written
+//
+// # Signal(topic, payload)
+//
+// delivered counts the runs of this engine parked in a WaitSignal on topic
+// at the call; a signal that finds none is kept for the topic's next
+// WaitSignal and counts 0. By state of a run that waits (or will wait) on
+// topic:
+//
+//	pending, delayed, leased, running a step (before or after a wait)
+//	           0, nil; the next WaitSignal on topic receives it
+//	waiting    1, nil; the wait returns received=true with the payload
+//	succeeded, failed, canceled
+//	           0, nil; the run is unchanged
+//	unknown, other (no run of this engine waits on topic)
+//	           0, nil
+//	payload with U+0000
+//	           0, *FieldError{Field: "payload"} wrapping ErrInvalidInput;
+//	           nothing kept
+//
+// # Cancel(id, reason)
+//
+//	pending, delayed, leased, waiting, running a step
+//	           nil. The cancel flag is written first, then the run ends
+//	           canceled. No step body starts after Cancel returned. A body
+//	           already running is not interrupted by the engine: its
+//	           context is canceled with cause ErrCanceled and it stops
+//	           itself. A Cancel that races the run's start is kept: the run
+//	           ends canceled and runs no step.
+//	succeeded, failed, canceled
+//	           nil; nothing written (no cancel_requested_at, reason or
+//	           updated_at)
+//	unknown    error wrapping ErrNotFound; nothing written
+//	other      error wrapping ErrOtherEngine (which wraps ErrNotFound),
+//	           naming both engines; nothing written
+//
+// # Get(id)
+//
+//	pending .. canceled  the RunView (see below), nil; nothing written
+//	unknown              error wrapping ErrNotFound
+//	other                error wrapping ErrOtherEngine; nothing written
+//
+// # Admin.ListRuns(filter)
+//
+//	pending .. canceled  listed when the filter matches, with the view Get
+//	                     returns (Cursor aside)
+//	unknown              not listed
+//	other                never listed: an engine lists only its own runs
+//
+// # Admin.Retry(id)
+//
+//	failed               a new run of the same kind, input and business key
+//	                     at the current version, idempotency key RetryKey(id);
+//	                     a repeated Retry returns the same run; the failed
+//	                     run is unchanged
+//	pending, delayed, leased, running, waiting, succeeded, canceled
+//	                     error wrapping ErrInvalidInput; nothing written
+//	unknown              error wrapping ErrNotFound; nothing written
+//	other                error wrapping ErrOtherEngine; nothing written
+//
+// # Start(opts)
+//
+//	pending    the run is taken and its steps run
+//	delayed    nothing happens before AvailableAt
+//	leased, running
+//	           (held by another serving process) untouched until that
+//	           process's lease or task times out
+//	waiting    stays waiting until its signal or timeout
+//	succeeded, failed, canceled
+//	           untouched; nothing written
+//	other      never taken: an engine serves only its own runs
+//	serving engine
+//	           ErrAlreadyStarted; nothing changes
+//
+// # Stop(ctx)
+//
+//	running a step
+//	           the body finishes (its result commits) or is handed back
+//	           within the engine's bound; the run goes on under the next
+//	           Start, and a step that finished does not run again
+//	leased     handed back without an attempt charged
+//	pending, delayed, waiting
+//	           unchanged, picked up again by the next Start
+//	succeeded, failed, canceled
+//	           untouched
+//	not serving, second Stop
+//	           nil; nothing happens
+//
+// # RunView fields
+//
+// Status:
+//   - pending: no worker holds the run: enqueued and not yet taken, delayed,
+//     or between two attempts of a step (retry backoff).
+//   - running: a worker holds the run, from the claim (lease) or the first
+//     workflow task (Temporal) until it parks or ends. A run claimed whose
+//     step waits for a slot, and a step whose attempt is scheduled and due,
+//     read running.
+//   - waiting: parked in WaitSignal or Sleep.
+//   - succeeded, failed, canceled: terminal; never change again.
+//
+// Attempts: the number of attempts of CurrentStep whose body has started,
+// 1-based. 0 before any step, and 0 while or after CurrentStep is a wait
+// or a sleep (a wait is not an attempt). During the backoff after the first
+// failure it is 1. An attempt is charged only when a step body started: a
+// run leased but not started goes back without a charge.
+//
+// LastError: while the run is open, the error message of the latest failed
+// attempt of CurrentStep, "" if it has none. It is cleared when a step
+// succeeds and when a new step, wait or sleep begins. A cancel never sets it.
+// Terminal: succeeded "", canceled "", failed the handler's error message
+// (err.Error() of what the handler returned; for a *StepError its Error()).
+//
+// CurrentStep: the name of the step, wait or sleep the run is in or last
+// was in; "" before the first. The end of the run does not change it.
+//
+// CreatedAt: the insert time of the run's row (Postgres clock).
+// UpdatedAt: advanced whenever a field above changes; it may also advance
+// without a visible change. FinishedAt: zero until terminal, then set once
+// (Postgres clock of the terminal write).
+//
+// # What comparisons normalize
+//
+// Only what an engine cannot match: timestamps. They are compared for
+// order, never for equality across engines: CreatedAt <= UpdatedAt <=
+// FinishedAt (or now, while open), and FinishedAt is the same on every Get
+// once set. Cursor is opaque. Every other field is compared exactly.
+package port
