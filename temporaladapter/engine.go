@@ -143,11 +143,17 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 // continue-as-new keeps: every Temporal run of one taskport run has the same
 // generation. A workflow started before generations existed has none (0),
 // which the ledger orders before every run, as its start was.
+//
+// Canceled marks a workflow that Cancel started itself, because it found
+// none (see Engine.Cancel): the workflow ends canceled at once, without
+// running the handler. Reason is the cancel's, kept in the history.
 type runInput struct {
 	Input      json.RawMessage                  `json:"input"`
 	Pending    map[port.Topic][]json.RawMessage `json:"pending,omitempty"`
 	Topics     []port.Topic                     `json:"topics,omitempty"`
 	Generation int64                            `json:"generation,omitempty"`
+	Canceled   bool                             `json:"canceled,omitempty"`
+	Reason     string                           `json:"reason,omitempty"`
 }
 
 // Enqueue records the run in Postgres (the idempotency authority), then
@@ -176,7 +182,7 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	if !created && (run.Status.Terminal() || run.Engine != runstore.EngineTemporal) {
 		return run.ID, nil
 	}
-	if err := e.start(ctx, run); err != nil {
+	if err := e.start(ctx, run, runInput{}); err != nil {
 		return "", err
 	}
 	return run.ID, nil
@@ -213,7 +219,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 			continue
 		}
 		started[run.ID] = true
-		g.Go(func() error { return e.start(gctx, run) })
+		g.Go(func() error { return e.start(gctx, run, runInput{}) })
 	}
 	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
@@ -221,7 +227,11 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 	return out, nil
 }
 
-func (e *Engine) start(ctx context.Context, run runstore.Run) error {
+// start starts the workflow of run with in (its Input and Generation are
+// the run's), or leaves the one already there alone (USE_EXISTING, and
+// REJECT_DUPLICATE once it closed).
+func (e *Engine) start(ctx context.Context, run runstore.Run, in runInput) error {
+	in.Input, in.Generation = run.Input, run.Seq
 	m := memo{Kind: run.Kind, Version: run.Version, IdempotencyKey: run.IdempotencyKey, BusinessKey: run.BusinessKey}
 	if def, err := e.reg.Lookup(run.Kind, run.Version); err == nil && def.ShowInput {
 		m.Input = summarize(run.Input, e.cfg.MemoInputBytes)
@@ -240,10 +250,11 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 		Memo:          map[string]any{"taskport": m},
 		StaticSummary: fmt.Sprintf("%s %s", WorkflowType(run.Kind, run.Version), run.BusinessKey),
 	}
-	if d := time.Until(run.AvailableAt); d > 0 {
+	// A canceled run ends now, whenever it was due.
+	if d := time.Until(run.AvailableAt); d > 0 && !in.Canceled {
 		opts.StartDelay = d
 	}
-	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input, Generation: run.Seq})
+	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), in)
 	if err = interpretError(err); err != nil && !errors.Is(err, errWorkflowExists) {
 		return fmt.Errorf("start workflow of run %s: %w", run.ID, err)
 	}
@@ -298,6 +309,16 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 // Cancel writes the business cancel flag first (ADR 2.4), then cancels the
 // workflow with the reason. The running step is not interrupted: it learns
 // of the cancel at its next heartbeat; later steps never start.
+//
+// A run whose workflow is not there yet (Enqueue's start still in flight,
+// or a crash between the insert and the start) is started here, under the
+// same ID and options, with the canceled mark (runInput.Canceled): the
+// workflow ends canceled at once and writes its own terminal projection, and
+// whichever start comes second finds it (USE_EXISTING). The workflow is then
+// canceled anyway, in case Enqueue's start won: that workflow may have begun,
+// and the cancel keeps it from starting any step. Cancel never projects the
+// run's end itself: a projection the workflow did not write would be
+// overwritten by nothing, and would say canceled while the workflow ran on.
 func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error {
 	run, err := runstore.RequestCancel(ctx, e.pool, id, reason)
 	if err != nil {
@@ -306,16 +327,37 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	if run.Status.Terminal() {
 		return nil
 	}
-	err = interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason}))
+	err = e.cancelWorkflow(ctx, id, reason)
 	if errors.Is(err, port.ErrNotFound) {
-		// Never started (a crash between insert and start) or already
-		// gone: nothing will run it, so the projection says canceled.
-		return runstore.Project(ctx, e.pool, id, runstore.Projection{Status: port.StatusCanceled, LastError: reason})
+		if err := e.startCanceled(ctx, id, reason); err != nil {
+			return err
+		}
+		err = e.cancelWorkflow(ctx, id, reason)
 	}
-	if err != nil {
+	if errors.Is(err, port.ErrNotFound) {
+		// Closed already: the canceled start ended, or the workflow ended
+		// before the cancel; its projection (or Get, or the reconciler)
+		// records how.
+		return nil
+	}
+	return err
+}
+
+func (e *Engine) cancelWorkflow(ctx context.Context, id port.RunID, reason string) error {
+	err := interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason}))
+	if err != nil && !errors.Is(err, port.ErrNotFound) {
 		return fmt.Errorf("cancel workflow of run %s: %w", id, err)
 	}
-	return nil
+	return err
+}
+
+// startCanceled starts the workflow of run id with the canceled mark.
+func (e *Engine) startCanceled(ctx context.Context, id port.RunID, reason string) error {
+	run, err := runstore.Get(ctx, e.pool, id)
+	if err != nil {
+		return err
+	}
+	return e.start(ctx, run, runInput{Canceled: true, Reason: reason})
 }
 
 // Get reads the run from Temporal (DescribeWorkflow) over the Postgres

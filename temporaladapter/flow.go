@@ -52,34 +52,47 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 		}
 		f.logger = slog.New(replayAwareHandler{ctx: ctx, next: tracing.WithSpan(e.logger.Handler(), f.spanContext)}).
 			With(slog.String("run_id", string(f.runID)), slog.String("workflow_type", info.WorkflowType.Name))
+		if in.Canceled {
+			// Cancel found no workflow and started this one: the run ends
+			// as canceled runs end, having run nothing.
+			return f.end(port.StatusCanceled, "", fmt.Errorf("%w: %s", port.ErrCanceled, in.Reason))
+		}
 		next, err := enginekit.ContinueAsNew(def.Handler.Run(f, in.Input))
 		if next != nil {
 			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}
 			return workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
 		}
 		status, msg := outcome(ctx, err)
-		// The projection must be written even when the workflow is canceled.
-		pctx, _ := workflow.NewDisconnectedContext(ctx)
-		pctx = workflow.WithLocalActivityOptions(pctx, f.laOpts)
-		if perr := f.unregister(pctx); perr != nil {
-			f.logger.Error("unregister waiters", slog.String("error", perr.Error()))
+		return f.end(status, msg, err)
+	}
+}
+
+// end records the run's terminal projection (status, and msg as its last
+// error) and maps status onto Temporal's: a canceled run closes canceled,
+// a failed one failed with err as the cause.
+func (f *flow) end(status port.Status, msg string, err error) error {
+	ctx := f.ctx
+	// The projection must be written even when the workflow is canceled.
+	pctx, _ := workflow.NewDisconnectedContext(ctx)
+	pctx = workflow.WithLocalActivityOptions(pctx, f.laOpts)
+	if perr := f.unregister(pctx); perr != nil {
+		f.logger.Error("unregister waiters", slog.String("error", perr.Error()))
+	}
+	perr := workflow.ExecuteLocalActivity(pctx, f.books.project, f.runID,
+		projection{Status: status, LastError: msg, Step: f.lastStep, Attempts: f.lastAttempts}).Get(pctx, nil)
+	if perr != nil {
+		f.logger.Error("record terminal projection", slog.String("error", perr.Error()))
+	}
+	switch status {
+	case port.StatusSucceeded:
+		return nil
+	case port.StatusCanceled:
+		if ctx.Err() != nil {
+			return ctx.Err() // Temporal records Canceled only for its own cancel error
 		}
-		perr := workflow.ExecuteLocalActivity(pctx, f.books.project, f.runID,
-			projection{Status: status, LastError: msg, Step: f.lastStep, Attempts: f.lastAttempts}).Get(pctx, nil)
-		if perr != nil {
-			f.logger.Error("record terminal projection", slog.String("error", perr.Error()))
-		}
-		switch status {
-		case port.StatusSucceeded:
-			return nil
-		case port.StatusCanceled:
-			if ctx.Err() != nil {
-				return ctx.Err() // Temporal records Canceled only for its own cancel error
-			}
-			return temporal.NewCanceledError(msg)
-		default:
-			return temporal.NewNonRetryableApplicationError(msg, "taskport.RunFailed", err)
-		}
+		return temporal.NewCanceledError(err.Error())
+	default:
+		return temporal.NewNonRetryableApplicationError(msg, "taskport.RunFailed", err)
 	}
 }
 

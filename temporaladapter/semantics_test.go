@@ -1,0 +1,124 @@
+package temporaladapter_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/temporaladapter"
+	"github.com/taskport/taskport/test/contract/kinds"
+)
+
+// These tests hold the RunView and Cancel rows of the port's semantics
+// (issue 24) where Temporal had its own reading.
+
+// waitClosed polls until the run's workflow has closed, and returns how.
+func (h *harness) waitClosed(id port.RunID) enumspb.WorkflowExecutionStatus {
+	h.t.Helper()
+	var status enumspb.WorkflowExecutionStatus
+	require.EventuallyWithT(h.t, func(c *assert.CollectT) {
+		desc, err := h.c.DescribeWorkflow(context.Background(), temporaladapter.WorkflowID(id), "")
+		require.NoError(c, err)
+		status = desc.Status
+		require.NotEqual(c, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, status)
+	}, 60*time.Second, 50*time.Millisecond)
+	return status
+}
+
+// A Cancel that lands after the run's row is committed and before its
+// workflow starts is kept: the start that follows (EnqueueMany's, still in
+// flight) finds the workflow Cancel started with the canceled mark, and the
+// run ends canceled without running a step. Get, ListRuns and the step's
+// side table agree.
+func TestCancelBeforeTheWorkflowStartsIsHonoured(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	eng := h.engine(temporaladapter.Config{})
+	ctx := context.Background()
+	input, err := json.Marshal(kinds.TagIn{Tag: "early-cancel"})
+	require.NoError(t, err)
+	run, created, err := runstore.Insert(ctx, h.pool, runstore.NewRun{
+		Engine: runstore.EngineTemporal, Kind: kinds.Three, Version: 1, Key: "early-cancel", Input: input,
+	})
+	require.NoError(t, err)
+	require.True(t, created)
+
+	require.NoError(t, eng.Cancel(ctx, run.ID, "changed my mind"))
+	// The start of the Enqueue that read the run before the cancel.
+	require.NoError(t, temporaladapter.StartWorkflow(ctx, eng, run))
+
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, h.waitClosed(run.ID))
+	stored := h.waitStatus(run.ID, port.StatusCanceled)
+	require.Empty(t, stored.LastError)
+	view, err := eng.Get(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusCanceled, view.Status)
+	require.Empty(t, view.LastError)
+	listed, err := eng.ListRuns(ctx, port.RunFilter{Kind: kinds.Three})
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, port.StatusCanceled, listed[0].Status)
+	require.Empty(t, h.effects(run.ID), "no step ran")
+}
+
+// The issue's reproduction: one EnqueueMany of 300 runs, 50 of them
+// canceled at once while their workflows are being started. Every canceled
+// run ends canceled, and none of them ran its step.
+func TestCancelsDuringEnqueueManyAreHonoured(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	eng := h.engine(temporaladapter.Config{})
+	ctx := context.Background()
+	items := make([]port.EnqueueItem, 300)
+	for i := range items {
+		bk := "kept"
+		if i >= 250 {
+			bk = "withdrawn"
+		}
+		items[i] = port.EnqueueItem{Kind: kinds.Three, Input: kinds.TagIn{Tag: fmt.Sprint(i)},
+			Options: port.EnqueueOptions{IdempotencyKey: fmt.Sprintf("many:%d", i), BusinessKey: bk}}
+	}
+	ids := make(chan port.RunID, 50)
+	enqueued := make(chan error, 1)
+	go func() {
+		_, err := eng.EnqueueMany(ctx, items)
+		enqueued <- err
+	}()
+	// The rows are committed in one statement before any start: cancel the
+	// last 50 as soon as they are there.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		runs, err := eng.ListRuns(ctx, port.RunFilter{Kind: kinds.Three, BusinessKey: "withdrawn"})
+		require.NoError(c, err)
+		require.Len(c, runs, 50)
+		for _, r := range runs {
+			ids <- r.ID
+		}
+	}, 60*time.Second, time.Millisecond)
+	close(ids)
+	var canceled []port.RunID
+	errs := make(chan error, 50)
+	for id := range ids {
+		canceled = append(canceled, id)
+		go func() { errs <- eng.Cancel(ctx, id, "batch withdrawn") }()
+	}
+	for range canceled {
+		require.NoError(t, <-errs)
+	}
+	require.NoError(t, <-enqueued)
+	for _, id := range canceled {
+		h.waitClosed(id)
+		require.Equal(t, port.StatusCanceled, h.waitStatus(id, port.StatusCanceled).Status)
+		view, err := eng.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, port.StatusCanceled, view.Status, "run %s", id)
+		require.Empty(t, h.effects(id), "run %s ran a step after its cancel returned", id)
+	}
+}
