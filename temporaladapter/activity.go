@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/taskport/taskport/internal/enginekit"
@@ -69,6 +70,29 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 			Details:      []any{info.Attempt},
 		})
 	}
+}
+
+// unknownActivity is the worker's dynamic activity: Temporal hands it the
+// steps whose activity this worker has no body for (never bound in the
+// registry). It fails the step at once, for good, with the registry's
+// error, as the lease engine does; without it the SDK would retry the step
+// with "unable to find activityType" until its attempts ran out. A dynamic
+// activity, rather than a registry check in the workflow before
+// scheduling, leaves the history of every bound step as it was, and keeps
+// the workflow code free of worker state that a replay on another worker
+// could see differently (a step recorded as scheduled would not be, or the
+// reverse).
+func (e *Engine) unknownActivity(ctx context.Context, _ converter.EncodedValues) (stepResult, error) {
+	ai := activity.GetInfo(ctx)
+	_, err := e.reg.Activity(ai.ActivityType.Name)
+	if err == nil {
+		// Bound after Start: this worker did not register it.
+		err = fmt.Errorf("activity %q: %w", ai.ActivityType.Name, port.ErrUnknownActivity)
+	}
+	return stepResult{}, temporal.NewApplicationErrorWithOptions(err.Error(), stepErrorType, temporal.ApplicationErrorOptions{
+		NonRetryable: true,
+		Details:      []any{int(ai.Attempt)},
+	})
 }
 
 // unstick sends the run's next workflow task to the task queue that every

@@ -3,6 +3,7 @@ package temporaladapter_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -121,4 +122,42 @@ func TestCancelsDuringEnqueueManyAreHonoured(t *testing.T) {
 		require.Equal(t, port.StatusCanceled, view.Status, "run %s", id)
 		require.Empty(t, h.effects(id), "run %s ran a step after its cancel returned", id)
 	}
+}
+
+// unbound is declared and never bound: no worker has a body for it.
+var unbound = port.DeclareActivity[string, int]("tp.unbound")
+
+// A step whose activity was never bound fails at once, for good, with the
+// registry's error, as on the lease engine: one attempt, not Temporal's
+// retries ending in the SDK's "unable to find activityType".
+func TestUnboundActivityFailsAtOnceAndForGood(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var got *port.StepError
+	def := port.Definition{Kind: "tp.unbound", Version: 1, Retry: kinds.FastRetry, Handler: port.Handle(func(f port.Flow, _ kinds.TagIn) error {
+		_, err := unbound.Run(f, "missing", "x")
+		errors.As(err, &got)
+		return err
+	})}
+	eng := h.engine(temporaladapter.Config{}, def)
+	id := h.enqueue(eng, def.Kind, kinds.TagIn{Tag: "unbound"}, port.EnqueueOptions{IdempotencyKey: "unbound"})
+	run := h.waitStatus(id, port.StatusFailed)
+
+	want := &port.StepError{Step: "missing", Activity: "tp.unbound", Attempts: 1, NonRetryable: true,
+		Message: `activity "tp.unbound": taskport: invalid input: unknown activity`}
+	require.Equal(t, want, got)
+	require.Equal(t, want.Error(), run.LastError)
+	var scheduled, failed int
+	it := h.c.GetWorkflowHistory(context.Background(), temporaladapter.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			scheduled++
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+			failed++
+		}
+	}
+	require.Equal(t, []int{1, 1}, []int{scheduled, failed})
 }
