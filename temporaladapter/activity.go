@@ -57,6 +57,11 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 
 		out, err := enginekit.RunActivity(sctx, b, info, heartbeat{activityCtx: ctx}, call.Input)
 		if err == nil {
+			if info.Attempt > 1 {
+				// The failure projected by the attempt before is not the
+				// step's any more: the run reads this attempt, no error.
+				e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: info.Attempt, Step: info.Step})
+			}
 			return stepResult{Output: out, Attempt: info.Attempt}, nil
 		}
 		if errors.As(context.Cause(ctx), new(*temporal.CanceledError)) {
@@ -170,7 +175,8 @@ type stepResult struct {
 }
 
 // projection is the argument of the project local activity. An empty Step
-// keeps the recorded step and attempts (one read more).
+// keeps the recorded step and attempts (one read more); LastError is always
+// written as given.
 type projection struct {
 	Status    port.Status
 	Attempts  int
@@ -191,9 +197,6 @@ func (b *bookkeeping) project(ctx context.Context, id port.RunID, p projection) 
 			return err
 		}
 		rp.CurrentStep, rp.Attempts = run.CurrentStep, run.Attempts
-		if rp.LastError == "" && p.Status != port.StatusSucceeded {
-			rp.LastError = run.LastError
-		}
 	}
 	return runstore.ProjectLazily(ctx, b.pool, id, rp)
 }

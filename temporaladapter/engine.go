@@ -5,7 +5,16 @@
 //
 // Mapping: one run = one workflow with ID "taskport/<run id>" and type
 // "<kind>@v<version>"; one step = one activity whose ActivityID is the step
-// name; a wait = a signal channel named by the topic.
+// name; a wait = a signal channel named by the topic. A step whose activity
+// no worker binds fails at once, for good (a dynamic activity,
+// unknownActivity). A Cancel that finds no workflow starts it with a
+// canceled mark, so a start still in flight cannot run the handler.
+//
+// RunView (port.RunView's rules): Get reads the step in flight from
+// Temporal's pending activity, counting only attempts whose body started and
+// reading pending during a retry backoff; the Postgres projection (ListRuns)
+// is written at a run's first step, after each wait, on an attempt's failure,
+// on a retried step's success and at the end.
 package temporaladapter
 
 import (
@@ -378,7 +387,11 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	return view, err
 }
 
-func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription) port.RunView {
+// viewFromDescription lays what Temporal reports over the projection v. A
+// pending activity is the current step: its attempts are those whose body
+// started (an attempt SCHEDULED, due or in its retry backoff, has not), and
+// during the backoff no worker holds the run, so it reads pending.
+func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription, now time.Time) port.RunView {
 	projected := v.Status
 	switch desc.Status {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
@@ -398,13 +411,17 @@ func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescripti
 		v.Status = port.StatusRunning
 		v.CurrentStep = pa.GetActivityId()
 		v.Attempts = int(pa.GetAttempt())
-		if msg := pa.GetLastFailure().GetMessage(); msg != "" {
-			v.LastError = msg
+		if pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {
+			v.Attempts--
+			if next := pa.GetNextAttemptScheduleTime(); next != nil && next.AsTime().After(now) {
+				v.Status = port.StatusPending
+			}
 		}
+		v.LastError = pa.GetLastFailure().GetMessage()
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-		v.Status = port.StatusSucceeded
+		v.Status, v.LastError = port.StatusSucceeded, ""
 	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
-		v.Status = port.StatusCanceled
+		v.Status, v.LastError = port.StatusCanceled, "" // a cancel's reason is not an error
 	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
 		v.Status = port.StatusFailed

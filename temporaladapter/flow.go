@@ -96,13 +96,15 @@ func (f *flow) end(status port.Status, msg string, err error) error {
 	}
 }
 
-// outcome maps the handler's result onto the port vocabulary.
+// outcome maps the handler's result onto the port vocabulary: the status
+// and the run's last error, which only a failure has (a cancel's reason is
+// not an error).
 func outcome(ctx workflow.Context, err error) (port.Status, string) {
 	switch {
 	case err == nil:
 		return port.StatusSucceeded, ""
 	case errors.Is(err, port.ErrCanceled) || (ctx.Err() != nil && temporal.IsCanceledError(err)):
-		return port.StatusCanceled, err.Error()
+		return port.StatusCanceled, ""
 	default:
 		return port.StatusFailed, err.Error()
 	}

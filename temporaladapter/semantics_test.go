@@ -34,6 +34,19 @@ func (h *harness) waitClosed(id port.RunID) enumspb.WorkflowExecutionStatus {
 	return status
 }
 
+// getEventually polls Get until cond holds on the view.
+func getEventually(t *testing.T, eng *temporaladapter.Engine, id port.RunID, cond func(c *assert.CollectT, v port.RunView)) port.RunView {
+	t.Helper()
+	var v port.RunView
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		v, err = eng.Get(context.Background(), id)
+		require.NoError(c, err)
+		cond(c, v)
+	}, 60*time.Second, 50*time.Millisecond)
+	return v
+}
+
 // A Cancel that lands after the run's row is committed and before its
 // workflow starts is kept: the start that follows (EnqueueMany's, still in
 // flight) finds the workflow Cancel started with the canceled mark, and the
@@ -160,4 +173,134 @@ func TestUnboundActivityFailsAtOnceAndForGood(t *testing.T) {
 		}
 	}
 	require.Equal(t, []int{1, 1}, []int{scheduled, failed})
+}
+
+// A run canceled while it waits ends canceled with no last error: the
+// cancel's reason is not an error.
+func TestCanceledRunHasNoLastError(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	eng := h.engine(temporaladapter.Config{})
+	ctx := context.Background()
+	id := h.enqueue(eng, kinds.Wait, wait("cancel-no-error"), port.EnqueueOptions{IdempotencyKey: "cancel-no-error"})
+	h.waitStatus(id, port.StatusWaiting)
+	require.NoError(t, eng.Cancel(ctx, id, "not needed"))
+
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, h.waitClosed(id))
+	run := h.waitStatus(id, port.StatusCanceled)
+	require.Empty(t, run.LastError)
+	require.Equal(t, "wait-0", run.CurrentStep)
+	require.Zero(t, run.Attempts, "a wait is not an attempt")
+	view, err := eng.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusCanceled, view.Status)
+	require.Empty(t, view.LastError)
+}
+
+// Between two attempts of a step (its retry backoff) no worker holds the
+// run: Get reads pending, with the one attempt that ran and its error (the
+// pending activity, SCHEDULED for attempt 2, reports Attempt 2).
+func TestRetryBackoffReadsPendingWithTheAttemptsThatRan(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	def := port.Definition{Kind: "tp.backoff", Version: 1,
+		Retry: port.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Hour, MaxInterval: time.Hour, BackoffCoefficient: 2},
+		Handler: port.Handle(func(f port.Flow, _ kinds.TagIn) error {
+			_, err := kinds.Fail.Run(f, "fail", "retryable")
+			return err
+		})}
+	eng := h.engine(temporaladapter.Config{}, def)
+	id := h.enqueue(eng, def.Kind, kinds.TagIn{Tag: "backoff"}, port.EnqueueOptions{IdempotencyKey: "backoff"})
+
+	view := getEventually(t, eng, id, func(c *assert.CollectT, v port.RunView) {
+		require.Equal(c, "attempt 1 failed", v.LastError)
+	})
+	require.Equal(t, port.StatusPending, view.Status)
+	require.Equal(t, 1, view.Attempts)
+	require.Equal(t, "fail", view.CurrentStep)
+	require.Equal(t, map[string]int{"fail:retryable": 1}, h.effects(id))
+	require.NoError(t, eng.Cancel(context.Background(), id, "done looking"))
+	h.waitStatus(id, port.StatusCanceled)
+}
+
+// A step scheduled and due but not yet started (every activity slot of the
+// one worker is taken) reads running with no attempt: its body has not
+// started.
+func TestScheduledStepHasNoAttemptUntilItStarts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	reg := port.NewRegistry()
+	require.NoError(t, kinds.Register(reg, h.pool, kinds.Definitions(false)...))
+	eng, err := temporaladapter.New(h.c, h.pool, reg, temporaladapter.Config{TaskQueue: h.queue, WorkerStopTimeout: 5 * time.Second, Logger: testLogger()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, eng.Start(ctx, port.StartOptions{Concurrency: 1}))
+	t.Cleanup(func() { _ = eng.Stop(context.Background()) })
+
+	holder := h.enqueue(eng, kinds.Hold, kinds.WaitIn{Gate: "slot"}, port.EnqueueOptions{IdempotencyKey: "holder"})
+	require.Eventually(t, func() bool { return h.effects(holder)["hold:started"] == 1 }, 60*time.Second, 50*time.Millisecond)
+	started := getEventually(t, eng, holder, func(c *assert.CollectT, v port.RunView) {
+		require.Equal(c, port.StatusRunning, v.Status)
+	})
+	require.Equal(t, 1, started.Attempts, "the holder's attempt started")
+
+	queued := h.enqueue(eng, kinds.Hold, kinds.WaitIn{Gate: "slot"}, port.EnqueueOptions{IdempotencyKey: "queued"})
+	view := getEventually(t, eng, queued, func(c *assert.CollectT, v port.RunView) {
+		require.Equal(c, "hold", v.CurrentStep)
+	})
+	require.Equal(t, port.StatusRunning, view.Status)
+	require.Zero(t, view.Attempts)
+	require.Empty(t, h.effects(queued), "its body has not started")
+
+	require.NoError(t, kinds.OpenEffectGate(ctx, h.pool, "slot"))
+	h.waitStatus(holder, port.StatusSucceeded)
+	h.waitStatus(queued, port.StatusSucceeded)
+}
+
+// flaky fails the first two attempts of its step and succeeds on the third.
+var flaky = port.DeclareActivity[string, int]("tp.flaky")
+
+// A step that succeeded on its third attempt leaves no last error. The
+// projection (what ListRuns reads) says so while the next step runs, which
+// the Temporal engine does not project; the wait after it reads no attempt;
+// the run ended reads the wait it was last in.
+func TestStepSucceededAfterRetriesClearsTheLastError(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	def := port.Definition{Kind: "tp.flaky", Version: 1, Retry: kinds.FastRetry, Handler: port.Handle(func(f port.Flow, in kinds.WaitIn) error {
+		if _, err := flaky.Run(f, "flaky", "x"); err != nil {
+			return err
+		}
+		if _, err := kinds.HoldStep.Run(f, "hold", kinds.HoldIn{Gate: in.Gate}); err != nil {
+			return err
+		}
+		_, err := f.WaitSignal("wait", in.Topic, time.Hour, nil)
+		return err
+	})}
+	reg := port.NewRegistry()
+	require.NoError(t, kinds.Register(reg, h.pool))
+	require.NoError(t, reg.RegisterActivity(port.Bind(flaky, func(ctx context.Context, _ string) (int, error) {
+		info, _ := port.StepInfoFrom(ctx)
+		if info.Attempt < 3 {
+			return 0, fmt.Errorf("attempt %d failed", info.Attempt)
+		}
+		return info.Attempt, nil
+	})))
+	require.NoError(t, reg.Register(def))
+	eng := h.serve(temporaladapter.Config{}, reg)
+	ctx := context.Background()
+	id := h.enqueue(eng, def.Kind, kinds.WaitIn{Gate: "flaky", Topic: "flaky"}, port.EnqueueOptions{IdempotencyKey: "flaky"})
+
+	require.Eventually(t, func() bool { return h.effects(id)["hold:started"] == 1 }, 60*time.Second, 50*time.Millisecond)
+	run, err := runstore.Get(ctx, h.pool, id)
+	require.NoError(t, err)
+	require.Equal(t, []any{port.StatusRunning, "flaky", 3, ""}, []any{run.Status, run.CurrentStep, run.Attempts, run.LastError})
+	require.NoError(t, kinds.OpenEffectGate(ctx, h.pool, "flaky"))
+
+	run = h.waitStatus(id, port.StatusWaiting)
+	require.Equal(t, []any{"wait", 0, ""}, []any{run.CurrentStep, run.Attempts, run.LastError})
+	_, err = eng.Signal(ctx, "flaky", nil)
+	require.NoError(t, err)
+	run = h.waitStatus(id, port.StatusSucceeded)
+	require.Equal(t, []any{"wait", 0, ""}, []any{run.CurrentStep, run.Attempts, run.LastError})
 }
