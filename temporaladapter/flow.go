@@ -350,7 +350,16 @@ func (f *flow) drain() map[port.Topic][]json.RawMessage {
 	return out
 }
 
-// Sleep is a durable timer named by the step name (shown in the UI).
+// sleepProjectsChange versions Sleep's projection: a run that reached a
+// Sleep before it existed has no local activity there in its history, and
+// replays without one.
+const sleepProjectsChange = "taskport/sleep-projects-waiting"
+
+// Sleep is a durable timer named by the step name (shown in the UI). The
+// run reads waiting in the sleep, as in a wait (a local activity projects
+// it; Describe shows no timer); a projection that fails is logged, not the
+// sleep's failure: it is a read model, which the next step's projection
+// repairs.
 func (f *flow) Sleep(name string, d time.Duration) error {
 	if _, err := f.seq.Next(name); err != nil {
 		return err
@@ -362,6 +371,17 @@ func (f *flow) Sleep(name string, d time.Duration) error {
 		return port.ErrCanceled
 	}
 	f.lastStep, f.lastAttempts = name, 0
+	if workflow.GetVersion(f.ctx, sleepProjectsChange, workflow.DefaultVersion, 1) == 1 {
+		lctx := workflow.WithLocalActivityOptions(f.ctx, f.laOpts)
+		err := workflow.ExecuteLocalActivity(lctx, f.books.project, f.runID, projection{Status: port.StatusWaiting, Step: name}).Get(lctx, nil)
+		if f.ctx.Err() != nil {
+			return port.ErrCanceled
+		}
+		if err != nil {
+			f.logger.Error("project sleep", slog.String("step", name), slog.String("error", err.Error()))
+		}
+		f.projected = false
+	}
 	if err := workflow.NewTimerWithOptions(f.ctx, d, workflow.TimerOptions{Summary: name}).Get(f.ctx, nil); err != nil {
 		if temporal.IsCanceledError(err) {
 			return port.ErrCanceled

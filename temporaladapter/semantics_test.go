@@ -304,3 +304,25 @@ func TestStepSucceededAfterRetriesClearsTheLastError(t *testing.T) {
 	run = h.waitStatus(id, port.StatusSucceeded)
 	require.Equal(t, []any{"wait", 0, ""}, []any{run.CurrentStep, run.Attempts, run.LastError})
 }
+
+// A run in a Sleep reads waiting, in the sleep, with no attempt, in the
+// projection as in Get.
+func TestSleepingRunReadsWaitingInTheSleep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	eng := h.engine(temporaladapter.Config{})
+	ctx := context.Background()
+	in := wait("nap")
+	in.Nap = kinds.Duration(time.Hour)
+	id := h.enqueue(eng, kinds.Wait, in, port.EnqueueOptions{IdempotencyKey: "nap"})
+
+	run := h.waitStatus(id, port.StatusWaiting)
+	require.Equal(t, []any{"nap", 0, ""}, []any{run.CurrentStep, run.Attempts, run.LastError})
+	view, err := eng.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, []any{port.StatusWaiting, "nap", 0, ""}, []any{view.Status, view.CurrentStep, view.Attempts, view.LastError})
+	require.NoError(t, eng.Cancel(ctx, id, "woken"))
+	run = h.waitStatus(id, port.StatusCanceled)
+	require.Equal(t, []any{"nap", 0, ""}, []any{run.CurrentStep, run.Attempts, run.LastError})
+	require.Empty(t, h.effects(id))
+}
