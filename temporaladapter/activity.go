@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/taskport/taskport/internal/enginekit"
@@ -56,6 +57,11 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 
 		out, err := enginekit.RunActivity(sctx, b, info, heartbeat{activityCtx: ctx}, call.Input)
 		if err == nil {
+			if info.Attempt > 1 {
+				// The failure projected by the attempt before is not the
+				// step's any more: the run reads this attempt, no error.
+				e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: info.Attempt, Step: info.Step})
+			}
 			return stepResult{Output: out, Attempt: info.Attempt}, nil
 		}
 		if errors.As(context.Cause(ctx), new(*temporal.CanceledError)) {
@@ -69,6 +75,29 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 			Details:      []any{info.Attempt},
 		})
 	}
+}
+
+// unknownActivity is the worker's dynamic activity: Temporal hands it the
+// steps whose activity this worker has no body for (never bound in the
+// registry). It fails the step at once, for good, with the registry's
+// error, as the lease engine does; without it the SDK would retry the step
+// with "unable to find activityType" until its attempts ran out. A dynamic
+// activity, rather than a registry check in the workflow before
+// scheduling, leaves the history of every bound step as it was, and keeps
+// the workflow code free of worker state that a replay on another worker
+// could see differently (a step recorded as scheduled would not be, or the
+// reverse).
+func (e *Engine) unknownActivity(ctx context.Context, _ converter.EncodedValues) (stepResult, error) {
+	ai := activity.GetInfo(ctx)
+	_, err := e.reg.Activity(ai.ActivityType.Name)
+	if err == nil {
+		// Bound after Start: this worker did not register it.
+		err = fmt.Errorf("activity %q: %w", ai.ActivityType.Name, port.ErrUnknownActivity)
+	}
+	return stepResult{}, temporal.NewApplicationErrorWithOptions(err.Error(), stepErrorType, temporal.ApplicationErrorOptions{
+		NonRetryable: true,
+		Details:      []any{int(ai.Attempt)},
+	})
 }
 
 // unstick sends the run's next workflow task to the task queue that every
@@ -146,7 +175,8 @@ type stepResult struct {
 }
 
 // projection is the argument of the project local activity. An empty Step
-// keeps the recorded step and attempts (one read more).
+// keeps the recorded step and attempts (one read more); LastError is always
+// written as given.
 type projection struct {
 	Status    port.Status
 	Attempts  int
@@ -167,9 +197,6 @@ func (b *bookkeeping) project(ctx context.Context, id port.RunID, p projection) 
 			return err
 		}
 		rp.CurrentStep, rp.Attempts = run.CurrentStep, run.Attempts
-		if rp.LastError == "" && p.Status != port.StatusSucceeded {
-			rp.LastError = run.LastError
-		}
 	}
 	return runstore.ProjectLazily(ctx, b.pool, id, rp)
 }

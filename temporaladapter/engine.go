@@ -5,7 +5,16 @@
 //
 // Mapping: one run = one workflow with ID "taskport/<run id>" and type
 // "<kind>@v<version>"; one step = one activity whose ActivityID is the step
-// name; a wait = a signal channel named by the topic.
+// name; a wait = a signal channel named by the topic. A step whose activity
+// no worker binds fails at once, for good (a dynamic activity,
+// unknownActivity). A Cancel that finds no workflow starts it with a
+// canceled mark, so a start still in flight cannot run the handler.
+//
+// RunView (port.RunView's rules): Get reads the step in flight from
+// Temporal's pending activity, counting only attempts whose body started and
+// reading pending during a retry backoff; the Postgres projection (ListRuns)
+// is written at a run's first step, after each wait, on an attempt's failure,
+// on a retried step's success and at the end.
 package temporaladapter
 
 import (
@@ -143,11 +152,17 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 // continue-as-new keeps: every Temporal run of one taskport run has the same
 // generation. A workflow started before generations existed has none (0),
 // which the ledger orders before every run, as its start was.
+//
+// Canceled marks a workflow that Cancel started itself, because it found
+// none (see Engine.Cancel): the workflow ends canceled at once, without
+// running the handler. Reason is the cancel's, kept in the history.
 type runInput struct {
 	Input      json.RawMessage                  `json:"input"`
 	Pending    map[port.Topic][]json.RawMessage `json:"pending,omitempty"`
 	Topics     []port.Topic                     `json:"topics,omitempty"`
 	Generation int64                            `json:"generation,omitempty"`
+	Canceled   bool                             `json:"canceled,omitempty"`
+	Reason     string                           `json:"reason,omitempty"`
 }
 
 // Enqueue records the run in Postgres (the idempotency authority), then
@@ -176,7 +191,7 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	if !created && (run.Status.Terminal() || run.Engine != runstore.EngineTemporal) {
 		return run.ID, nil
 	}
-	if err := e.start(ctx, run); err != nil {
+	if err := e.start(ctx, run, runInput{}); err != nil {
 		return "", err
 	}
 	return run.ID, nil
@@ -213,7 +228,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 			continue
 		}
 		started[run.ID] = true
-		g.Go(func() error { return e.start(gctx, run) })
+		g.Go(func() error { return e.start(gctx, run, runInput{}) })
 	}
 	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
@@ -221,7 +236,11 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 	return out, nil
 }
 
-func (e *Engine) start(ctx context.Context, run runstore.Run) error {
+// start starts the workflow of run with in (its Input and Generation are
+// the run's), or leaves the one already there alone (USE_EXISTING, and
+// REJECT_DUPLICATE once it closed).
+func (e *Engine) start(ctx context.Context, run runstore.Run, in runInput) error {
+	in.Input, in.Generation = run.Input, run.Seq
 	m := memo{Kind: run.Kind, Version: run.Version, IdempotencyKey: run.IdempotencyKey, BusinessKey: run.BusinessKey}
 	if def, err := e.reg.Lookup(run.Kind, run.Version); err == nil && def.ShowInput {
 		m.Input = summarize(run.Input, e.cfg.MemoInputBytes)
@@ -240,10 +259,11 @@ func (e *Engine) start(ctx context.Context, run runstore.Run) error {
 		Memo:          map[string]any{"taskport": m},
 		StaticSummary: fmt.Sprintf("%s %s", WorkflowType(run.Kind, run.Version), run.BusinessKey),
 	}
-	if d := time.Until(run.AvailableAt); d > 0 {
+	// A canceled run ends now, whenever it was due.
+	if d := time.Until(run.AvailableAt); d > 0 && !in.Canceled {
 		opts.StartDelay = d
 	}
-	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), runInput{Input: run.Input, Generation: run.Seq})
+	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), in)
 	if err = interpretError(err); err != nil && !errors.Is(err, errWorkflowExists) {
 		return fmt.Errorf("start workflow of run %s: %w", run.ID, err)
 	}
@@ -300,21 +320,52 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 // of the cancel at its next heartbeat; later steps never start. Canceling
 // a finished run writes nothing and returns nil; a run of the lease engine
 // is refused with port.ErrOtherEngine, nothing written.
+//
+// A run whose workflow is not there yet (Enqueue's start still in flight,
+// or a crash between the insert and the start) is started here, under the
+// same ID and options, with the canceled mark (runInput.Canceled): the
+// workflow ends canceled at once and writes its own terminal projection, and
+// whichever start comes second finds it (USE_EXISTING). The workflow is then
+// canceled anyway, in case Enqueue's start won: that workflow may have begun,
+// and the cancel keeps it from starting any step. Cancel never projects the
+// run's end itself: a projection the workflow did not write would be
+// overwritten by nothing, and would say canceled while the workflow ran on.
 func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error {
 	flagged, err := runstore.RequestCancel(ctx, e.pool, runstore.EngineTemporal, id, reason)
 	if err != nil || !flagged {
 		return err
 	}
-	err = interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason}))
+	err = e.cancelWorkflow(ctx, id, reason)
 	if errors.Is(err, port.ErrNotFound) {
-		// Never started (a crash between insert and start) or already
-		// gone: nothing will run it, so the projection says canceled.
-		return runstore.Project(ctx, e.pool, id, runstore.Projection{Status: port.StatusCanceled, LastError: reason})
+		if err := e.startCanceled(ctx, id, reason); err != nil {
+			return err
+		}
+		err = e.cancelWorkflow(ctx, id, reason)
 	}
-	if err != nil {
+	if errors.Is(err, port.ErrNotFound) {
+		// Closed already: the canceled start ended, or the workflow ended
+		// before the cancel; its projection (or Get, or the reconciler)
+		// records how.
+		return nil
+	}
+	return err
+}
+
+func (e *Engine) cancelWorkflow(ctx context.Context, id port.RunID, reason string) error {
+	err := interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason}))
+	if err != nil && !errors.Is(err, port.ErrNotFound) {
 		return fmt.Errorf("cancel workflow of run %s: %w", id, err)
 	}
-	return nil
+	return err
+}
+
+// startCanceled starts the workflow of run id with the canceled mark.
+func (e *Engine) startCanceled(ctx context.Context, id port.RunID, reason string) error {
+	run, err := runstore.Get(ctx, e.pool, id)
+	if err != nil {
+		return err
+	}
+	return e.start(ctx, run, runInput{Canceled: true, Reason: reason})
 }
 
 // Get reads the run from Temporal (DescribeWorkflow) over the Postgres
@@ -332,7 +383,11 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	return view, err
 }
 
-func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription) port.RunView {
+// viewFromDescription lays what Temporal reports over the projection v. A
+// pending activity is the current step: its attempts are those whose body
+// started (an attempt SCHEDULED, due or in its retry backoff, has not), and
+// during the backoff no worker holds the run, so it reads pending.
+func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription, now time.Time) port.RunView {
 	projected := v.Status
 	switch desc.Status {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
@@ -352,13 +407,17 @@ func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescripti
 		v.Status = port.StatusRunning
 		v.CurrentStep = pa.GetActivityId()
 		v.Attempts = int(pa.GetAttempt())
-		if msg := pa.GetLastFailure().GetMessage(); msg != "" {
-			v.LastError = msg
+		if pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {
+			v.Attempts--
+			if next := pa.GetNextAttemptScheduleTime(); next != nil && next.AsTime().After(now) {
+				v.Status = port.StatusPending
+			}
 		}
+		v.LastError = pa.GetLastFailure().GetMessage()
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-		v.Status = port.StatusSucceeded
+		v.Status, v.LastError = port.StatusSucceeded, ""
 	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
-		v.Status = port.StatusCanceled
+		v.Status, v.LastError = port.StatusCanceled, "" // a cancel's reason is not an error
 	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
 		v.Status = port.StatusFailed

@@ -52,44 +52,59 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 		}
 		f.logger = slog.New(replayAwareHandler{ctx: ctx, next: tracing.WithSpan(e.logger.Handler(), f.spanContext)}).
 			With(slog.String("run_id", string(f.runID)), slog.String("workflow_type", info.WorkflowType.Name))
+		if in.Canceled {
+			// Cancel found no workflow and started this one: the run ends
+			// as canceled runs end, having run nothing.
+			return f.end(port.StatusCanceled, "", fmt.Errorf("%w: %s", port.ErrCanceled, in.Reason))
+		}
 		next, err := enginekit.ContinueAsNew(def.Handler.Run(f, in.Input))
 		if next != nil {
 			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}
 			return workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
 		}
 		status, msg := outcome(ctx, err)
-		// The projection must be written even when the workflow is canceled.
-		pctx, _ := workflow.NewDisconnectedContext(ctx)
-		pctx = workflow.WithLocalActivityOptions(pctx, f.laOpts)
-		if perr := f.unregister(pctx); perr != nil {
-			f.logger.Error("unregister waiters", slog.String("error", perr.Error()))
-		}
-		perr := workflow.ExecuteLocalActivity(pctx, f.books.project, f.runID,
-			projection{Status: status, LastError: msg, Step: f.lastStep, Attempts: f.lastAttempts}).Get(pctx, nil)
-		if perr != nil {
-			f.logger.Error("record terminal projection", slog.String("error", perr.Error()))
-		}
-		switch status {
-		case port.StatusSucceeded:
-			return nil
-		case port.StatusCanceled:
-			if ctx.Err() != nil {
-				return ctx.Err() // Temporal records Canceled only for its own cancel error
-			}
-			return temporal.NewCanceledError(msg)
-		default:
-			return temporal.NewNonRetryableApplicationError(msg, "taskport.RunFailed", err)
-		}
+		return f.end(status, msg, err)
 	}
 }
 
-// outcome maps the handler's result onto the port vocabulary.
+// end records the run's terminal projection (status, and msg as its last
+// error) and maps status onto Temporal's: a canceled run closes canceled,
+// a failed one failed with err as the cause.
+func (f *flow) end(status port.Status, msg string, err error) error {
+	ctx := f.ctx
+	// The projection must be written even when the workflow is canceled.
+	pctx, _ := workflow.NewDisconnectedContext(ctx)
+	pctx = workflow.WithLocalActivityOptions(pctx, f.laOpts)
+	if perr := f.unregister(pctx); perr != nil {
+		f.logger.Error("unregister waiters", slog.String("error", perr.Error()))
+	}
+	perr := workflow.ExecuteLocalActivity(pctx, f.books.project, f.runID,
+		projection{Status: status, LastError: msg, Step: f.lastStep, Attempts: f.lastAttempts}).Get(pctx, nil)
+	if perr != nil {
+		f.logger.Error("record terminal projection", slog.String("error", perr.Error()))
+	}
+	switch status {
+	case port.StatusSucceeded:
+		return nil
+	case port.StatusCanceled:
+		if ctx.Err() != nil {
+			return ctx.Err() // Temporal records Canceled only for its own cancel error
+		}
+		return temporal.NewCanceledError(err.Error())
+	default:
+		return temporal.NewNonRetryableApplicationError(msg, "taskport.RunFailed", err)
+	}
+}
+
+// outcome maps the handler's result onto the port vocabulary: the status
+// and the run's last error, which only a failure has (a cancel's reason is
+// not an error).
 func outcome(ctx workflow.Context, err error) (port.Status, string) {
 	switch {
 	case err == nil:
 		return port.StatusSucceeded, ""
 	case errors.Is(err, port.ErrCanceled) || (ctx.Err() != nil && temporal.IsCanceledError(err)):
-		return port.StatusCanceled, err.Error()
+		return port.StatusCanceled, ""
 	default:
 		return port.StatusFailed, err.Error()
 	}
@@ -335,7 +350,16 @@ func (f *flow) drain() map[port.Topic][]json.RawMessage {
 	return out
 }
 
-// Sleep is a durable timer named by the step name (shown in the UI).
+// sleepProjectsChange versions Sleep's projection: a run that reached a
+// Sleep before it existed has no local activity there in its history, and
+// replays without one.
+const sleepProjectsChange = "taskport/sleep-projects-waiting"
+
+// Sleep is a durable timer named by the step name (shown in the UI). The
+// run reads waiting in the sleep, as in a wait (a local activity projects
+// it; Describe shows no timer); a projection that fails is logged, not the
+// sleep's failure: it is a read model, which the next step's projection
+// repairs.
 func (f *flow) Sleep(name string, d time.Duration) error {
 	if _, err := f.seq.Next(name); err != nil {
 		return err
@@ -347,6 +371,17 @@ func (f *flow) Sleep(name string, d time.Duration) error {
 		return port.ErrCanceled
 	}
 	f.lastStep, f.lastAttempts = name, 0
+	if workflow.GetVersion(f.ctx, sleepProjectsChange, workflow.DefaultVersion, 1) == 1 {
+		lctx := workflow.WithLocalActivityOptions(f.ctx, f.laOpts)
+		err := workflow.ExecuteLocalActivity(lctx, f.books.project, f.runID, projection{Status: port.StatusWaiting, Step: name}).Get(lctx, nil)
+		if f.ctx.Err() != nil {
+			return port.ErrCanceled
+		}
+		if err != nil {
+			f.logger.Error("project sleep", slog.String("step", name), slog.String("error", err.Error()))
+		}
+		f.projected = false
+	}
 	if err := workflow.NewTimerWithOptions(f.ctx, d, workflow.TimerOptions{Summary: name}).Get(f.ctx, nil); err != nil {
 		if temporal.IsCanceledError(err) {
 			return port.ErrCanceled

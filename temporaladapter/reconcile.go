@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -138,14 +139,11 @@ func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunV
 	if err != nil {
 		return port.RunView{}, false, fmt.Errorf("describe workflow of run %s: %w", run.ID, err)
 	}
-	view = viewFromDescription(run.RunView, desc)
+	view = viewFromDescription(run.RunView, desc, time.Now())
 	if !view.Status.Terminal() || run.Status.Terminal() {
 		return view, false, nil
 	}
-	switch msg := e.closeMessage(ctx, desc); {
-	case view.Status == port.StatusSucceeded:
-		view.LastError = "" // as the workflow's own terminal projection writes it
-	case msg != "":
+	if msg := e.closeMessage(ctx, desc); msg != "" {
 		view.LastError = msg
 	}
 	err = runstore.Project(ctx, e.pool, run.ID, runstore.Projection{
@@ -164,7 +162,7 @@ func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunV
 		return port.RunView{}, false, err
 	}
 	if cur.Status != view.Status || cur.LastError != view.LastError || cur.Attempts != view.Attempts || cur.CurrentStep != view.CurrentStep {
-		return viewFromDescription(cur.RunView, desc), false, nil
+		return viewFromDescription(cur.RunView, desc, time.Now()), false, nil
 	}
 	e.logger.InfoContext(ctx, "recorded a run's end that its workflow did not project",
 		slog.String("run_id", string(run.ID)), slog.String("status", string(view.Status)), slog.String("last_error", view.LastError))

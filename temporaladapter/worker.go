@@ -16,7 +16,8 @@ import (
 )
 
 // Start registers the served versions of every kind (each as its own
-// workflow type) and every activity, and starts polling. Concurrency sets
+// workflow type) and every activity, plus the dynamic activity that fails
+// the steps of an unbound one (unknownActivity), and starts polling. Concurrency sets
 // both the activity and the workflow-task slot counts (Config.DefaultConcurrency
 // when zero). It also starts the projection reconciler (see reconciler),
 // unless Config.ReconcileInterval is negative. The lifecycle rules are the
@@ -46,6 +47,14 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		served := e.registerWorkflows(w, opts)
 		for _, b := range e.reg.Activities() {
 			w.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name()})
+		}
+		w.RegisterDynamicActivity(e.unknownActivity, activity.DynamicRegisterOptions{})
+		// The SDK resolves a local activity given as a method by its name
+		// in the worker's registry, where the dynamic activity would answer
+		// for it: registered under that name, the bookkeeping is found as
+		// itself.
+		for _, la := range []any{e.books.project, e.books.addWaiter, e.books.removeWaiters} {
+			w.RegisterActivity(la)
 		}
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start temporal worker on %s: %w", e.cfg.TaskQueue, err)
