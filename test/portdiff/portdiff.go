@@ -3,6 +3,7 @@ package portdiff
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/taskport/taskport/test/contract"
@@ -30,12 +31,18 @@ func Run(t *testing.T, seed uint64, engines ...contract.Engine) Result {
 	t.Logf("plan:\n%s", plan)
 	traces := make([]Trace, len(engines))
 	t.Run("engines", func(t *testing.T) {
+		// Concurrent t.Run calls rather than t.Parallel: the engines of a
+		// seed wait on their servers, not on the CPU, and -parallel
+		// (GOMAXPROCS, 2 on CI) would run them one after the other.
+		var wg sync.WaitGroup
 		for i, eng := range engines {
-			t.Run(eng.Name, func(t *testing.T) {
-				t.Parallel()
-				traces[i] = Record(t, plan, eng)
-			})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t.Run(eng.Name, func(t *testing.T) { traces[i] = Record(t, plan, eng) })
+			}()
 		}
+		wg.Wait()
 	})
 	res := Result{Seed: seed}
 	for i := 1; i < len(engines); i++ {
