@@ -204,11 +204,14 @@ func (d *driver) apply(op Op) {
 		d.w.releaseAll(key)
 		d.record(what+" (answer)", key, Field{"error", errClass(err)})
 		x := canceledAt(d.now[key])
+		poll := x
 		if d.lost[key] {
-			x.anyStep, x.attempts = true, anyAttempts
+			// Where it ends is not known: poll for any canceled view,
+			// record it whole.
+			poll.anyStep, poll.attempts = true, anyAttempts
 		}
 		d.lost[key] = false
-		d.observe(what, key, x)
+		d.observeAs(what, key, poll, x)
 	case opCancelFinished:
 		d.cancelFinished(what, op.Runs[0])
 	case opReenqueue:
@@ -254,8 +257,11 @@ func (d *driver) advance(what, key string, from int) {
 }
 
 // observe waits until key is at the point x and records its view.
-func (d *driver) observe(what, key string, x expect) {
-	v, err, ok := d.await(key, x)
+func (d *driver) observe(what, key string, x expect) { d.observeAs(what, key, x, x) }
+
+// observeAs polls for poll and records the fields that rec prescribes.
+func (d *driver) observeAs(what, key string, poll, x expect) {
+	v, err, ok := d.await(key, poll)
 	d.now[key] = x
 	var skip []string
 	if x.anyStep {
