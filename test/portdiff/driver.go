@@ -22,7 +22,7 @@ import (
 // left alone from then on); settleFor is how long the other fields may take
 // to reach what SEMANTICS.md prescribes once the run is at its point.
 const (
-	awaitFor  = 10 * time.Second
+	awaitFor  = 15 * time.Second
 	settleFor = 1500 * time.Millisecond
 	pollEvery = 20 * time.Millisecond
 )
