@@ -45,7 +45,7 @@ func (a *AdminAuth) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&a.ProxyHeader, "auth-proxy-header", EnvOr("ADMIN_PROXY_HEADER", "X-Forwarded-User"),
 		"proxy mode: the header carrying the user (env ADMIN_PROXY_HEADER)")
 	fs.StringSliceVar(&a.ProxyFrom, "auth-proxy-cidrs", splitEnv("ADMIN_PROXY_CIDRS"),
-		"proxy mode: networks the proxy connects from; the header is ignored from anywhere else (env ADMIN_PROXY_CIDRS, comma-separated)")
+		"proxy mode: the proxy's own addresses (IPs or CIDRs of at most 256 addresses; 127.0.0.1 for a sidecar); the header is ignored from anywhere else (env ADMIN_PROXY_CIDRS, comma-separated)")
 	fs.StringSliceVar(&a.ProxyOperators, "auth-proxy-operators", splitEnv("ADMIN_PROXY_OPERATORS"),
 		"proxy mode: users with the operator role; everyone else the proxy admits is a viewer (env ADMIN_PROXY_OPERATORS)")
 	fs.StringSliceVar(&a.Origins, "public-origin", splitEnv("ADMIN_PUBLIC_ORIGINS"),
