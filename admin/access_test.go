@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/plans"
+	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
 )
 
@@ -204,31 +206,34 @@ func TestBasicAuth(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 }
 
-// Behind oauth2-proxy: the user header is believed from the proxy's
-// network only; listed users are operators, the others viewers, and the
-// operator's action records their name.
+// Behind oauth2-proxy: the user header is believed from the proxy's own
+// addresses only; listed users are operators, the others viewers, and the
+// operator's action records their name. The same header from any other
+// address is nobody: 401 on the page and on an approval, nothing written.
+// A network wider than 256 addresses is refused: it is a network other
+// clients share, not a proxy.
 func TestTrustedProxy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	proxy := &admin.TrustedProxy{Header: "X-Forwarded-User", From: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Operators: []string{"olga"}}
+	proxy := &admin.TrustedProxy{Header: "X-Forwarded-User", From: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, Operators: []string{"olga"}}
 	w, srv := newServerWith(t, admin.Config{Auth: admin.Auth{Proxy: proxy}})
 	p := w.CreatePlan(t, apptest.NewAsset("proxy.mkv", 10))
 
-	as := func(user string) *client {
+	as := func(srv *httptest.Server, user string) *client {
 		c := newClient(t, srv, "")
 		c.http.Transport = headerTransport{"X-Forwarded-User": user}
 		return c
 	}
-	status, body := as("olga").get("/admin")
+	status, body := as(srv, "olga").get("/admin")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "signed in as olga (operator)")
-	status, body = as("vera").get("/admin")
+	status, body = as(srv, "vera").get("/admin")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "signed in as vera (viewer)")
-	status, _ = as("").get("/admin")
+	status, _ = as(srv, "").get("/admin")
 	require.Equal(t, http.StatusUnauthorized, status)
 
-	olga := as("olga")
+	olga := as(srv, "olga")
 	olga.get("/admin")
 	status, _ = olga.post("/admin/plans/"+p.ID.String()+"/approve", nil)
 	require.Equal(t, http.StatusSeeOther, status)
@@ -236,13 +241,28 @@ func TestTrustedProxy(t *testing.T) {
 	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT decided_by FROM approval WHERE plan_id = $1`, p.ID).Scan(&by))
 	require.Equal(t, "olga", by)
 
-	// The same header from outside the proxy's network is nobody.
-	elsewhere := &admin.TrustedProxy{Header: "X-Forwarded-User", From: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Operators: []string{"olga"}}
-	_, srv2 := newServerWith(t, admin.Config{Auth: admin.Auth{Proxy: elsewhere}})
-	c := newClient(t, srv2, "")
-	c.http.Transport = headerTransport{"X-Forwarded-User": "olga"}
-	status, _ = c.get("/admin")
+	// The proxy is 10.0.0.7; this client connects from 127.0.0.1.
+	elsewhere := &admin.TrustedProxy{Header: "X-Forwarded-User", From: []netip.Prefix{netip.MustParsePrefix("10.0.0.7/32")}, Operators: []string{"olga"}}
+	w2, srv2 := newServerWith(t, admin.Config{Auth: admin.Auth{Proxy: elsewhere}})
+	p2 := w2.CreatePlan(t, apptest.NewAsset("not-proxy.mkv", 10))
+	before := snapshot(t, w2.Pool)
+	forger := as(srv2, "olga")
+	status, body = forger.get("/admin")
 	require.Equal(t, http.StatusUnauthorized, status)
+	require.NotContains(t, body, `name="csrf"`)
+	status, _ = forger.post("/admin/plans/"+p2.ID.String()+"/approve", url.Values{"csrf": {"guessed"}})
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Equal(t, before, snapshot(t, w2.Pool), "nothing written")
+	var approvals int
+	require.NoError(t, w2.Pool.QueryRow(ctx, `SELECT count(*) FROM approval WHERE plan_id = $1`, p2.ID).Scan(&approvals))
+	require.Zero(t, approvals, "the plan is not approved")
+
+	for _, network := range []string{"10.42.0.0/16", "127.0.0.0/8", "fd00::/64"} {
+		wide := &admin.TrustedProxy{Header: "X-Forwarded-User", From: []netip.Prefix{netip.MustParsePrefix(network)}}
+		_, err := admin.New(admin.Config{Pool: w.Pool, Plans: w.Plans, Runs: w.Engine.(port.Admin), Registry: w.Registry,
+			Auth: admin.Auth{Proxy: wide}, Origins: []string{"https://admin.example.com"}})
+		require.ErrorContains(t, err, "more than 256 addresses", network)
+	}
 }
 
 // headerTransport adds headers to every request, as a proxy in front would.

@@ -40,8 +40,10 @@ type Server struct {
 	log     *slog.Logger
 	auth    Auth
 	origins []string
-	pages   *template.Template
-	router  *http.ServeMux
+	// hosts are the Host headers the admin answers to: its origins'.
+	hosts  map[string]bool
+	pages  *template.Template
+	router *http.ServeMux
 	// retention is the retention setting the footer shows (Config.Retention).
 	retention string
 }
@@ -61,9 +63,12 @@ type Config struct {
 	Metrics http.Handler
 	// Auth is required: how requests are authenticated.
 	Auth Auth
-	// Origins are further origins (scheme://host[:port]) a state change
-	// may come from, besides the request's own Host: the public URL when a
-	// proxy rewrites the Host header.
+	// Origins are the admin's public origins (scheme://host[:port]): the
+	// admin answers only to their hosts (a request naming another Host is
+	// refused with 421, against DNS rebinding), and a state change may
+	// come from them. Required with Tokens or Proxy; with Local the admin
+	// also answers to loopback names (localhost, 127.0.0.0/8, [::1]) on
+	// the port it serves.
 	Origins []string
 	// RunURL, when set, is where the engine's UI shows a run (the Temporal
 	// UI): the timeline links each hand-off, operation and decision to it.
@@ -82,11 +87,18 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Auth.validate(); err != nil {
 		return nil, err
 	}
+	hosts, err := originHosts(cfg.Origins)
+	if err != nil {
+		return nil, err
+	}
+	if len(hosts) == 0 && cfg.Auth.Local == "" {
+		return nil, errors.New("admin: public origins are required with token or proxy auth: the admin answers only to their hosts")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{pool: cfg.Pool, plans: cfg.Plans, runs: cfg.Runs, reg: cfg.Registry, log: cfg.Logger,
-		auth: cfg.Auth, origins: cfg.Origins, retention: cfg.Retention, router: http.NewServeMux()}
+		auth: cfg.Auth, origins: cfg.Origins, hosts: hosts, retention: cfg.Retention, router: http.NewServeMux()}
 	pages, err := template.New("").Funcs(template.FuncMap{
 		"retention": func() string { return s.retention },
 		"ago": func(t time.Time) string {
@@ -154,7 +166,22 @@ func (s *Server) routes() []route {
 	}
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+// A request naming a Host the admin does not answer to reaches no handler
+// (hostAllowed), except the probes and metrics: the kubelet and Prometheus
+// address the pod by IP, and those show no business data and change
+// nothing.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz", "/readyz", "/metrics":
+	default:
+		if !s.hostAllowed(r) {
+			http.Error(w, fmt.Sprintf("misdirected request: this admin does not answer to host %q (see --public-origin)", r.Host),
+				http.StatusMisdirectedRequest)
+			return
+		}
+	}
+	s.router.ServeHTTP(w, r)
+}
 
 // Overview is what /admin shows, also served as JSON.
 type Overview struct {

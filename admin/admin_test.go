@@ -59,9 +59,13 @@ func newServerWith(t *testing.T, cfg admin.Config) (*apptest.World, *httptest.Se
 		return e
 	}})
 	cfg.Pool, cfg.Plans, cfg.Runs, cfg.Registry, cfg.Metrics = w.Pool, w.Plans, lister, w.Registry, http.NotFoundHandler()
+	// The test server's own address is the admin's public origin.
+	srv := httptest.NewUnstartedServer(nil)
+	cfg.Origins = append(cfg.Origins, "http://"+srv.Listener.Addr().String())
 	h, err := admin.New(cfg)
 	require.NoError(t, err)
-	srv := httptest.NewServer(h)
+	srv.Config.Handler = h
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return w, srv
 }
@@ -74,6 +78,9 @@ type client struct {
 	token string
 	csrf  string
 	http  *http.Client
+	// host, when set, is the Host header of every request, as a page
+	// whose name was rebound to the admin's address sends it.
+	host string
 }
 
 func newClient(t *testing.T, srv *httptest.Server, token string) *client {
@@ -120,6 +127,9 @@ func (c *client) postWith(path string, form url.Values, edit func(*http.Request)
 }
 
 func (c *client) do(req *http.Request) (int, string) {
+	if c.host != "" {
+		req.Host = c.host
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

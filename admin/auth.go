@@ -206,12 +206,13 @@ func (s *TokenSet) identify(r *http.Request) (Identity, bool) {
 
 // TrustedProxy reads the user an authenticating proxy (oauth2-proxy) puts in
 // a header. The header is believed only on a connection from one of the
-// proxy's networks: anyone else could set it.
+// proxy's own addresses: anyone else could set it.
 type TrustedProxy struct {
 	// Header carries the user name, e.g. X-Forwarded-User (oauth2-proxy
 	// with --pass-user-headers) or X-Auth-Request-User (auth_request).
 	Header string
-	// From are the networks the proxy connects from.
+	// From are the addresses the proxy connects from, each at most 256
+	// addresses wide (127.0.0.1/32 for a sidecar in the admin's pod).
 	From []netip.Prefix
 	// Operators are the users with the operator role; every other user
 	// the proxy lets through is a viewer.
@@ -223,10 +224,22 @@ func (p *TrustedProxy) validate() error {
 		return errors.New("admin auth: the trusted proxy's user header is required")
 	}
 	if len(p.From) == 0 {
-		return errors.New("admin auth: the trusted proxy's networks are required")
+		return errors.New("admin auth: the trusted proxy's addresses are required")
+	}
+	for _, n := range p.From {
+		if n.Addr().BitLen()-n.Bits() > maxProxyHostBits {
+			return fmt.Errorf("admin auth: trusted proxy %s spans more than %d addresses: name the proxy's own addresses, not a network other clients share",
+				n, 1<<maxProxyHostBits)
+		}
 	}
 	return nil
 }
+
+// maxProxyHostBits bounds each trusted proxy network at 256 addresses (an
+// IPv4 /24, an IPv6 /120): enough for an ingress's nodes, too few for a pod
+// or node network, where every other workload (Prometheus, any pod) could
+// set the user header itself.
+const maxProxyHostBits = 8
 
 func (p *TrustedProxy) identify(r *http.Request) (Identity, bool) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/base64"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/port"
 )
@@ -23,13 +25,14 @@ const chromiumPath = "/usr/bin/chromium"
 
 // browser is a headless Chromium for the test; each tab gets a browser
 // context of its own (its own cookies), as a separate person would.
-func browser(t *testing.T) context.Context {
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("%s is needed (make tools installs chromium): %v", chromiumPath, err)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath), chromedp.NoSandbox,
 		chromedp.WindowSize(1280, 900))
+	opts = append(opts, extra...)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
 	root, cancel := chromedp.NewContext(alloc)
@@ -150,4 +153,37 @@ func TestInBrowser(t *testing.T) {
 	require.Len(t, runs, 2, "the failed run and its retry")
 	require.Contains(t, text, string(dead), "the failed run stays listed")
 	screenshot(t, ann, "dead-letter-retry.png")
+}
+
+// DNS rebinding in a real browser: a name the attacker controls
+// (evil.test) resolves to the admin's loopback address, so its page is
+// same-origin with itself and would read the CSRF token and post with it.
+// The admin without authentication answers the same browser under
+// localhost, and refuses the page under the foreign name before any
+// handler runs: no form, no token, nothing written.
+func TestInBrowserRefusesARebindingName(t *testing.T) {
+	w, srv := newServerWith(t, admin.Config{Auth: admin.Auth{Local: "local:tester"}})
+	p := w.CreatePlan(t, apptest.NewAsset("rebind.mkv", 10))
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	alloc := browser(t, chromedp.Flag("host-resolver-rules", "MAP evil.test 127.0.0.1"))
+	before := snapshot(t, w.Pool)
+
+	local := tab(t, alloc, "", "")
+	resp, err := chromedp.Run(local, chromedp.NavigateResponse("http://localhost:"+port+"/admin"))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status, "the local operator's own page")
+	require.Contains(t, bodyText(t, local), "local:tester")
+
+	evil := tab(t, alloc, "", "")
+	resp, err = chromedp.Run(evil, chromedp.NavigateResponse("http://evil.test:"+port+"/admin"))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusMisdirectedRequest), resp.Status)
+	require.Equal(t, "127.0.0.1", resp.RemoteIPAddress, "the foreign name reached the admin")
+	require.Contains(t, bodyText(t, evil), "does not answer to host")
+	require.Zero(t, jsInt(t, evil, `document.querySelectorAll('form').length`), "no form, no CSRF token")
+	require.Equal(t, http.StatusMisdirectedRequest, jsInt(t, evil,
+		`fetch('/admin/plans/`+p.ID.String()+`/approve', {method: 'POST', body: new URLSearchParams({csrf: 'x'})}).then(r => r.status)`))
+	screenshot(t, evil, "rebinding-refused.png")
+	require.Equal(t, before, snapshot(t, w.Pool), "nothing written")
 }

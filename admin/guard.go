@@ -6,9 +6,12 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
+	"strings"
 )
 
 // MaxBody caps the body of a state-changing request: a form with a note.
@@ -91,6 +94,60 @@ func (s *Server) sameOrigin(r *http.Request) error {
 		return nil
 	}
 	return errors.New("a state change needs an Origin or Sec-Fetch-Site header")
+}
+
+// hostAllowed is the defence against DNS rebinding: a page of another
+// site whose name the attacker points at this admin's address is same-origin
+// with itself, so Origin checks pass, but the browser still names the
+// attacker's host in Host. The admin answers only to its public origins'
+// hosts and, without authentication (where every request is the local
+// operator), to loopback names on the port it serves.
+func (s *Server) hostAllowed(r *http.Request) bool {
+	host := strings.ToLower(r.Host)
+	if s.hosts[host] {
+		return true
+	}
+	if s.auth.Local == "" {
+		return false
+	}
+	name, port, err := net.SplitHostPort(host)
+	if err != nil {
+		return false
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	if _, served, err := net.SplitHostPort(local.String()); err != nil || port != served {
+		return false
+	}
+	if name == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(name)
+	return err == nil && ip.IsLoopback()
+}
+
+// originHosts are the Host headers that name origins: host[:port] as the
+// origin writes it, and without the scheme's default port as browsers send
+// it.
+func originHosts(origins []string) (map[string]bool, error) {
+	hosts := map[string]bool{}
+	for _, o := range origins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("admin: public origin must be http(s)://host[:port], got %q", o)
+		}
+		host := strings.ToLower(u.Host)
+		hosts[host] = true
+		defaultPort := map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		if u.Port() == "" {
+			hosts[net.JoinHostPort(strings.ToLower(u.Hostname()), defaultPort)] = true
+		} else if u.Port() == defaultPort {
+			hosts[strings.TrimSuffix(host, ":"+defaultPort)] = true
+		}
+	}
+	return hosts, nil
 }
 
 func csrfMatches(r *http.Request) bool {

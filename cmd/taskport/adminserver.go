@@ -21,8 +21,9 @@ func newAdminCmd(g *stack.Globals) *cobra.Command {
 		Use:   "admin",
 		Short: "Serve /admin: plans and their business timeline, pending decisions, dead letters, runs on old versions",
 		Long: "Serve /admin. Authentication is on by default: --auth token (tokens from `taskport admin token`) or " +
-			"--auth proxy (a user header from oauth2-proxy, believed only from --auth-proxy-cidrs). Without --auth the " +
-			"admin serves a loopback address only, unless --insecure-no-auth.",
+			"--auth proxy (a user header from oauth2-proxy, believed only from the proxy's own addresses, --auth-proxy-cidrs), " +
+			"each with --public-origin, the only host it answers to. Without --auth the admin serves a loopback address only " +
+			"and answers to loopback names on its port, unless --insecure-no-auth.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Checked before any connection: a refused configuration

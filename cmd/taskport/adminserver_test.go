@@ -19,8 +19,10 @@ func TestAdminRefusesToServeOpenlyWithoutAuth(t *testing.T) {
 		{"--addr", ":8080"},
 		{"--addr", "0.0.0.0:8080"},
 		{"--addr", "192.0.2.1:8080"},
-		{"--addr", "127.0.0.1:0", "--auth", "token"}, // no tokens
-		{"--addr", "127.0.0.1:0", "--auth", "proxy"}, // no proxy networks
+		{"--addr", "127.0.0.1:0", "--auth", "token", "--public-origin", "https://admin.example.com"}, // no tokens
+		{"--addr", "127.0.0.1:0", "--auth", "proxy", "--public-origin", "https://admin.example.com"}, // no proxy networks
+		{"--addr", "127.0.0.1:0", "--auth", "token"},                                                 // no public origin
+		{"--addr", "127.0.0.1:0", "--auth", "proxy", "--auth-proxy-cidrs", "127.0.0.1"},              // no public origin
 		{"--addr", "127.0.0.1:0", "--auth", "magic"},
 		{"--addr", "127.0.0.1:0", "--auth", "token", "--insecure-no-auth"},
 	} {

@@ -45,11 +45,11 @@ func (a *AdminAuth) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&a.ProxyHeader, "auth-proxy-header", EnvOr("ADMIN_PROXY_HEADER", "X-Forwarded-User"),
 		"proxy mode: the header carrying the user (env ADMIN_PROXY_HEADER)")
 	fs.StringSliceVar(&a.ProxyFrom, "auth-proxy-cidrs", splitEnv("ADMIN_PROXY_CIDRS"),
-		"proxy mode: networks the proxy connects from; the header is ignored from anywhere else (env ADMIN_PROXY_CIDRS, comma-separated)")
+		"proxy mode: the proxy's own addresses (IPs or CIDRs of at most 256 addresses; 127.0.0.1 for a sidecar); the header is ignored from anywhere else (env ADMIN_PROXY_CIDRS, comma-separated)")
 	fs.StringSliceVar(&a.ProxyOperators, "auth-proxy-operators", splitEnv("ADMIN_PROXY_OPERATORS"),
 		"proxy mode: users with the operator role; everyone else the proxy admits is a viewer (env ADMIN_PROXY_OPERATORS)")
 	fs.StringSliceVar(&a.Origins, "public-origin", splitEnv("ADMIN_PUBLIC_ORIGINS"),
-		"origins (https://admin.example.com) forms may post from when a proxy rewrites the Host header (env ADMIN_PUBLIC_ORIGINS)")
+		"origins (https://admin.example.com) the admin is published under: it answers only to their hosts (and, without --auth, to loopback names on its port), and forms may post from them; required with --auth (env ADMIN_PUBLIC_ORIGINS)")
 	fs.StringVar(&a.TemporalUI, "temporal-ui-url", EnvOr("TEMPORAL_UI_URL", ""),
 		"temporal engine: the Temporal UI's base URL (http://127.0.0.1:8233); the timeline links runs to it (env TEMPORAL_UI_URL)")
 	fs.BoolVar(&a.InsecureNoAuth, "insecure-no-auth", false,
@@ -82,6 +82,9 @@ func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 	}
 	if a.Mode != "" && a.InsecureNoAuth {
 		return out, fmt.Errorf("--insecure-no-auth and --auth %s contradict each other", a.Mode)
+	}
+	if (a.Mode == "token" || a.Mode == "proxy") && len(a.Origins) == 0 {
+		return out, fmt.Errorf("--auth %s needs --public-origin (https://admin.example.com): the admin answers only to the hosts it is published under, against DNS rebinding", a.Mode)
 	}
 	switch a.Mode {
 	case "token":

@@ -27,13 +27,18 @@ func TestAdminAuthResolve(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "anonymous", a.Auth.Local)
 
-	a, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Auth-Request-User", ProxyFrom: []string{"10.0.0.0/8", "192.0.2.7"}}.Resolve(":8080")
+	public := []string{"https://admin.example.com"}
+	a, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Auth-Request-User", ProxyFrom: []string{"10.0.0.0/24", "192.0.2.7"}, Origins: public}.Resolve(":8080")
 	require.NoError(t, err)
-	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32")}, a.Auth.Proxy.From)
-	_, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Forwarded-User", ProxyFrom: []string{"not-a-net"}}.Resolve(":8080")
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("192.0.2.7/32")}, a.Auth.Proxy.From)
+	_, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Forwarded-User", ProxyFrom: []string{"not-a-net"}, Origins: public}.Resolve(":8080")
 	require.ErrorContains(t, err, "not-a-net")
 
 	t.Setenv("ADMIN_TOKENS", "")
-	_, err = AdminAuth{Mode: "token"}.Resolve(":8080")
+	_, err = AdminAuth{Mode: "token", Origins: public}.Resolve(":8080")
 	require.ErrorContains(t, err, "taskport admin token")
+	for _, mode := range []string{"token", "proxy"} {
+		_, err = AdminAuth{Mode: mode, ProxyFrom: []string{"127.0.0.1"}}.Resolve(":8080")
+		require.ErrorContains(t, err, "needs --public-origin", mode)
+	}
 }

@@ -3,7 +3,7 @@ package stack
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -66,7 +66,7 @@ func (h *workerHealth) beginStop() {
 
 func (h *workerHealth) live() error {
 	if err := h.engine.Err(); err != nil {
-		return fmt.Errorf("engine stopped for good: %w", err)
+		return &probeFailure{"engine stopped for good", err}
 	}
 	return nil
 }
@@ -94,23 +94,40 @@ func (h *workerHealth) ready(ctx context.Context) error {
 		err := c.check(cctx)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
+			return &probeFailure{c.name + " check failed", err}
 		}
 	}
 	return nil
 }
 
-func (h *workerHealth) register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { answer(w, h.live()) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { answer(w, h.ready(r.Context())) })
+func (h *workerHealth) register(mux *http.ServeMux, log *slog.Logger) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { answer(w, r, log, h.live()) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { answer(w, r, log, h.ready(r.Context())) })
 }
 
-func answer(w http.ResponseWriter, err error) {
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+// probeFailure is a failed probe: the body names what failed, and the
+// dependency's own error goes to the log only. The probe port answers
+// anyone who reaches the pod, and a driver's error can carry host names,
+// users and SQL.
+type probeFailure struct {
+	what string
+	err  error
+}
+
+func (f *probeFailure) Error() string { return f.what + ": " + f.err.Error() }
+func (f *probeFailure) Unwrap() error { return f.err }
+
+func answer(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	if err == nil {
+		_, _ = w.Write([]byte("ok\n"))
 		return
 	}
-	_, _ = w.Write([]byte("ok\n"))
+	body := err.Error()
+	if f := (*probeFailure)(nil); errors.As(err, &f) {
+		body = f.what
+		log.Warn("probe failed", slog.String("path", r.URL.Path), slog.String("failed", f.what), slog.Any("err", f.err))
+	}
+	http.Error(w, body, http.StatusServiceUnavailable)
 }
 
 // dispatchWatch sits between the outbox dispatcher and the engine and
@@ -149,7 +166,7 @@ func (d *dispatchWatch) healthy() error {
 	case !d.running:
 		return errors.New("outbox dispatcher not running")
 	case d.lastErr != nil:
-		return fmt.Errorf("outbox dispatcher: last enqueue failed: %w", d.lastErr)
+		return &probeFailure{"outbox dispatcher: last enqueue failed", d.lastErr}
 	}
 	return nil
 }

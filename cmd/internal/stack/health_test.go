@@ -27,8 +27,13 @@ import (
 // probe answers one probe of h: the status code and the body.
 func probe(t *testing.T, h *workerHealth, path string) (int, string) {
 	t.Helper()
+	return probeLogged(t, h, path, slog.New(slog.DiscardHandler))
+}
+
+func probeLogged(t *testing.T, h *workerHealth, path string, log *slog.Logger) (int, string) {
+	t.Helper()
 	mux := http.NewServeMux()
-	h.register(mux)
+	h.register(mux, log)
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 	return rec.Code, rec.Body.String()
@@ -90,7 +95,7 @@ func TestWorkerHealthRules(t *testing.T) {
 	h = newWorkerHealth(s.engine, nil, namedCheck{"postgres", s.bizPool.Ping})
 	code, body = probe(t, h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.True(t, strings.HasPrefix(body, "postgres: "), body)
+	require.Equal(t, "postgres check failed\n", body)
 	code, _ = probe(t, h, "/healthz")
 	require.Equal(t, http.StatusOK, code, "a dependency down is not a reason to restart the process")
 
@@ -120,7 +125,40 @@ func TestWorkerHealthRules(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz"} {
 		code, body = probe(t, h, path)
 		require.Equal(t, http.StatusServiceUnavailable, code, path)
-		require.Contains(t, body, "engine stopped for good: namespace gone", path)
+		require.Equal(t, "engine stopped for good\n", body, path)
+	}
+}
+
+// A probe body names what failed and never carries the dependency's own
+// error (host names, users, SQL), which goes to the log instead: the probe
+// port answers anyone who reaches the pod.
+func TestProbeBodyNamesTheDependencyNotItsError(t *testing.T) {
+	ctx := context.Background()
+	raw := errors.New(`failed to connect to host=db.internal.example user=taskport: password authentication failed`)
+	var serving startstop.Base
+	require.NoError(t, startstop.Start(ctx, &serving, func(context.Context) error { return nil }))
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+
+	h := newWorkerHealth(&serving, nil, namedCheck{"postgres", func(context.Context) error { return nil }},
+		namedCheck{"temporal", func(context.Context) error { return raw }})
+	code, body := probeLogged(t, h, "/readyz", log)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "temporal check failed\n", body)
+	require.Contains(t, logged.String(), "password authentication failed", "the raw error is logged")
+
+	watch := &dispatchWatch{running: true, lastErr: raw}
+	code, body = probeLogged(t, newWorkerHealth(&serving, watch), "/readyz", log)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "outbox dispatcher: last enqueue failed\n", body)
+
+	var failed startstop.Base
+	require.NoError(t, startstop.Start(ctx, &failed, func(context.Context) error { return nil }))
+	startstop.Fail(&failed, raw)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, body = probeLogged(t, newWorkerHealth(&failed, nil), path, log)
+		require.Equal(t, http.StatusServiceUnavailable, code, path)
+		require.Equal(t, "engine stopped for good\n", body, path)
 	}
 }
 

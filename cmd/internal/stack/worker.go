@@ -56,7 +56,7 @@ func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dis
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
-	s.health.register(mux)
+	s.health.register(mux, s.log)
 	// The probes outlive ctx: while the stop drains, /readyz answers 503
 	// instead of refusing connections, and /metrics can still be scraped.
 	serving, stopServing := context.WithCancel(run)
