@@ -343,7 +343,10 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 	}
 	binding, err := f.w.e.reg.Activity(activity)
 	if err != nil {
-		return fmt.Errorf("step %s: %w", name, err)
+		// Never bound: the step fails at once and for good, as the
+		// Temporal engine's dynamic activity fails it, with no attempt
+		// that could succeed on this worker.
+		return f.failStep(seq, name, activity, 1, err.Error(), true)
 	}
 	o, err := enginekit.ResolveStepOptions(f.def, opts...)
 	if err != nil {
@@ -397,7 +400,13 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		f.w.wakeAt(res.at.Add(backoff), res.at)
 		panic(unwind{why: "retry backoff"})
 	}
-	se := enginekit.StepFailed(name, activity, attempt, actErr.Error(), port.IsNonRetryable(actErr))
+	return f.failStep(seq, name, activity, attempt, actErr.Error(), port.IsNonRetryable(actErr))
+}
+
+// failStep records step name as failed for good after attempt and returns
+// the *port.StepError the handler sees (again on every replay).
+func (f *flow) failStep(seq int, name, activity string, attempt int, msg string, nonRetryable bool) error {
+	se := enginekit.StepFailed(name, activity, attempt, msg, nonRetryable)
 	enc, err := json.Marshal(se)
 	if err != nil {
 		return fmt.Errorf("encode failure of step %s: %w", name, err)
@@ -708,6 +717,10 @@ func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
 	}
 	f.flush()
 	f.checkLease()
-	f.record(seq, "version:"+changeID, json.RawMessage(fmt.Sprint(maxSupported)), 1)
+	// A marker is no step: it leaves the view's step, attempts and last
+	// error as they are (recordStepSQL only adds to the history).
+	name := "version:" + changeID
+	res, err := f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, name, seq, json.RawMessage(fmt.Sprint(maxSupported)), 0)
+	f.committed(res, err, "marker "+name)
 	return maxSupported
 }

@@ -206,16 +206,23 @@ SELECT count(*), now() FROM t`
 // is a dead letter. When $5 is not NULL it also records the run's last
 // step ($5 seq, $6 name, $7 result, $8 attempts), whose commit was held back
 // until the handler's next move turned out to be its return; otherwise the
-// run's view keeps the last step recorded (l). last_error becomes $4: ""
-// for succeeded and canceled, the handler's error for failed.
+// run's view keeps the last step, wait or sleep recorded (l; a version
+// marker is none of them). last_error becomes $4: "" for succeeded and
+// canceled, the handler's error for failed. A run whose cancel was
+// requested before this commit ends canceled whatever the handler
+// returned, as on Temporal, where the cancel resolves the step the handler
+// was in: a cancel that Cancel acknowledged is never outrun by the step
+// that was running.
 const finishSQL = `
 WITH l AS (
   SELECT s.name, s.attempts FROM taskport_lease.step_result s
-  WHERE s.run_id = $1 AND $5::int IS NULL ORDER BY s.seq DESC LIMIT 1
+  WHERE s.run_id = $1 AND $5::int IS NULL AND s.name NOT LIKE 'version:%' ORDER BY s.seq DESC LIMIT 1
 ), t AS (
   UPDATE taskport.run
-  SET status = $3, last_error = $4,
-      dead_letter_at = CASE WHEN $3 = 'failed' THEN now() END, finished_at = coalesce(finished_at, now()),
+  SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE $3 END,
+      last_error = CASE WHEN cancel_requested_at IS NOT NULL THEN '' ELSE $4 END,
+      dead_letter_at = CASE WHEN $3 = 'failed' AND cancel_requested_at IS NULL THEN now() END,
+      finished_at = coalesce(finished_at, now()),
       current_step = coalesce($6::text, (SELECT name FROM l), current_step),
       attempts = coalesce($8::int, (SELECT attempts FROM l), attempts),
       wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
