@@ -476,12 +476,18 @@ func getBody(url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func waitStatus(t *testing.T, w *container, url string, want int, d time.Duration) {
+// waitStatus waits for url to answer want, and fails at once, with what
+// the container printed, if the container exits first (a require inside
+// the condition would only end the polling goroutine, and the wait would
+// run to its deadline).
+func waitStatus(t *testing.T, c *container, url string, want int, d time.Duration) {
 	t.Helper()
+	var exited bool
 	require.Eventually(t, func() bool {
-		require.False(t, w.exited(), "the worker exited:\n%s", w.lastLines(30))
-		return get(url) == want
-	}, d, 50*time.Millisecond, "%s never answered %d:\n%s", url, want, w.lastLines(30))
+		exited = c.exited()
+		return exited || get(url) == want
+	}, d, 50*time.Millisecond, "%s never answered %d:\n%s", url, want, c.lastLines(30))
+	require.False(t, exited, "the container %s exited:\n%s", c.id, c.lastLines(30))
 }
 
 func flagValue(t *testing.T, args []string, flag string) string {
