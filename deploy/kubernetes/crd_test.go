@@ -71,13 +71,28 @@ func loadCRD(t *testing.T, file string) *crd {
 
 func (c *crd) validate(t *testing.T, obj map[string]any) {
 	t.Helper()
-	where := fmt.Sprintf("%s %v", obj["kind"], obj["metadata"].(map[string]any)["name"])
-	require.Equal(t, c.kind, obj["kind"], where)
-	group, version, ok := strings.Cut(obj["apiVersion"].(string), "/")
-	require.True(t, ok, where)
-	require.Equal(t, c.group, group, where)
+	require.Empty(t, c.problems(t, obj), "%s %v: refused by the %s CRD", obj["kind"], obj["metadata"].(map[string]any)["name"], c.kind)
+}
+
+// problems is what the API server would refuse obj for: its kind, group
+// or version; fields the CRD does not know (strict field validation
+// refuses them, where the server would otherwise prune them); the OpenAPI
+// schema, once defaults are applied; the CEL rules.
+func (c *crd) problems(t *testing.T, obj map[string]any) []string {
+	t.Helper()
+	var out []string
+	if obj["kind"] != c.kind {
+		return append(out, fmt.Sprintf("kind %v, the CRD defines %s", obj["kind"], c.kind))
+	}
+	apiVersion, _ := obj["apiVersion"].(string)
+	group, version, _ := strings.Cut(apiVersion, "/")
+	if group != c.group {
+		return append(out, fmt.Sprintf("group %s, the CRD defines %s", group, c.group))
+	}
 	schema := c.versions[version]
-	require.NotNil(t, schema, "%s: version %s is not served by the CRD", where, version)
+	if schema == nil {
+		return append(out, fmt.Sprintf("version %s is not served by the CRD", version))
+	}
 	structural, err := structuralschema.NewStructural(schema)
 	require.NoError(t, err)
 
@@ -88,14 +103,20 @@ func (c *crd) validate(t *testing.T, obj map[string]any) {
 	var u map[string]any
 	require.NoError(t, utiljson.Unmarshal(b, &u))
 
-	unknown := pruning.PruneWithOptions(u, structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
-	require.Empty(t, unknown, "%s: fields the CRD does not know (strict field validation refuses them)", where)
+	for _, f := range pruning.PruneWithOptions(u, structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true}) {
+		out = append(out, "unknown field "+f)
+	}
 	defaulting.Default(u, structural)
 	validator, _, err := validation.NewSchemaValidator(schema)
 	require.NoError(t, err)
-	require.Empty(t, validation.ValidateCustomResource(nil, u, validator), "%s: schema", where)
+	for _, e := range validation.ValidateCustomResource(nil, u, validator) {
+		out = append(out, "schema: "+e.Error())
+	}
 	errs, _ := cel.NewValidator(structural, true, celconfig.PerCallLimit).Validate(context.Background(), nil, structural, u, nil, celconfig.RuntimeCELCostBudget)
-	require.Empty(t, errs, "%s: CEL rules", where)
+	for _, e := range errs {
+		out = append(out, "CEL: "+e.Error())
+	}
+	return out
 }
 
 // scalerParams reads a KEDA scaler's parameters from the `keda:"..."` tags

@@ -13,6 +13,7 @@ package kubernetes_test
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -332,6 +333,20 @@ func checkNetworkPolicies(t *testing.T, b *kubernetes.Objects, qbittorrent bool)
 		"taskport-admin":   {egress: append(slices.Clone(dns), pg, temporal), ingress: []string{"ingress-nginx", "prometheus"}},
 		"taskport-migrate": {egress: append(slices.Clone(dns), pg)},
 	}
+	// Tracing, when configured, exports to the collector from the worker
+	// and the admin: their policies must let them reach it.
+	collectors := map[string]*url.URL{}
+	for _, name := range []string{"taskport-worker", "taskport-admin"} {
+		c := b.Deployments[name].Spec.Template.Spec.Containers[0]
+		if ep, _ := setting(c, b, "--otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT"); ep != "" {
+			u, err := url.Parse(ep)
+			require.NoError(t, err, "%s: --otlp-endpoint", name)
+			collectors[name] = u
+			w := want[name]
+			w.egress = append(w.egress, portKey{u.Port(), corev1.ProtocolTCP})
+			want[name] = w
+		}
+	}
 	pods := map[string]map[string]string{}
 	for _, d := range b.Deployments {
 		pods[d.Name] = d.Spec.Template.Labels
@@ -367,6 +382,13 @@ func checkNetworkPolicies(t *testing.T, b *kubernetes.Objects, qbittorrent bool)
 			}
 		}
 		require.ElementsMatch(t, w.ingress, sources, "%s ingress", name)
+		if u := collectors[name]; u != nil {
+			ns, ok := serviceNamespace(u.Hostname(), p.Namespace)
+			require.True(t, ok, "%s: the OTLP endpoint %s is not a cluster service (<service>.<namespace>.svc): "+
+				"a collector outside the cluster needs an ipBlock rule, which this check does not know", name, u)
+			require.True(t, reachesNamespace(p, portKey{u.Port(), corev1.ProtocolTCP}, ns),
+				"%s: no egress rule reaches the OTLP collector %s (namespace %s)", name, u, ns)
+		}
 	}
 	if !qbittorrent {
 		return
@@ -397,6 +419,42 @@ func checkNetworkPolicies(t *testing.T, b *kubernetes.Objects, qbittorrent bool)
 		}
 	}
 	require.True(t, admitted, "qBittorrent's policy does not admit the workers")
+}
+
+// serviceNamespace is the namespace a cluster DNS name points into:
+// <service>.<namespace>.svc[.<cluster domain>], or a bare <service> in the
+// pod's own namespace; ok is false for any other name (outside the
+// cluster).
+func serviceNamespace(host, own string) (ns string, ok bool) {
+	labels := strings.Split(host, ".")
+	switch {
+	case len(labels) == 1:
+		return own, true
+	case len(labels) >= 3 && labels[2] == "svc":
+		return labels[1], true
+	}
+	return "", false
+}
+
+// reachesNamespace reports whether a policy has an egress rule on port k
+// whose peers include pods of namespace ns (a namespace selector naming
+// it, or selecting every namespace).
+func reachesNamespace(p *networkingv1.NetworkPolicy, k portKey, ns string) bool {
+	for _, r := range p.Spec.Egress {
+		if !slices.Contains(ports(r.Ports), k) {
+			continue
+		}
+		for _, to := range r.To {
+			if to.NamespaceSelector == nil {
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(to.NamespaceSelector)
+			if err == nil && sel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // qBittorrent saves where the worker imports from (the same claim at the

@@ -34,9 +34,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/operatorservice/v1"
@@ -100,21 +102,7 @@ func TestPodRehearsal(t *testing.T) {
 	stopBound, err := time.ParseDuration(stopTimeout)
 	require.NoError(t, err)
 
-	// The image, from this checkout.
-	rev, err := image.GitRevision(ctx, deploytest.RepoRoot(t))
-	require.NoError(t, err)
-	bin := filepath.Join(t.TempDir(), "taskport")
-	buildCtx, cancel := context.WithTimeout(ctx, 15*time.Minute)
-	defer cancel()
-	require.NoError(t, image.BuildBinary(buildCtx, image.BinaryConfig{RepoRoot: deploytest.RepoRoot(t), Out: bin, Revision: rev.ID, Env: os.Environ()}))
-	img, err := image.Build(image.Options{Binary: bin, Revision: rev})
-	require.NoError(t, err)
-	digest, err := img.Digest()
-	require.NoError(t, err)
-	cf, err := img.ConfigFile()
-	require.NoError(t, err)
-	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	unpack(t, img, rootfs)
+	rootfs, cf := unpackedImage(t)
 
 	// The real parts the pod would reach, on loopback.
 	db := pgtest.NewEmptyDatabase(t)
@@ -141,7 +129,6 @@ func TestPodRehearsal(t *testing.T) {
 		"QBITTORRENT_PASSWORD": qbtPassword,
 	}
 	env := podEnv(t, o, wc, cf.Config.Env, replaced)
-	t.Logf("image %s (revision %s), unpacked into %s", digest, rev.ID, rootfs)
 	t.Logf("worker args %v, user %d, read-only root %v, mounts %v; env replaced for loopback: %v",
 		wc.Args, *wspec.SecurityContext.RunAsUser, *wc.SecurityContext.ReadOnlyRootFilesystem, mountPaths(wc), keys(replaced))
 
@@ -252,6 +239,68 @@ func TestPodRehearsal(t *testing.T) {
 	require.Contains(t, w2.out.String(), "engine stopped")
 }
 
+// built is the image the rehearsals share, built and unpacked once per
+// test binary (a build takes minutes on a small machine); TestMain removes
+// it.
+var built struct {
+	once   sync.Once
+	dir    string
+	rootfs string
+	cf     *v1.ConfigFile
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// unpackedImage builds the image from this checkout, as `make image` does,
+// and unpacks it into a bundle's rootfs.
+func unpackedImage(t *testing.T) (rootfs string, cf *v1.ConfigFile) {
+	t.Helper()
+	built.once.Do(func() { built.err = buildImage(t) })
+	require.NoError(t, built.err, "build the image")
+	return built.rootfs, built.cf
+}
+
+func buildImage(t *testing.T) error {
+	root := deploytest.RepoRoot(t)
+	rev, err := image.GitRevision(context.Background(), root)
+	if err != nil {
+		return err
+	}
+	if built.dir, err = os.MkdirTemp("", "taskport-rehearsal-"); err != nil {
+		return err
+	}
+	bin := filepath.Join(built.dir, "taskport")
+	buildCtx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := image.BuildBinary(buildCtx, image.BinaryConfig{RepoRoot: root, Out: bin, Revision: rev.ID, Env: os.Environ()}); err != nil {
+		return err
+	}
+	img, err := image.Build(image.Options{Binary: bin, Revision: rev})
+	if err != nil {
+		return err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	if built.cf, err = img.ConfigFile(); err != nil {
+		return err
+	}
+	built.rootfs = filepath.Join(built.dir, "rootfs")
+	if err := unpack(img, built.rootfs); err != nil {
+		return err
+	}
+	t.Logf("image %s (revision %s), unpacked into %s", digest, rev.ID, built.rootfs)
+	return nil
+}
+
 type plan struct {
 	id, hash, target, sha256, name string
 }
@@ -347,8 +396,10 @@ func waitRow(t *testing.T, pool *pgxpool.Pool, query, arg, want string, w *conta
 }
 
 // podEnv is the container's environment as the kubelet builds it: the
-// image's, then envFrom ConfigMaps, then env; replaced (the Secret's
-// values and the loopback addresses) last.
+// image's, then envFrom ConfigMaps and Secrets (those the overlay renders;
+// prod's comes from the tests' kubernetes/testdata), then env; replaced
+// (the loopback addresses and what stands in for the cluster's services)
+// last.
 func podEnv(t *testing.T, o *kubernetes.Objects, c corev1.Container, imageEnv []string, replaced map[string]string) []string {
 	t.Helper()
 	vals := map[string]string{}
@@ -369,6 +420,13 @@ func podEnv(t *testing.T, o *kubernetes.Objects, c corev1.Container, imageEnv []
 			require.NotNil(t, cm, from.ConfigMapRef.Name)
 			for _, k := range keys(cm.Data) {
 				set(k, cm.Data[k])
+			}
+		}
+		if from.SecretRef != nil {
+			if s := o.Secrets[from.SecretRef.Name]; s != nil {
+				for _, k := range keys(s.Data) {
+					set(k, string(s.Data[k]))
+				}
 			}
 		}
 	}
@@ -418,12 +476,18 @@ func getBody(url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func waitStatus(t *testing.T, w *container, url string, want int, d time.Duration) {
+// waitStatus waits for url to answer want, and fails at once, with what
+// the container printed, if the container exits first (a require inside
+// the condition would only end the polling goroutine, and the wait would
+// run to its deadline).
+func waitStatus(t *testing.T, c *container, url string, want int, d time.Duration) {
 	t.Helper()
+	var exited bool
 	require.Eventually(t, func() bool {
-		require.False(t, w.exited(), "the worker exited:\n%s", w.lastLines(30))
-		return get(url) == want
-	}, d, 50*time.Millisecond, "%s never answered %d:\n%s", url, want, w.lastLines(30))
+		exited = c.exited()
+		return exited || get(url) == want
+	}, d, 50*time.Millisecond, "%s never answered %d:\n%s", url, want, c.lastLines(30))
+	require.False(t, exited, "the container %s exited:\n%s", c.id, c.lastLines(30))
 }
 
 func flagValue(t *testing.T, args []string, flag string) string {

@@ -27,9 +27,8 @@ import (
 
 // unpack writes the image's file system (its layers flattened) into dir:
 // the bundle's rootfs, as a container runtime would.
-func unpack(t *testing.T, img v1.Image, dir string) {
-	t.Helper()
-	require.NoError(t, image.Walk(img, func(h *tar.Header, r io.Reader) error {
+func unpack(img v1.Image, dir string) error {
+	return image.Walk(img, func(h *tar.Header, r io.Reader) error {
 		p := filepath.Join(dir, filepath.Clean("/"+h.Name))
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -55,7 +54,7 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 			return fmt.Errorf("unpack: %s: unexpected tar entry type %c", h.Name, h.Typeflag)
 		}
 		return os.Lchown(p, h.Uid, h.Gid)
-	}))
+	})
 }
 
 // runtime runs containers from one unpacked image with Debian's runc, the
