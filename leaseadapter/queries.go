@@ -207,7 +207,8 @@ SELECT count(*), now() FROM t`
 // step ($5 seq, $6 name, $7 result, $8 attempts), whose commit was held back
 // until the handler's next move turned out to be its return; otherwise the
 // run's view keeps the last step, wait or sleep recorded (l; a version
-// marker is none of them). last_error becomes $4: "" for succeeded and
+// marker is none of them), or the step whose body started after it (a run
+// canceled in that step). last_error becomes $4: "" for succeeded and
 // canceled, the handler's error for failed. A run whose cancel was
 // requested before this commit ends canceled whatever the handler
 // returned, as on Temporal, where the cancel resolves the step the handler
@@ -215,7 +216,7 @@ SELECT count(*), now() FROM t`
 // that was running.
 const finishSQL = `
 WITH l AS (
-  SELECT s.name, s.attempts FROM taskport_lease.step_result s
+  SELECT s.seq, s.name, s.attempts FROM taskport_lease.step_result s
   WHERE s.run_id = $1 AND $5::int IS NULL AND s.name NOT LIKE 'version:%' ORDER BY s.seq DESC LIMIT 1
 ), t AS (
   UPDATE taskport.run
@@ -223,7 +224,8 @@ WITH l AS (
       last_error = CASE WHEN cancel_requested_at IS NOT NULL THEN '' ELSE $4 END,
       dead_letter_at = CASE WHEN $3 = 'failed' AND cancel_requested_at IS NULL THEN now() END,
       finished_at = coalesce(finished_at, now()),
-      current_step = coalesce($6::text, (SELECT name FROM l), current_step),
+      current_step = coalesce($6::text,
+        CASE WHEN started_seq > coalesce((SELECT seq FROM l), -1) THEN current_step END, (SELECT name FROM l), current_step),
       attempts = coalesce($8::int, (SELECT attempts FROM l), attempts),
       wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
   WHERE ` + claimedRun + `

@@ -90,8 +90,14 @@
 //
 // # Admin.ListRuns(filter)
 //
-//	pending .. canceled  listed when the filter matches, with the view Get
+//	succeeded, failed, canceled
+//	                     listed when the filter matches, with the view Get
 //	                     returns (Cursor aside)
+//	pending .. waiting   listed when the filter matches the run store's
+//	                     projection: the run, open; its status among the
+//	                     open ones, step, attempts and last error are as of
+//	                     its last projection (see below), and only Get says
+//	                     where the run is now
 //	unknown              not listed
 //	other                never listed: an engine lists only its own runs
 //
@@ -168,8 +174,18 @@
 //
 // # What comparisons normalize
 //
-// Only what an engine cannot match: timestamps. They are compared for
-// order, never for equality across engines: CreatedAt <= UpdatedAt <=
-// FinishedAt (or now, while open), and FinishedAt is the same on every Get
-// once set. Cursor is opaque. Every other field is compared exactly.
+// Only what an engine cannot match:
+//   - Timestamps. They are compared for order, never for equality across
+//     engines: CreatedAt <= UpdatedAt <= FinishedAt (or now, while open),
+//     and FinishedAt is the same on every Get once set. Cursor is opaque.
+//   - Where an open run is, as Admin.ListRuns shows it. A listing reads the
+//     run store's projection in Postgres. The lease engine's run row is
+//     live; Temporal's projection is written when a run starts its first
+//     step, parks, has a retried step succeed and ends, and Get reads the
+//     rest from Temporal (DescribeWorkflow). Writing it at every step would
+//     cost a local activity and a commit per step. So for an open run a
+//     listing is compared as "open", and the status among the open ones,
+//     CurrentStep, Attempts and LastError are compared from Get only.
+//
+// Every other field is compared exactly.
 package port

@@ -413,6 +413,15 @@ func (d *driver) list(what string, f port.RunFilter) {
 		if x, seen := d.now[r.Key]; seen && x.anyStep {
 			skip = append(skip, "current_step", "attempts")
 		}
+		if !v.Status.Terminal() {
+			// The specification (port, "ListRuns"): a listing reads the
+			// run store's projection, which tells an open run from a
+			// finished one; where an open run is (its status among the
+			// open ones, step, attempts, last error) is Get's to say, and
+			// Temporal's projection lags it.
+			v.Status = "open"
+			skip = append(skip, "current_step", "attempts", "last_error")
+		}
 		d.record(what, r.Key, append([]Field{{"listed", "true"}}, view(v, nil, d.keyOf, skip...)...)...)
 	}
 	for k := range listed {
