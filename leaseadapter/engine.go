@@ -74,7 +74,8 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	}
 	var got *uuid.UUID
 	var ready, notified int
-	scan := func(row pgx.Row) error { return row.Scan(&got, &ready, &notified) }
+	var owner *string
+	scan := func(row pgx.Row) error { return row.Scan(&got, &ready, &notified, &owner) }
 	w := e.serving()
 	if w != nil {
 		// Concurrent enqueues of a worker process share group commits with
@@ -89,6 +90,9 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	}
 	if ready > 0 && !notify {
 		e.notifyLater()
+	}
+	if err := foreignKey(kind, opts.IdempotencyKey, got, owner); err != nil {
+		return "", err
 	}
 	if got == nil {
 		// Lost a race with a concurrent enqueue of the same key: read it
@@ -169,8 +173,12 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	}
 	var got *uuid.UUID
 	var ready, notified int
-	if err := tx.QueryRow(ctx, enqueueSQL, args...).Scan(&got, &ready, &notified); err != nil {
+	var owner *string
+	if err := tx.QueryRow(ctx, enqueueSQL, args...).Scan(&got, &ready, &notified, &owner); err != nil {
 		return "", fmt.Errorf("enqueue %s: %w", kind, err)
+	}
+	if err := foreignKey(kind, opts.IdempotencyKey, got, owner); err != nil {
+		return "", err
 	}
 	if got != nil {
 		return port.RunID(got.String()), nil
@@ -185,6 +193,15 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 		return "", err
 	}
 	return run.ID, nil
+}
+
+// foreignKey refuses an enqueue whose key enqueueSQL found held by a run
+// of another engine (owner).
+func foreignKey(kind port.Kind, key string, got *uuid.UUID, owner *string) error {
+	if got == nil || owner == nil || runstore.Engine(*owner) == runstore.EngineLease {
+		return nil
+	}
+	return runstore.OtherEngineKey(kind, key, port.RunID(got.String()), runstore.Engine(*owner), runstore.EngineLease)
 }
 
 // enqueueArgs are enqueueSQL's parameters, with a new run id: a

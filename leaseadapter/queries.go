@@ -26,7 +26,10 @@ const notifyChannel = "taskport_lease"
 // and the enqueuer's trace context ($16, $17), which the run's steps
 // continue. On a conflict it returns the existing id when visible, else NULL
 // and the caller reads it back in a fresh snapshot (runstore.Insert). $13
-// and $14 are the notification, sent when $15 and the run is due now.
+// and $14 are the notification, sent when $15 and the run is due now. The
+// last column is the engine of the run found on a conflict (NULL when this
+// statement inserted: its own row is not in its snapshot), so that a key
+// another engine's run holds is refused.
 const enqueueSQL = `
 WITH r AS (
   INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at,
@@ -40,7 +43,8 @@ WITH r AS (
   SELECT pg_notify($13, $14) FROM r WHERE next_run_at <= now() AND $15::boolean
 )
 SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2 AND idempotency_key = $4)),
-  (SELECT count(*) FROM r WHERE next_run_at <= now()), (SELECT count(*) FROM n)`
+  (SELECT count(*) FROM r WHERE next_run_at <= now()), (SELECT count(*) FROM n),
+  (SELECT engine FROM taskport.run WHERE kind = $2 AND idempotency_key = $4)`
 
 // enqueueManySQL is EnqueueMany in one statement: runstore's batch insert of
 // the runs ($1-$9), each with the retry policy of its (kind, version)

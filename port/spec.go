@@ -42,8 +42,13 @@
 //	new key                    a new pending run, Created true
 //	a key repeated in a batch  one run, the first item's input; the later
 //	                           items report the same id, Created false
-//	key of another engine      *ItemError{Index} wrapping ErrOtherEngine;
-//	                           nothing of the batch written
+//	key of another engine      *ItemError{Index} (the first such item)
+//	                           wrapping ErrOtherEngine; the batch's other
+//	                           items are recorded (the check rides on the
+//	                           read of the keys the insert found taken, so
+//	                           a batch of new keys pays nothing for it),
+//	                           and the same batch without that item finds
+//	                           them (Created false)
 //	an invalid item            *ItemError{Index} wrapping the *FieldError;
 //	                           nothing of the batch written
 //	empty batch                nil, nil; nothing written

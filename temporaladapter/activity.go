@@ -214,6 +214,20 @@ func (b *bookkeeping) projectQuietly(ctx context.Context, log *slog.Logger, id p
 // the run now, so the wait that follows receives it at once, and marks it
 // taken only once sent. A worker that dies in between sends it again on the
 // retry; a signal is only a hint, a repeat costs one more check.
+// keptSignal is what takeKept found: a signal kept for the topic, or none.
+type keptSignal struct {
+	Payload json.RawMessage `json:"payload,omitempty"`
+	OK      bool            `json:"ok"`
+}
+
+// takeKept is the local activity of a wait that does not park (a zero
+// timeout): it takes a signal kept for the topic, if any
+// (runstore.TakeOneKeptSignal).
+func (b *bookkeeping) takeKept(ctx context.Context, id port.RunID, topic port.Topic, step string) (keptSignal, error) {
+	payload, ok, err := runstore.TakeOneKeptSignal(ctx, b.pool, topic, id, step)
+	return keptSignal{Payload: payload, OK: ok}, err
+}
+
 func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.Topic, step string) error {
 	kept, err := runstore.WaitKeepingSignals(ctx, b.pool, topic, id, step)
 	if err != nil {

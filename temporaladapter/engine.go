@@ -188,7 +188,7 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	if err != nil {
 		return "", err
 	}
-	if !created && (run.Status.Terminal() || run.Engine != runstore.EngineTemporal) {
+	if !created && run.Status.Terminal() {
 		return run.ID, nil
 	}
 	if err := e.start(ctx, run, runInput{}); err != nil {
@@ -224,7 +224,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 	started := make(map[port.RunID]bool, len(runs))
 	for i, run := range runs {
 		out[i] = port.EnqueueResult{ID: run.ID, Created: created[i]}
-		if started[run.ID] || (!created[i] && (run.Status.Terminal() || run.Engine != runstore.EngineTemporal)) {
+		if started[run.ID] || (!created[i] && run.Status.Terminal()) {
 			continue
 		}
 		started[run.ID] = true

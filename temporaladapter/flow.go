@@ -270,6 +270,23 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 			f.continueTrace(topic)
 			return true, decodeSignal(name, raw, payload)
 		}
+		// A signal sent while the run waited on nothing was kept in
+		// Postgres (SignalTargets): take it, as a wait that parks would
+		// through addWaiter. Runs that passed a zero wait before this
+		// change replay without the local activity.
+		if workflow.GetVersion(f.ctx, "taskport/zero-wait-takes-kept", workflow.DefaultVersion, 1) == 1 {
+			var kept keptSignal
+			lctx := workflow.WithLocalActivityOptions(f.ctx, f.laOpts)
+			if err := workflow.ExecuteLocalActivity(lctx, f.books.takeKept, f.runID, topic, name).Get(lctx, &kept); err != nil {
+				if f.ctx.Err() != nil {
+					return false, port.ErrCanceled
+				}
+				return false, fmt.Errorf("wait %s: take a kept signal: %w", name, err)
+			}
+			if kept.OK {
+				return true, decodeSignal(name, kept.Payload, payload)
+			}
+		}
 		return false, nil
 	}
 	lctx := workflow.WithLocalActivityOptions(f.ctx, f.laOpts)

@@ -107,7 +107,41 @@ func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err e
 	if err != nil {
 		return Run{}, false, fmt.Errorf("find run %s/%s: %w", r.Kind, r.Key, err)
 	}
+	if run.Engine != r.Engine {
+		return Run{}, false, fmt.Errorf("enqueue %s/%s: %w", r.Kind, r.Key, otherEngine(run.ID, run.Engine, r.Engine))
+	}
 	return run, false, nil
+}
+
+// OtherEngineKey is the refusal of an enqueue by engine self whose (kind,
+// key) is held by run id of owner: nothing of it was written.
+func OtherEngineKey(kind port.Kind, key string, id port.RunID, owner, self Engine) error {
+	return fmt.Errorf("enqueue %s/%s: %w", kind, key, otherEngine(id, owner, self))
+}
+
+// foreign refuses a batch with an item whose key a run of another engine
+// holds, naming the first such item. The batch's other runs are recorded:
+// the check rides on the read of the taken keys (taken), which only a batch
+// that met one pays for, instead of a read before every batch.
+func (b *batch) foreign(existing []Run, self Engine) error {
+	first := -1
+	var err error
+	for _, r := range existing {
+		if r.Engine == self {
+			continue
+		}
+		j := b.slot[runKey{r.Kind, r.IdempotencyKey}]
+		for i, e := range b.entries {
+			if e == j && (first < 0 || i < first) {
+				first, err = i, OtherEngineKey(r.Kind, r.IdempotencyKey, r.ID, r.Engine, self)
+				break
+			}
+		}
+	}
+	if first < 0 {
+		return nil
+	}
+	return &port.ItemError{Index: first, Err: err}
 }
 
 // NewRuns are the runs of an EnqueueMany batch that passed
@@ -151,6 +185,9 @@ func InsertMany(ctx context.Context, pool *pgxpool.Pool, rs []NewRun) (runs []Ru
 	}
 	existing, err := b.taken(ctx, pool, fresh)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := b.foreign(existing, rs[0].Engine); err != nil {
 		return nil, nil, err
 	}
 	for _, r := range existing {
@@ -201,6 +238,9 @@ func InsertManyWith(ctx context.Context, pool *pgxpool.Pool, rs []NewRun, ins Ba
 	}
 	existing, err := b.taken(ctx, pool, fresh)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := b.foreign(existing, rs[0].Engine); err != nil {
 		return nil, nil, err
 	}
 	for _, r := range existing {
@@ -597,6 +637,25 @@ func WaitKeepingSignals(ctx context.Context, db dbtx.Beginner, topic port.Topic,
 
 // TakeKeptSignal records that the wait of run id at step took the kept
 // signal sid; a signal already taken stays with its first taker.
+// TakeOneKeptSignal takes the oldest signal kept for topic (SignalTargets)
+// for run id's wait step, without registering a waiter: a wait that does
+// not park (a zero timeout) still receives a signal sent before it, as the
+// lease engine's does. ok is false when none is kept.
+func TakeOneKeptSignal(ctx context.Context, q DBTX, topic port.Topic, id port.RunID, step string) (payload json.RawMessage, ok bool, err error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return nil, false, err
+	}
+	err = q.QueryRow(ctx, takeOneKeptSignalSQL, topic, u, step).Scan(&payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("take a kept signal on %s for %s: %w", topic, id, InterpretError(err))
+	}
+	return payload, true, nil
+}
+
 func TakeKeptSignal(ctx context.Context, q DBTX, sid int64, id port.RunID, step string) error {
 	u, err := ParseID(id)
 	if err != nil {
