@@ -115,17 +115,20 @@ func TestHeavyLockCheckRefuses(t *testing.T) {
 	}
 
 	passed := map[string]string{
-		"nullable column":      "ALTER TABLE taskport.run ADD COLUMN note text;",
-		"constant default":     "ALTER TABLE taskport.run ADD COLUMN n int NOT NULL DEFAULT 0, ADD COLUMN t timestamptz DEFAULT now();",
-		"not valid":            "ALTER TABLE plan ADD CONSTRAINT p CHECK (title <> '') NOT VALID;\nALTER TABLE plan VALIDATE CONSTRAINT p;",
-		"validated not null":   "ALTER TABLE plan ADD CONSTRAINT t_nn CHECK (title IS NOT NULL) NOT VALID;\nALTER TABLE plan VALIDATE CONSTRAINT t_nn;\nALTER TABLE plan ALTER COLUMN title SET NOT NULL;",
-		"unique using index":   "ALTER TABLE plan ADD CONSTRAINT u UNIQUE USING INDEX plan_u;",
-		"concurrently":         "CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON taskport.run (kind);",
-		"new table":            "CREATE TABLE taskport_lease.fresh (id int);\nCREATE INDEX f ON taskport_lease.fresh (id);\nUPDATE taskport_lease.fresh SET id = 1;",
-		"cold table":           "CREATE INDEX i ON taskport_lease_archive (id);\nUPDATE audit SET x = 1;",
-		"marked":               "-- taskport:heavy-lock: the table is empty in every deployment\nALTER TABLE taskport.run ALTER COLUMN kind TYPE text;",
-		"marked block":         "-- taskport:heavy-lock: why, said\n--   on two lines\nLOCK TABLE plan;",
-		"batched":              "-- taskport:batched: 1,000 rows a statement\nUPDATE taskport.run SET kind = 'k' WHERE id IN (SELECT id FROM taskport.run LIMIT 1000);",
+		"nullable column":    "ALTER TABLE taskport.run ADD COLUMN note text;",
+		"constant default":   "ALTER TABLE taskport.run ADD COLUMN n int NOT NULL DEFAULT 0, ADD COLUMN t timestamptz DEFAULT now();",
+		"not valid":          "ALTER TABLE plan ADD CONSTRAINT p CHECK (title <> '') NOT VALID;\nALTER TABLE plan VALIDATE CONSTRAINT p;",
+		"validated not null": "ALTER TABLE plan ADD CONSTRAINT t_nn CHECK (title IS NOT NULL) NOT VALID;\nALTER TABLE plan VALIDATE CONSTRAINT t_nn;\nALTER TABLE plan ALTER COLUMN title SET NOT NULL;",
+		"unique using index": "ALTER TABLE plan ADD CONSTRAINT u UNIQUE USING INDEX plan_u;",
+		"concurrently":       "CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON taskport.run (kind);",
+		"new table":          "CREATE TABLE taskport_lease.fresh (id int);\nCREATE INDEX f ON taskport_lease.fresh (id);\nUPDATE taskport_lease.fresh SET id = 1;",
+		"cold table":         "CREATE INDEX i ON taskport_lease_archive (id);\nUPDATE audit SET x = 1;",
+		"marked":             "-- taskport:heavy-lock: the table is empty in every deployment\nALTER TABLE taskport.run ALTER COLUMN kind TYPE text;",
+		"marked block":       "-- taskport:heavy-lock: why, said\n--   on two lines\nLOCK TABLE plan;",
+		"batched":            "-- taskport:batched: 1,000 rows a statement\nUPDATE taskport.run SET kind = 'k' WHERE id IN (SELECT id FROM taskport.run LIMIT 1000);",
+		"batched do block": "DO $$\nDECLARE n int;\nBEGIN\n    LOOP\n        -- taskport:batched: 5,000 rows a transaction\n" +
+			"        UPDATE taskport.run SET kind = 'k' WHERE id IN (SELECT id FROM taskport.run LIMIT 5000);\n" +
+			"        GET DIAGNOSTICS n = ROW_COUNT;\n        EXIT WHEN n = 0;\n        COMMIT;\n    END LOOP;\nEND $$;",
 		"function body":        "-- +goose StatementBegin\nCREATE FUNCTION f() RETURNS void LANGUAGE sql AS $$ UPDATE taskport.run SET kind = 'x'; $$;\n-- +goose StatementEnd",
 		"string":               "INSERT INTO plan (title) VALUES ('UPDATE plan SET x = 1;'), (E'\\'; DELETE FROM plan;');",
 		"quoted identifier":    "CREATE TABLE \"x;y\" (id int);",
@@ -178,8 +181,9 @@ func (c *lockChecker) check(file, src string) []violation {
 		if !inUpSection(lines, st.line) {
 			continue
 		}
-		mark := markAbove(lines, st.line)
 		for _, f := range c.heavy(st, created) {
+			// A statement of a DO block has its own mark, above it.
+			mark := markAbove(lines, f.line)
 			if f.batchable && mark == batchedMark || mark == heavyMark {
 				continue
 			}
