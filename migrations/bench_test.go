@@ -190,11 +190,13 @@ func measureMigration(t *testing.T, version int64, runs, plans int) benchResult 
 	time.Sleep(baselineWindow) // the baseline's length, not a synchronization
 	// A migration that a client's statement deadlocks with is rolled back
 	// by Postgres; an operator would run it again, and so does this, up to
-	// three times, reporting the failed attempts.
+	// three times, reporting the failed attempts (and, if all three fail,
+	// the migration as not applied: that is a result, not a test failure).
 	start := time.Now()
 	var failed []string
 	for range 3 {
-		if _, err = provider.UpByOne(ctx); err == nil || !strings.Contains(err.Error(), "SQLSTATE 40P01") {
+		_, err = provider.UpByOne(ctx)
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "40P01" {
 			break
 		}
 		failed = append(failed, "deadlock")
@@ -202,7 +204,9 @@ func measureMigration(t *testing.T, version int64, runs, plans int) benchResult 
 	end := time.Now()
 	done.Store(true)
 	wg.Wait()
-	require.NoError(t, err, "migration %d", version)
+	if len(failed) < 3 {
+		require.NoError(t, err, "migration %d", version)
+	}
 
 	res := benchResult{version: version, runs: runs, plans: plans, duration: end.Sub(start), failed: failed}
 	for c, cl := range clients {
@@ -423,6 +427,9 @@ func benchTable(results []benchResult) string {
 		duration := roundDuration(r.duration).String()
 		if len(r.failed) > 0 {
 			duration += fmt.Sprintf(" (%d attempts failed: %s)", len(r.failed), strings.Join(r.failed, ", "))
+		}
+		if len(r.failed) == 3 {
+			duration += " NOT APPLIED"
 		}
 		fmt.Fprintf(w, "%05d\t%d\t%d\t%s\t%s\t%s\t\n", r.version, r.runs, r.plans, duration,
 			strings.Join(waits, "\t"), strings.Join(bases, "/"))
