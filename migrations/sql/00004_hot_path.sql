@@ -66,10 +66,12 @@ END
 $$;
 -- +goose StatementEnd
 
+-- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table replacing the CHECK re-checks every row under ACCESS EXCLUSIVE
 ALTER TABLE taskport.run
     DROP CONSTRAINT run_engine_check, DROP CONSTRAINT run_version_check,
     DROP CONSTRAINT run_idempotency_key_check, DROP CONSTRAINT run_status_check,
     ADD CONSTRAINT run_row_check CHECK (taskport.run_row_ok(engine, version, idempotency_key, status));
+-- taskport:heavy-lock: early migration, taskport_lease.task held no data when it shipped; on a loaded table replacing the CHECK re-checks every row under ACCESS EXCLUSIVE
 ALTER TABLE taskport_lease.task
     DROP CONSTRAINT task_status_check, DROP CONSTRAINT task_max_attempts_check,
     ADD CONSTRAINT task_row_check CHECK (taskport_lease.task_row_ok(status, max_attempts));

@@ -21,13 +21,16 @@
 -- recorded.
 
 -- +goose Up
+-- taskport:heavy-lock: early migration, plan held no data when it shipped; on a loaded table the build blocks plan writes
 CREATE UNIQUE INDEX plan_target_path_held ON plan (target_path)
     WHERE status NOT IN ('rejected', 'canceled', 'abandoned');
+-- taskport:heavy-lock: early migration, plan held no data when it shipped; on a loaded table the build blocks plan writes
 CREATE UNIQUE INDEX plan_info_hash_active ON plan (info_hash)
     WHERE status NOT IN ('rejected', 'completed', 'canceled', 'abandoned');
 
 ALTER TABLE asset_operation ADD COLUMN detail jsonb;
 
+-- taskport:heavy-lock: early migration, outbox_event held no data when it shipped; on a loaded table the inline and table CHECKs scan every row under ACCESS EXCLUSIVE
 ALTER TABLE outbox_event
     ADD COLUMN action      text        NOT NULL DEFAULT 'enqueue'
         CHECK (action IN ('enqueue', 'signal', 'cancel_plan_runs')),
@@ -37,6 +40,7 @@ ALTER TABLE outbox_event
     ADD COLUMN retried_at  timestamptz,
     ADD CONSTRAINT outbox_event_action_fields CHECK (
         (action = 'enqueue') = (kind <> '') AND (action = 'signal') = (topic <> ''));
+-- taskport:heavy-lock: early migration, outbox_event held no data when it shipped; on a loaded table the build blocks outbox writes
 CREATE INDEX outbox_event_failed ON outbox_event (created_at) WHERE status = 'failed';
 
 -- +goose Down

@@ -22,16 +22,20 @@
 -- failed attempt), where a status change already rewrites the row's indexes.
 
 -- +goose Up
+-- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the identity column rewrites every run row under ACCESS EXCLUSIVE
 ALTER TABLE taskport.run ADD COLUMN seq bigint GENERATED ALWAYS AS IDENTITY;
 
 ALTER TABLE taskport_lease.task ADD COLUMN run_seq bigint;
+-- taskport:heavy-lock: early migration, taskport_lease.task held no data when it shipped; on a loaded table one UPDATE of every task row
 UPDATE taskport_lease.task t SET run_seq = coalesce((SELECT r.seq FROM taskport.run r WHERE r.id = t.id), 0);
+-- taskport:heavy-lock: early migration, taskport_lease.task held no data when it shipped; on a loaded table SET NOT NULL scans every row under ACCESS EXCLUSIVE
 ALTER TABLE taskport_lease.task ALTER COLUMN run_seq SET NOT NULL;
 
 ALTER TABLE asset_operation
     ADD COLUMN attempt_generation bigint NOT NULL DEFAULT 0,
     ADD COLUMN retired_scopes     text[] NOT NULL DEFAULT '{}';
 
+-- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
 CREATE INDEX run_open_temporal ON taskport.run (updated_at, id)
     WHERE engine = 'temporal' AND status IN ('pending', 'running', 'waiting');
 

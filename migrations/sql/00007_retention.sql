@@ -48,15 +48,22 @@ END
 $$;
 -- +goose StatementEnd
 
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX run_finished ON taskport.run (engine, status, finished_at)
     WHERE status IN ('succeeded', 'failed', 'canceled');
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX waiter_since ON taskport.waiter (since);
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX task_signal_consumed ON taskport_lease.task_signal (consumed_at) WHERE consumed_by IS NOT NULL;
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX task_signal_unconsumed_age ON taskport_lease.task_signal (created_at) WHERE consumed_by IS NULL;
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX outbox_event_dispatched ON outbox_event (dispatched_at) WHERE status = 'dispatched';
 DROP INDEX outbox_event_pending;
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX outbox_event_pending ON outbox_event (next_attempt_at, id) WHERE status = 'pending';
 DROP INDEX outbox_event_failed;
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX outbox_event_failed ON outbox_event (created_at, id) WHERE status = 'failed';
 
 -- +goose Down

@@ -15,15 +15,20 @@
 -- +goose Up
 ALTER TABLE plan ADD COLUMN cancel_requested_by text NOT NULL DEFAULT '';
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX plan_newest ON plan (created_at DESC, id DESC);
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX plan_status_newest ON plan (status, created_at DESC, id DESC);
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX plan_title_trgm ON plan USING gin (title gin_trgm_ops);
 -- A dead letter's retry looks for the decision its run opened.
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX decision_run ON decision (run_id);
 -- The open decisions, oldest first: the list orders by (created_at, id),
 -- so the index ends in id (acquisition's TestDecisionListStaysIndexed;
 -- with created_at alone each page sorted its ties).
 DROP INDEX decision_open;
+-- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX decision_open ON decision (created_at, id) WHERE status = 'open';
 
 -- +goose Down

@@ -12,8 +12,11 @@
 -- (already not a HOT update: run_kind_version_status indexes status).
 
 -- +goose Up
+-- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
 CREATE INDEX run_created ON taskport.run (created_at, id);
+-- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
 CREATE INDEX run_status_created ON taskport.run (status, created_at, id);
+-- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
 CREATE INDEX run_kind_created ON taskport.run (kind, created_at, id);
 
 -- +goose Down

@@ -53,16 +53,19 @@ END
 $$;
 -- +goose StatementEnd
 
+-- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table replacing the CHECK re-checks every row under ACCESS EXCLUSIVE
 ALTER TABLE taskport.run
     DROP CONSTRAINT run_row_check,
     ADD CONSTRAINT run_row_check CHECK (engine = ANY (taskport.run_engines()) AND version >= 1
         AND idempotency_key <> '' AND status = ANY (taskport.run_statuses()));
+-- taskport:heavy-lock: early migration, taskport_lease.task held no data when it shipped; on a loaded table replacing the CHECK re-checks every row under ACCESS EXCLUSIVE
 ALTER TABLE taskport_lease.task
     DROP CONSTRAINT task_row_check,
     ADD CONSTRAINT task_row_check CHECK (status = ANY (taskport_lease.task_statuses()) AND max_attempts >= 1);
 DROP FUNCTION taskport.run_row_ok(text, int, text, text);
 DROP FUNCTION taskport_lease.task_row_ok(text, int);
 
+-- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
 CREATE INDEX run_kind_version_status_created ON taskport.run (kind, version, status, created_at, id);
 DROP INDEX taskport.run_kind_version_status;
 DROP INDEX taskport.run_kind_created;

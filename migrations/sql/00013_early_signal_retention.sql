@@ -8,7 +8,9 @@
 -- early_signal_unconsumed_age: signals not taken, by creation time.
 
 -- +goose Up
+-- taskport:heavy-lock: early migration, taskport.early_signal held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX early_signal_consumed ON taskport.early_signal (consumed_at) WHERE consumed_by IS NOT NULL;
+-- taskport:heavy-lock: early migration, taskport.early_signal held no data when it shipped; on a loaded table the build blocks its writes
 CREATE INDEX early_signal_unconsumed_age ON taskport.early_signal (created_at) WHERE consumed_by IS NULL;
 
 -- +goose Down

@@ -60,6 +60,10 @@ ALTER TABLE taskport.run
 -- name once a run ended; the task row had the live state. A lease_token
 -- is kept only on a claimed run: the engine's statements now fence on it
 -- alone.
+-- taskport:heavy-lock: NOT acceptable on a running system, kept as shipped: one UPDATE rewrites every lease run row while the
+--   ALTER TABLE above holds ACCESS EXCLUSIVE on taskport.run to the end of the migration (docs/migrations.md
+--   measures it); the online pattern (nullable columns, batched backfill, NOT VALID then VALIDATE,
+--   CREATE INDEX CONCURRENTLY) is what would replace it
 UPDATE taskport.run r
 SET next_run_at = t.next_run_at, claims = t.claims, lease_owner = t.lease_owner, lease_until = t.lease_until,
     lease_token = CASE WHEN t.status = 'running' THEN t.lease_token END, max_attempts = t.max_attempts, backoff_initial = t.backoff_initial,
@@ -74,13 +78,18 @@ SET next_run_at = t.next_run_at, claims = t.claims, lease_owner = t.lease_owner,
 FROM taskport_lease.task t
 WHERE t.id = r.id;
 
+-- taskport:heavy-lock: part of the same transaction as the rewrite above, under the same ACCESS EXCLUSIVE lock; the online
+--   pattern would add it NOT VALID and VALIDATE it in a later statement
 ALTER TABLE taskport.run
     DROP CONSTRAINT run_row_check,
     ADD CONSTRAINT run_row_check CHECK (engine = ANY (taskport.run_engines()) AND version >= 1
         AND idempotency_key <> '' AND status = ANY (taskport.run_statuses()) AND max_attempts >= 1);
 
+-- taskport:heavy-lock: under the ACCESS EXCLUSIVE lock this migration already holds; the online pattern would build it
+--   CONCURRENTLY in a NO TRANSACTION migration
 CREATE INDEX run_ready ON taskport.run (priority, next_run_at)
     WHERE engine = 'lease' AND status IN ('pending', 'waiting');
+-- taskport:heavy-lock: as run_ready above
 CREATE INDEX run_leased ON taskport.run (lease_until) WHERE engine = 'lease' AND status = 'running';
 
 ALTER TABLE taskport_lease.step_result RENAME COLUMN task_id TO run_id;

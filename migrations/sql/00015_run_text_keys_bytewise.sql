@@ -19,6 +19,10 @@
 -- takes the time of those builds, under an ACCESS EXCLUSIVE lock.
 
 -- +goose Up
+-- taskport:heavy-lock: NOT acceptable on a running system, kept as shipped: the collation change rebuilds every index on
+--   these columns under ACCESS EXCLUSIVE on taskport.run, blocking enqueue and claim for the whole build
+--   (docs/migrations.md measures it); the online pattern (new indexes built CONCURRENTLY, then swapped)
+--   is what would replace it
 ALTER TABLE taskport.run
     ALTER COLUMN kind TYPE text COLLATE "C",
     ALTER COLUMN idempotency_key TYPE text COLLATE "C",
