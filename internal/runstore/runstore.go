@@ -123,7 +123,11 @@ func OtherEngineKey(kind port.Kind, key string, id port.RunID, owner, self Engin
 // holds, naming the first such item. The batch's other runs are recorded:
 // the check rides on the read of the taken keys (taken), which only a batch
 // that met one pays for, instead of a read before every batch.
-func (b *batch) foreign(existing []Run, self Engine) error {
+func (b *batch) foreign(existing []Run, rs []NewRun) error {
+	if len(existing) == 0 {
+		return nil
+	}
+	self := rs[0].Engine // a batch is one engine's
 	first := -1
 	var err error
 	for _, r := range existing {
@@ -187,7 +191,7 @@ func InsertMany(ctx context.Context, pool *pgxpool.Pool, rs []NewRun) (runs []Ru
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := b.foreign(existing, rs[0].Engine); err != nil {
+	if err := b.foreign(existing, rs); err != nil {
 		return nil, nil, err
 	}
 	for _, r := range existing {
@@ -240,7 +244,7 @@ func InsertManyWith(ctx context.Context, pool *pgxpool.Pool, rs []NewRun, ins Ba
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := b.foreign(existing, rs[0].Engine); err != nil {
+	if err := b.foreign(existing, rs); err != nil {
 		return nil, nil, err
 	}
 	for _, r := range existing {
