@@ -136,7 +136,7 @@ func TestPoolTimeouts(t *testing.T) {
 		values(map[string]string{"DB_LOCK_TIMEOUT": "3s", "DB_IDLE_IN_TRANSACTION_TIMEOUT": "4s", "DB_STATEMENT_TIMEOUT": "5s"}))
 	require.Equal(t, "7s", values(nil, "--db-lock-timeout", "7s")["db-lock-timeout"], "a flag beats the environment")
 
-	for env, want := range map[string]string{"x": `DB_STATEMENT_TIMEOUT: "x" is not a duration`, "-1s": "--db-statement-timeout must not be negative"} {
+	for env, want := range map[string]string{"x": `DB_STATEMENT_TIMEOUT (for --db-statement-timeout): invalid argument "x"`, "-1s": "--db-statement-timeout must not be negative"} {
 		t.Setenv("DB_STATEMENT_TIMEOUT", env)
 		root := newRootCmd()
 		root.SetArgs([]string{"migrate", "status", "--database-url", "postgres://nowhere.invalid/x"})
