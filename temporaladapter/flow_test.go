@@ -58,6 +58,7 @@ func newUnitEnv(t *testing.T, def port.Definition) unitEnv {
 	env.OnActivity(e.books.project, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(e.books.addWaiter, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(e.books.removeWaiters, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(e.books.takeKept, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(keptSignal{}, nil)
 	return unitEnv{TestWorkflowEnvironment: env, books: e.books}
 }
 
