@@ -375,6 +375,9 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		if err := f.takeStepSlot(); err != nil {
 			return err
 		}
+		if err := f.refuseIfCanceled(); err != nil {
+			return err
+		}
 		result, actErr = f.invoke(binding, raw, seq, name, attempt, o)
 		f.checkLease()
 		if errors.Is(context.Cause(f.runCtx), port.ErrCanceled) {
@@ -433,6 +436,27 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 	}
 	f.committed(res, err, "step "+name)
 	f.ex.stepAttempts, f.ex.errorShown = 0, false
+}
+
+// refuseIfCanceled reads the run's cancel flag just before a step body
+// starts, holding the slot takeStepSlot took. Cancel commits the flag before
+// it returns, and its notification or the next heartbeat may reach this
+// worker only later: without the read a body could start after Cancel
+// returned. One primary-key read per step attempt. A run found canceled
+// starts nothing (ErrCanceled, as gate); a failed read abandons the claim,
+// which goes back uncharged, no body having started.
+func (f *flow) refuseIfCanceled() error {
+	canceled, err := runstore.CancelRequested(f.dbCtx, f.w.e.pool, port.RunID(f.ex.id.String()))
+	if err == nil && !canceled {
+		return nil
+	}
+	<-f.w.steps
+	if err != nil {
+		f.w.log.Warn("read the run's cancel flag before its step", slog.String("run_id", f.ex.id.String()), slog.String("error", err.Error()))
+		panic(unwind{why: "cancel flag unread"})
+	}
+	f.sawCancel = true
+	return port.ErrCanceled
 }
 
 // takeStepSlot waits for one of the worker's step slots (Concurrency of

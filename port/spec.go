@@ -171,6 +171,13 @@
 //
 // CurrentStep: the name of the step, wait or sleep the run is in or last
 // was in; "" before the first. The end of the run does not change it.
+// A step becomes CurrentStep when its first body starts, a wait or sleep
+// when it parks: a step scheduled and waiting for a worker or a slot is not
+// the run's step yet, and a step a cancel kept from starting never is (the
+// run ends in the step before). CurrentStep and Attempts may trail a step
+// body's start by one write: the lease engine records the start with its
+// next group commit, Temporal when the activity task is taken. A test
+// waits for them, with a deadline.
 //
 // CreatedAt: the insert time of the run's row (Postgres clock).
 // UpdatedAt: advanced whenever a field above changes; it may also advance
@@ -180,9 +187,11 @@
 // # What comparisons normalize
 //
 // Only what an engine cannot match:
+//
 //   - Timestamps. They are compared for order, never for equality across
 //     engines: CreatedAt <= UpdatedAt <= FinishedAt (or now, while open),
 //     and FinishedAt is the same on every Get once set. Cursor is opaque.
+//
 //   - Where an open run is, as Admin.ListRuns shows it. A listing reads the
 //     run store's projection in Postgres. The lease engine's run row is
 //     live; Temporal's projection is written when a run starts its first
@@ -191,6 +200,13 @@
 //     cost a local activity and a commit per step. So for an open run a
 //     listing is compared as "open", and the status among the open ones,
 //     CurrentStep, Attempts and LastError are compared from Get only.
+//
+//   - Which earlier step a Temporal run names while a later step's first
+//     attempt waits for a worker. Get then reads the projection, which
+//     records a run's first step and its steps after a wait, not every
+//     step: it may name an earlier step than the last one whose body
+//     started (and that step's attempts). Observed at rest (parked, held
+//     in a running body, ended) the two engines agree.
 //
 // Every other field is compared exactly.
 package port

@@ -41,6 +41,16 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 				int(ai.Attempt), call.Generation),
 		}
 		log := e.logger.With(slog.String("run_id", string(info.RunID)), slog.String("step", info.Step), slog.Int("attempt", info.Attempt))
+		// Cancel writes the run's flag before it cancels the workflow, and
+		// this task may have been handed out in between (a slot freed
+		// before the workflow saw the cancel): no body starts once Cancel
+		// returned. One primary-key read per attempt.
+		switch canceled, err := runstore.CancelRequested(ctx, e.pool, info.RunID); {
+		case err != nil:
+			return stepResult{}, fmt.Errorf("step %s: %w", info.Step, err)
+		case canceled:
+			return stepResult{}, temporal.NewNonRetryableApplicationError("run canceled before the step started", stepCanceledType, nil)
+		}
 		if call.Project && info.Attempt == 1 {
 			e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: 1, Step: info.Step})
 		}
@@ -66,7 +76,8 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 		}
 		if errors.As(context.Cause(ctx), new(*temporal.CanceledError)) {
 			// Reported as canceled, not failed, so Temporal does not retry.
-			return stepResult{}, temporal.NewCanceledError(err.Error())
+			// The attempt rides along: the run ends with it as its Attempts.
+			return stepResult{}, temporal.NewCanceledError(err.Error(), info.Attempt)
 		}
 		e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: info.Attempt, Step: info.Step, LastError: err.Error()})
 		return stepResult{}, temporal.NewApplicationErrorWithOptions(err.Error(), stepErrorType, temporal.ApplicationErrorOptions{
@@ -176,44 +187,59 @@ type stepResult struct {
 
 // projection is the argument of the project local activity. An empty Step
 // keeps the recorded step and attempts (one read more); LastError is always
-// written as given.
+// written as given. KeepAttempts (a run canceled in Step before an attempt
+// reported) takes the attempts recorded for Step, those of the failed
+// attempts projected before a retry's backoff; when the record is of
+// another step, no body of Step started, and the run ends in PrevStep with
+// PrevAttempts.
 type projection struct {
-	Status    port.Status
-	Attempts  int
-	Step      string
-	LastError string
+	Status       port.Status
+	Attempts     int
+	Step         string
+	LastError    string
+	KeepAttempts bool   `json:",omitempty"`
+	PrevStep     string `json:",omitempty"`
+	PrevAttempts int    `json:",omitempty"`
 }
 
 // project writes the run's projection without waiting for the disk
 // (runstore.ProjectLazily): this write sits on every run's path (the first
 // step, the end), and one lost to a Postgres crash is repaired as every
 // missing projection is: a later write of the run, the reconciler, or a Get
-// that finds the workflow closed.
-func (b *bookkeeping) project(ctx context.Context, id port.RunID, p projection) error {
+// that finds the workflow closed. A terminal write is the workflow's end
+// (runstore.EndLazily): it returns the status written, canceled when the
+// run's cancel was requested whatever p says, "" when the row was terminal
+// already. Histories recorded before it returned a status replay with "".
+func (b *bookkeeping) project(ctx context.Context, id port.RunID, p projection) (port.Status, error) {
 	rp := runstore.Projection{Status: p.Status, Attempts: p.Attempts, LastError: p.LastError, CurrentStep: p.Step}
-	if p.Step == "" {
+	if p.Step == "" || p.KeepAttempts {
 		run, err := runstore.Get(ctx, b.pool, id)
 		if err != nil {
-			return err
+			return "", err
 		}
-		rp.CurrentStep, rp.Attempts = run.CurrentStep, run.Attempts
+		switch {
+		case p.Step == "":
+			rp.CurrentStep, rp.Attempts = run.CurrentStep, run.Attempts
+		case run.CurrentStep == p.Step:
+			rp.Attempts = run.Attempts
+		default:
+			rp.CurrentStep, rp.Attempts = p.PrevStep, p.PrevAttempts
+		}
 	}
-	return runstore.ProjectLazily(ctx, b.pool, id, rp)
+	if p.Status.Terminal() {
+		return runstore.EndLazily(ctx, b.pool, id, rp)
+	}
+	return p.Status, runstore.ProjectLazily(ctx, b.pool, id, rp)
 }
 
 // projectQuietly is for activities: the projection is a read model, so a
 // failed write is logged rather than failing the step.
 func (b *bookkeeping) projectQuietly(ctx context.Context, log *slog.Logger, id port.RunID, p projection) {
-	if err := b.project(ctx, id, p); err != nil {
+	if _, err := b.project(ctx, id, p); err != nil {
 		log.WarnContext(ctx, "project step", slog.String("error", err.Error()))
 	}
 }
 
-// addWaiter registers the run as waiting on topic. A signal sent to the
-// topic while nobody waited was kept (Engine.Signal): addWaiter sends it to
-// the run now, so the wait that follows receives it at once, and marks it
-// taken only once sent. A worker that dies in between sends it again on the
-// retry; a signal is only a hint, a repeat costs one more check.
 // keptSignal is what takeKept found: a signal kept for the topic, or none.
 type keptSignal struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
@@ -228,6 +254,11 @@ func (b *bookkeeping) takeKept(ctx context.Context, id port.RunID, topic port.To
 	return keptSignal{Payload: payload, OK: ok}, err
 }
 
+// addWaiter registers the run as waiting on topic. A signal sent to the
+// topic while nobody waited was kept (Engine.Signal): addWaiter sends it to
+// the run now, so the wait that follows receives it at once, and marks it
+// taken only once sent. A worker that dies in between sends it again on the
+// retry; a signal is only a hint, a repeat costs one more check.
 func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.Topic, step string) error {
 	kept, err := runstore.WaitKeepingSignals(ctx, b.pool, topic, id, step)
 	if err != nil {

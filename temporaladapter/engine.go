@@ -384,9 +384,10 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 }
 
 // viewFromDescription lays what Temporal reports over the projection v. A
-// pending activity is the current step: its attempts are those whose body
-// started (an attempt SCHEDULED, due or in its retry backoff, has not), and
-// during the backoff no worker holds the run, so it reads pending.
+// pending activity one of whose attempts started is the current step: its
+// attempts are those whose body started (an attempt SCHEDULED, due or in
+// its retry backoff, has not), and during the backoff no worker holds the
+// run, so it reads pending. A first attempt still SCHEDULED is not yet.
 func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription, now time.Time) port.RunView {
 	projected := v.Status
 	switch desc.Status {
@@ -405,6 +406,12 @@ func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescripti
 		}
 		pa := pending[0]
 		v.Status = port.StatusRunning
+		if pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_SCHEDULED && pa.GetAttempt() <= 1 {
+			// No body of this step started: the run is not in it yet (the
+			// lease engine's view enters a step when its body starts), and
+			// it reads the step the projection last recorded.
+			return v
+		}
 		v.CurrentStep = pa.GetActivityId()
 		v.Attempts = int(pa.GetAttempt())
 		if pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {

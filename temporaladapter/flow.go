@@ -24,6 +24,10 @@ import (
 // many attempts were spent.
 const stepErrorType = "taskport.StepFailed"
 
+// stepCanceledType is the ApplicationError type of a step attempt that found
+// its run's cancel requested before its body started (activityFunc).
+const stepCanceledType = "taskport.StepCanceled"
+
 // workflowRegistry is the part of worker.Worker and worker.WorkflowReplayer
 // that registers workflows.
 type workflowRegistry interface {
@@ -78,10 +82,18 @@ func (f *flow) end(status port.Status, msg string, err error) error {
 	if perr := f.unregister(pctx); perr != nil {
 		f.logger.Error("unregister waiters", slog.String("error", perr.Error()))
 	}
+	var written port.Status
 	perr := workflow.ExecuteLocalActivity(pctx, f.books.project, f.runID,
-		projection{Status: status, LastError: msg, Step: f.lastStep, Attempts: f.lastAttempts}).Get(pctx, nil)
+		projection{Status: status, LastError: msg, Step: f.lastStep, Attempts: f.lastAttempts,
+			KeepAttempts: f.keepAttempts, PrevStep: f.prevStep, PrevAttempts: f.prevAttempts}).Get(pctx, &written)
 	if perr != nil {
 		f.logger.Error("record terminal projection", slog.String("error", perr.Error()))
+	}
+	if written == port.StatusCanceled && status != port.StatusCanceled {
+		// Cancel flagged the run before this end (runstore.EndLazily): the
+		// run ends canceled, as on the lease engine, though the workflow's
+		// cancel has not reached it yet or its last step finished anyway.
+		status, err = port.StatusCanceled, port.ErrCanceled
 	}
 	switch status {
 	case port.StatusSucceeded:
@@ -121,7 +133,7 @@ type flow struct {
 	seq     enginekit.StepSequence
 	logger  *slog.Logger
 	pending map[port.Topic][]json.RawMessage // signals carried over a continue-as-new
-	topics  []port.Topic                     // topics registered in the waiter table, in first-wait order
+	topics  []port.Topic                     // topics waited on (waiter rows to remove at the end, channels to drain), in first-wait order
 	// generation is the run's, for the fencing tokens of its steps.
 	generation int64
 	// parents builds the parent span a received signal's trace gives the
@@ -131,6 +143,14 @@ type flow struct {
 	projected    bool   // the projection says running since the last wait
 	lastStep     string // for the terminal projection
 	lastAttempts int    // attempts the last step took; 0 before any step
+	// keepAttempts: the run was canceled in lastStep without an attempt
+	// count from its activity (canceled before the body reported one, or in
+	// a retry's backoff); the end takes the projection's (projection).
+	keepAttempts bool
+	// prevStep and prevAttempts are the step before lastStep, for the end
+	// of a run whose cancel kept lastStep from starting (keepAttempts).
+	prevStep     string
+	prevAttempts int
 }
 
 var _ port.Flow = (*flow)(nil)
@@ -185,7 +205,8 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 	// has the live step), which keeps a step as cheap as a raw activity.
 	fut := workflow.ExecuteActivity(actx, activityName, stepCall{Input: raw, Project: !f.projected, Generation: f.generation})
 	f.projected = true
-	f.lastStep = name
+	prevStep, prevAttempts := f.lastStep, f.lastAttempts
+	f.lastStep, f.lastAttempts = name, 0
 	interrupted := false
 	sel := workflow.NewSelector(f.ctx)
 	sel.AddFuture(fut, func(workflow.Future) {})
@@ -196,7 +217,21 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 	}
 	var result stepResult
 	if err := fut.Get(actx, &result); err != nil {
+		if attempts, ok := canceledAttempts(err); ok {
+			f.lastAttempts = attempts
+			if attempts == 0 {
+				// No body started: the run was never in this step, as
+				// on the lease engine, whose view a step enters only
+				// when its body starts.
+				f.lastStep, f.lastAttempts = prevStep, prevAttempts
+			}
+			return port.ErrCanceled
+		}
 		if interrupted || temporal.IsCanceledError(err) {
+			// Canceled before an attempt reported: in a retry's backoff
+			// (a failure was projected for this step) or before any body
+			// started (the run stays in the step before).
+			f.keepAttempts, f.prevStep, f.prevAttempts = true, prevStep, prevAttempts
 			return port.ErrCanceled
 		}
 		se := stepError(name, activityName, so, err)
@@ -208,6 +243,28 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 		return fmt.Errorf("step %s: decode result of %s: %w", name, activityName, err)
 	}
 	return nil
+}
+
+// canceledAttempts reports whether err is a step attempt's answer to its
+// run's cancel, and the attempts whose body started: the one the activity
+// names in its canceled error (activityFunc), or 0 when the attempt found the
+// run flagged before its body started.
+func canceledAttempts(err error) (int, bool) {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == stepCanceledType {
+		return 0, true
+	}
+	var canErr *temporal.CanceledError
+	if errors.As(err, &canErr) && canErr.HasDetails() {
+		var (
+			msg     string
+			attempt int
+		)
+		if canErr.Details(&msg, &attempt) == nil && attempt > 0 {
+			return attempt, true
+		}
+	}
+	return 0, false
 }
 
 // stepError turns the activity's final failure, as Temporal reports it to
@@ -315,15 +372,39 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	// Neither received nor canceled after Select means timed out.
 	sel.AddFuture(workflow.NewTimerWithOptions(tctx, timeout, workflow.TimerOptions{Summary: name}), func(workflow.Future) {})
 	sel.Select(f.ctx)
-	switch {
-	case received:
+	if canceled {
+		return false, port.ErrCanceled
+	}
+	if err := f.stopWaiting(topic, name); err != nil {
+		return false, err
+	}
+	if received {
 		f.continueTrace(topic)
 		return true, decodeSignal(name, raw, payload)
-	case canceled:
-		return false, port.ErrCanceled
-	default:
-		return false, nil
 	}
+	return false, nil
+}
+
+// stopWaiting removes the run's waiter row on topic once its wait returned,
+// so that a Signal while the run is past its wait counts it no more, as on
+// the lease engine; a signal sent then is kept for the topic, and the next
+// wait's registration hands it over. One local activity per parked wait.
+// Runs that waited before this change keep their registration to the end
+// and replay without it.
+func (f *flow) stopWaiting(topic port.Topic, name string) error {
+	if workflow.GetVersion(f.ctx, "taskport/wait-unregisters", workflow.DefaultVersion, 1) != 1 {
+		return nil
+	}
+	lctx := workflow.WithLocalActivityOptions(f.ctx, f.laOpts)
+	if err := workflow.ExecuteLocalActivity(lctx, f.books.removeWaiters, f.runID, []port.Topic{topic}).Get(lctx, nil); err != nil {
+		if f.ctx.Err() != nil {
+			return port.ErrCanceled
+		}
+		return fmt.Errorf("wait %s: unregister waiter: %w", name, err)
+	}
+	// The topic stays in f.topics: a signal that raced this removal sits
+	// in the topic's channel, which a continue-as-new drains (f.drain).
+	return nil
 }
 
 // unregister removes the run's waiter rows once it ends.

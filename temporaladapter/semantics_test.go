@@ -224,9 +224,9 @@ func TestRetryBackoffReadsPendingWithTheAttemptsThatRan(t *testing.T) {
 }
 
 // A step scheduled and due but not yet started (every activity slot of the
-// one worker is taken) reads running with no attempt: its body has not
-// started.
-func TestScheduledStepHasNoAttemptUntilItStarts(t *testing.T) {
+// one worker is taken) reads running with no attempt, and is not the run's
+// CurrentStep: its body has not started (as on the lease engine).
+func TestScheduledStepIsNotTheRunsStepUntilItStarts(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	reg := port.NewRegistry()
@@ -246,9 +246,18 @@ func TestScheduledStepHasNoAttemptUntilItStarts(t *testing.T) {
 
 	queued := h.enqueue(eng, kinds.Hold, kinds.WaitIn{Gate: "slot"}, port.EnqueueOptions{IdempotencyKey: "queued"})
 	view := getEventually(t, eng, queued, func(c *assert.CollectT, v port.RunView) {
-		require.Equal(c, "hold", v.CurrentStep)
+		require.Equal(c, port.StatusRunning, v.Status)
 	})
+	pendingActivities := func() int {
+		desc, err := h.c.DescribeWorkflowExecution(ctx, temporaladapter.WorkflowID(queued), "")
+		require.NoError(t, err)
+		return len(desc.GetPendingActivities())
+	}
+	require.Eventually(t, func() bool { return pendingActivities() == 1 }, 60*time.Second, 50*time.Millisecond, "the step was never scheduled")
+	view, err = eng.Get(ctx, queued)
+	require.NoError(t, err)
 	require.Equal(t, port.StatusRunning, view.Status)
+	require.Empty(t, view.CurrentStep, "the run is not in a step no body of which started")
 	require.Zero(t, view.Attempts)
 	require.Empty(t, h.effects(queued), "its body has not started")
 

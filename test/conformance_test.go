@@ -18,28 +18,13 @@ import (
 // the lease engine's for the temporal cells.
 func TestConformance(t *testing.T) {
 	lease := leaseEngine()
-	// The rows the Temporal adapter still fails (issue 24 stays open for
-	// them): each is skipped saying so, not dropped.
-	temporalKnown := map[string]string{
-		"Cancel/running": "a run canceled in a step ends with Attempts 0, not the attempt that was running: " +
-			"the workflow learns no attempt number from a step its cancel resolved",
-		"Signal/waiting": "a signal between two waits counts 1, not 0: the run stays registered on its topics " +
-			"until it ends (test/contract Features.KeepsSignalsForTheTopic)",
-		"Cancel/leased": "seen once: a step body started after Cancel returned on a run scheduled but not started " +
-			"(the activity task was already handed to the worker)",
-	}
-	leaseKnown := map[string]string{
-		"Cancel/running": "seen once: the run canceled in its step read CurrentStep \"work\" where \"\" was expected " +
-			"by the row after the end commit",
-	}
 	cells := []struct {
 		eng   contract.Engine
 		other contract.Engine
-		known map[string]string
 	}{
-		{lease, temporalEngine(devTarget()), leaseKnown},
-		{temporalEngine(devTarget()), lease, temporalKnown},
-		{temporalEngine(pgTarget()), lease, temporalKnown},
+		{lease, temporalEngine(devTarget())},
+		{temporalEngine(devTarget()), lease},
+		{temporalEngine(pgTarget()), lease},
 	}
 	for _, cell := range cells {
 		t.Run(cell.eng.Name, func(t *testing.T) {
@@ -52,7 +37,6 @@ func TestConformance(t *testing.T) {
 					Other: func(t *testing.T, reg *port.Registry) port.TaskEngine {
 						return factory(cell.other, pool)(t, reg)
 					},
-					Known: cell.known,
 				}
 			})
 		})

@@ -26,24 +26,11 @@ const (
 	portdiffAtOnce = 3
 )
 
-// portdiffKnown are the seeds of the default run that still diverge, each
-// with why (issue 24 stays open for them). They are skipped saying so in
-// the default run only: a replay (TASKPORT_PORTDIFF_SEED) or a soak runs
-// them, so the divergence stays one command away.
-var portdiffKnown = map[uint64]string{
-	2: "op 5, a cancel racing EnqueueMany's start of r5 (program [held step h0; marker m1]): the lease engine " +
-		"ends it canceled, both Temporal cells succeeded, though Cancel returned nil on both; not explained yet",
-}
-
 // TestPortDifferential runs seeded random programs on the lease engine and
 // on Temporal (dev server and temporal-pg) and requires the same
 // normalized RunView trace from each: 3 seeds, or the soak's.
 func TestPortDifferential(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
-	known := portdiffKnown
-	if os.Getenv(portdiffSeedEnv) != "" || os.Getenv(portdiffSeedsEnv) != "" {
-		known = nil
-	}
 	if s := os.Getenv(portdiffSeedEnv); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "%s must be an unsigned integer", portdiffSeedEnv)
@@ -72,9 +59,6 @@ func TestPortDifferential(t *testing.T) {
 			go func() {
 				defer func() { <-slots; wg.Done() }()
 				t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-					if why := known[seed]; why != "" {
-						t.Skipf("KNOWN DIVERGENCE of seed %d: %s (replay: %s=%d)", seed, why, portdiffSeedEnv, seed)
-					}
 					r := portdiff.Run(t, seed, engines()...)
 					mu.Lock()
 					results = append(results, r)

@@ -77,11 +77,20 @@ SELECT true, engine FROM u
 UNION ALL
 SELECT false, engine FROM taskport.run WHERE id = $1 AND NOT EXISTS (SELECT FROM u)`
 
+const cancelRequestedSQL = `SELECT cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = $1`
+
+// projectSQL records an engine's projection of a run (Project); a terminal
+// row is never written again. With $6 (EndLazily) a run whose cancel was requested ends canceled, with
+// no last error, whatever terminal status $2 says.
 const projectSQL = `
 UPDATE taskport.run
-SET status = $2, attempts = $3, last_error = $4, current_step = $5, updated_at = now(),
+SET status = CASE WHEN $6 AND cancel_requested_at IS NOT NULL THEN 'canceled' ELSE $2 END,
+    attempts = $3,
+    last_error = CASE WHEN $6 AND cancel_requested_at IS NOT NULL THEN '' ELSE $4 END,
+    current_step = $5, updated_at = now(),
     finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'canceled') THEN coalesce(finished_at, now()) END
-WHERE id = $1 AND status NOT IN ('succeeded', 'failed', 'canceled')`
+WHERE id = $1 AND status NOT IN ('succeeded', 'failed', 'canceled')
+RETURNING status`
 
 // The run listing (List) is built from these fixed parts and one condition
 // per filter that is set, so that each combination of filters is a statement

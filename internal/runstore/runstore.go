@@ -446,6 +446,26 @@ func RequestCancel(ctx context.Context, q DBTX, engine Engine, id port.RunID, re
 	return flagged, nil
 }
 
+// CancelRequested reports whether run id's cancel was requested
+// (RequestCancel): an engine reads it before a step body starts, so that no
+// body starts once Cancel returned, even when the engine itself has not yet
+// seen the cancel. An unknown run is port.ErrNotFound.
+func CancelRequested(ctx context.Context, q DBTX, id port.RunID) (bool, error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return false, err
+	}
+	var requested bool
+	err = q.QueryRow(ctx, cancelRequestedSQL, u).Scan(&requested)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
+	case err != nil:
+		return false, fmt.Errorf("read the cancel flag of run %s: %w", id, InterpretError(err))
+	}
+	return requested, nil
+}
+
 // Projection is the engine-reported state of a run.
 type Projection struct {
 	Status      port.Status
@@ -457,7 +477,7 @@ type Projection struct {
 // Project records what the engine reports about a run. A terminal status
 // sets finished_at once; a terminal row is never moved back to an open one.
 func Project(ctx context.Context, q DBTX, id port.RunID, p Projection) error {
-	args, err := projectArgs(id, p)
+	args, err := projectArgs(id, p, false)
 	if err != nil {
 		return err
 	}
@@ -468,7 +488,7 @@ func Project(ctx context.Context, q DBTX, id port.RunID, p Projection) error {
 }
 
 // projectArgs are projectSQL's arguments, once id and p are checked.
-func projectArgs(id port.RunID, p Projection) ([]any, error) {
+func projectArgs(id port.RunID, p Projection, cancelDecides bool) ([]any, error) {
 	u, err := ParseID(id)
 	if err != nil {
 		return nil, err
@@ -476,7 +496,7 @@ func projectArgs(id port.RunID, p Projection) ([]any, error) {
 	if !p.Status.Valid() {
 		return nil, fmt.Errorf("project run %s: status %q: %w", id, p.Status, port.ErrInvalidInput)
 	}
-	return []any{u, p.Status, p.Attempts, p.LastError, p.CurrentStep}, nil
+	return []any{u, p.Status, p.Attempts, p.LastError, p.CurrentStep, cancelDecides}, nil
 }
 
 // Batcher sends a pgx.Batch: *pgxpool.Pool and *pgx.Conn (and pgx.Tx, which
@@ -501,17 +521,43 @@ const lazyCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 // a pool or a connection outside any transaction, or the caller's whole
 // transaction would commit lazily.
 func ProjectLazily(ctx context.Context, db Batcher, id port.RunID, p Projection) error {
-	args, err := projectArgs(id, p)
+	_, err := projectLazily(ctx, db, id, p, false)
+	return err
+}
+
+// EndLazily is ProjectLazily for an engine's own terminal write of a run
+// (p.Status terminal): a run whose cancel was requested (RequestCancel)
+// before this write ends canceled, with no last error, whatever p.Status
+// says, as the lease engine's finish does, so that a cancel Cancel
+// acknowledged is never outrun by the handler's return. It returns the
+// status written, "" when the row was terminal already and nothing was
+// written.
+func EndLazily(ctx context.Context, db Batcher, id port.RunID, p Projection) (port.Status, error) {
+	if !p.Status.Terminal() {
+		return "", fmt.Errorf("end run %s: status %q is not terminal: %w", id, p.Status, port.ErrInvalidInput)
+	}
+	return projectLazily(ctx, db, id, p, true)
+}
+
+func projectLazily(ctx context.Context, db Batcher, id port.RunID, p Projection, cancelDecides bool) (port.Status, error) {
+	args, err := projectArgs(id, p, cancelDecides)
 	if err != nil {
-		return err
+		return "", err
 	}
 	b := &pgx.Batch{}
 	b.Queue(lazyCommitSQL)
-	b.Queue(projectSQL, args...)
+	var written port.Status
+	b.Queue(projectSQL, args...).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&written)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("project run %s: %w", id, InterpretError(err))
+		return "", fmt.Errorf("project run %s: %w", id, InterpretError(err))
 	}
-	return nil
+	return written, nil
 }
 
 // Cursor is a position in StaleTemporal's order; the zero Cursor is the start.

@@ -226,7 +226,12 @@ var states = []state{
 		c.start(port.StartOptions{})
 		id := c.enqueue(program{Block: true, Topic: c.topic}, port.EnqueueOptions{})
 		c.waitExecution(id, "work")
-		c.waitStatus(id, port.StatusRunning)
+		// The view may trail the body's start by one write (see the
+		// specification's CurrentStep).
+		eventually(c.t, func() bool {
+			v := c.get(id)
+			return v.Status == port.StatusRunning && v.CurrentStep == "work" && v.Attempts == 1
+		}, "run %s never read running in its started step work", id)
 		return id
 	}},
 	{name: "waiting", status: port.StatusWaiting, make: func(c *cell) port.RunID {
