@@ -19,6 +19,7 @@ import (
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 // execution is one claim of one run, from the claim to the release.
@@ -113,7 +114,7 @@ func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
 	// copy the trace now: a received signal changes it.
 	log := slog.New(tracing.WithSpan(w.log.Handler(), func() trace.SpanContext { return ex.trace.SpanContext() })).
 		With(slog.String("run_id", ex.id.String()), slog.String("kind", ex.kind))
-	def, err := w.e.reg.Lookup(port.Kind(ex.kind), ex.version)
+	def, err := engineapi.Lookup(w.e.reg, port.Kind(ex.kind), ex.version)
 	if err != nil {
 		// The claim only takes served pairs, so this is a registry changed
 		// under a running worker: hand the run back rather than fail it.
@@ -248,7 +249,7 @@ func (f *flow) run() (u *unwind, herr error) {
 			u = &unwind{why: "panic", fatal: fmt.Errorf("handler panicked: %v", p)}
 		}
 	}()
-	return nil, f.def.Handler.Run(f, f.ex.input)
+	return nil, engineapi.Run(f.def.Handler, f, f.ex.input)
 }
 
 func (f *flow) RunID() port.RunID { return f.ex.runID() }
@@ -341,7 +342,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 	if err := f.gate(); err != nil {
 		return err
 	}
-	binding, err := f.w.e.reg.Activity(activity)
+	binding, err := engineapi.Activity(f.w.e.reg, activity)
 	if err != nil {
 		// Never bound: the step fails at once and for good, as the
 		// Temporal engine's dynamic activity fails it, with no attempt

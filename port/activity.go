@@ -38,16 +38,8 @@ type ActivityBinding struct {
 	invoke func(ctx context.Context, input json.RawMessage) (any, error)
 }
 
-// Engines: Name is the activity's registered name.
+// Kind authors and engines: Name is the activity's registered name.
 func (b ActivityBinding) Name() string { return b.name }
-
-// Engines: Invoke decodes the JSON input and runs the body. The result is
-// returned as the body made it; the engine encodes it (and enforces
-// MaxPayloadBytes) the same way for every activity. An input that does not
-// decode is a non-retryable error.
-func (b ActivityBinding) Invoke(ctx context.Context, input json.RawMessage) (any, error) {
-	return b.invoke(ctx, input)
-}
 
 // Kind authors: Bind attaches a body to a declared activity. The compiler
 // checks that fn has the declared input and output types.

@@ -10,11 +10,12 @@
 //     step options, and inside an activity StepInfoFrom, Heartbeat and the
 //     fencing token passed to the ledger.
 //
-// A few methods exist for engines only (Handler.Run, the Registry lookups,
-// the ActivityBinding accessors); their docs start with "Engines:". The rest
-// of what engines share (input preparation, step sequencing and the replay
-// check, the activity runtime, fencing-token construction) is the module's
-// internal/enginekit, which business code cannot import.
+// What only an engine does with the authors' registrations (run a handler,
+// look up a kind's version or an activity's body, invoke it) is package
+// port/engineapi, out of both audiences' view; an engine proves itself with
+// port/porttest. The rest of what this module's engines share (input
+// preparation, step sequencing and the replay check, the activity runtime,
+// fencing-token construction) is its internal/enginekit.
 //
 // Two engines sit behind the port (temporaladapter and leaseadapter) and must
 // be indistinguishable to business code. The package imports the standard

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 // The types of the README's "Using it" snippet.
@@ -77,7 +78,7 @@ func Example() {
 	}
 
 	f := &exampleFlow{reg: reg}
-	err = importKind.Handler.Run(f, json.RawMessage(`{"PlanID":"p1","Target":"/library/a.mkv"}`))
+	err = engineapi.Run(importKind.Handler, f, json.RawMessage(`{"PlanID":"p1","Target":"/library/a.mkv"}`))
 	fmt.Println("handler returned:", err)
 	// Output:
 	// step check-ready-0
@@ -166,7 +167,7 @@ func (f *exampleFlow) WaitSignal(name string, topic port.Topic, _ time.Duration,
 
 func (f *exampleFlow) Step(name, activity string, in, out any, _ ...port.StepOption) error {
 	fmt.Println("step", name)
-	b, err := f.reg.Activity(activity)
+	b, err := engineapi.Activity(f.reg, activity)
 	if err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func (f *exampleFlow) Step(name, activity string, in, out any, _ ...port.StepOpt
 	if err != nil {
 		return err
 	}
-	res, err := b.Invoke(context.Background(), raw)
+	res, err := engineapi.Invoke(context.Background(), b, raw)
 	if err != nil {
 		return err
 	}

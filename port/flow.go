@@ -141,11 +141,5 @@ func Handle[In any](fn func(f Flow, in In) error) Handler {
 	}
 }
 
-// Engines: Run executes the handler on a JSON input.
-func (h Handler) Run(f Flow, input json.RawMessage) error { return h.run(f, input) }
-
-// Engines: CheckInput decodes and validates input without running anything.
-func (h Handler) CheckInput(input json.RawMessage) error { return h.check(input) }
-
 // defined reports whether the handler was built with Handle.
 func (h Handler) defined() bool { return h.run != nil }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 func TestRetryPolicy(t *testing.T) {
@@ -50,24 +51,24 @@ func TestRegistry(t *testing.T) {
 	cur, err := reg.Current("asset.import")
 	require.NoError(t, err)
 	require.Equal(t, 2, cur.Version)
-	_, err = reg.Lookup("asset.import", 1)
+	_, err = engineapi.Lookup(reg, "asset.import", 1)
 	require.NoError(t, err)
-	_, err = reg.Lookup("asset.import", 7)
+	_, err = engineapi.Lookup(reg, "asset.import", 7)
 	require.ErrorIs(t, err, port.ErrUnknownKind)
 	require.Len(t, reg.Definitions(), 2)
 
 	act := port.DeclareActivity[int, int]("double")
 	require.NoError(t, reg.RegisterActivity(port.Bind(act, func(_ context.Context, n int) (int, error) { return 2 * n, nil })))
 	require.ErrorIs(t, reg.RegisterActivity(port.Bind(act, func(_ context.Context, n int) (int, error) { return n, nil })), port.ErrInvalidInput)
-	b, err := reg.Activity("double")
+	b, err := engineapi.Activity(reg, "double")
 	require.NoError(t, err)
 	require.Equal(t, "double", b.Name())
-	out, err := b.Invoke(context.Background(), json.RawMessage(`21`))
+	out, err := engineapi.Invoke(context.Background(), b, json.RawMessage(`21`))
 	require.NoError(t, err)
 	require.Equal(t, 42, out)
-	_, err = b.Invoke(context.Background(), json.RawMessage(`"x"`))
+	_, err = engineapi.Invoke(context.Background(), b, json.RawMessage(`"x"`))
 	require.True(t, port.IsNonRetryable(err), "undecodable activity input is not worth retrying")
-	_, err = reg.Activity("triple")
+	_, err = engineapi.Activity(reg, "triple")
 	require.ErrorIs(t, err, port.ErrUnknownActivity)
 }
 

@@ -102,8 +102,8 @@ func (r *Registry) Current(kind Kind) (Definition, error) {
 	return best, nil
 }
 
-// Engines: Lookup returns one version of a kind.
-func (r *Registry) Lookup(kind Kind, version int) (Definition, error) {
+// lookup returns one version of a kind (engineapi.Lookup).
+func (r *Registry) lookup(kind Kind, version int) (Definition, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	d, ok := r.defs[kind][version]
@@ -130,8 +130,8 @@ func (r *Registry) Definitions() []Definition {
 	return out
 }
 
-// Engines: Activity returns the body registered under name.
-func (r *Registry) Activity(name string) (ActivityBinding, error) {
+// activity returns the body registered under name (engineapi.Activity).
+func (r *Registry) activity(name string) (ActivityBinding, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	b, ok := r.activities[name]
@@ -141,8 +141,9 @@ func (r *Registry) Activity(name string) (ActivityBinding, error) {
 	return b, nil
 }
 
-// Engines: Activities returns every registered activity ordered by name.
-func (r *Registry) Activities() []ActivityBinding {
+// bindings returns every registered activity ordered by name
+// (engineapi.Activities).
+func (r *Registry) bindings() []ActivityBinding {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]ActivityBinding, 0, len(r.activities))

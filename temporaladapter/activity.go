@@ -19,6 +19,7 @@ import (
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 // activityFunc wraps a registered activity body as a Temporal activity. It
@@ -100,7 +101,7 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 // reverse).
 func (e *Engine) unknownActivity(ctx context.Context, _ converter.EncodedValues) (stepResult, error) {
 	ai := activity.GetInfo(ctx)
-	_, err := e.reg.Activity(ai.ActivityType.Name)
+	_, err := engineapi.Activity(e.reg, ai.ActivityType.Name)
 	if err == nil {
 		// Bound after Start: this worker did not register it.
 		err = fmt.Errorf("activity %q: %w", ai.ActivityType.Name, port.ErrUnknownActivity)

@@ -40,6 +40,7 @@ import (
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 var (
@@ -242,7 +243,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 func (e *Engine) start(ctx context.Context, run runstore.Run, in runInput) error {
 	in.Input, in.Generation = run.Input, run.Seq
 	m := memo{Kind: run.Kind, Version: run.Version, IdempotencyKey: run.IdempotencyKey, BusinessKey: run.BusinessKey}
-	if def, err := e.reg.Lookup(run.Kind, run.Version); err == nil && def.ShowInput {
+	if def, err := engineapi.Lookup(e.reg, run.Kind, run.Version); err == nil && def.ShowInput {
 		m.Input = summarize(run.Input, e.cfg.MemoInputBytes)
 	}
 	opts := client.StartWorkflowOptions{

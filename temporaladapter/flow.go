@@ -17,6 +17,7 @@ import (
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 // stepErrorType is the ApplicationError type of a failed step attempt; its
@@ -61,7 +62,7 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 			// as canceled runs end, having run nothing.
 			return f.end(port.StatusCanceled, "", fmt.Errorf("%w: %s", port.ErrCanceled, in.Reason))
 		}
-		next, err := enginekit.ContinueAsNew(def.Handler.Run(f, in.Input))
+		next, err := enginekit.ContinueAsNew(engineapi.Run(def.Handler, f, in.Input))
 		if next != nil {
 			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}
 			return workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)

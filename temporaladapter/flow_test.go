@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 // These tests hold the Flow mapping to Temporal with the SDK's testsuite:
@@ -51,7 +52,7 @@ func newUnitEnv(t *testing.T, def port.Definition) unitEnv {
 	s.SetLogger(tlog.NewStructuredLogger(logger))
 	env := s.NewTestWorkflowEnvironment()
 	e.registerWorkflows(env, port.StartOptions{})
-	for _, b := range reg.Activities() {
+	for _, b := range engineapi.Activities(reg) {
 		env.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name()})
 	}
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(testRunID)})

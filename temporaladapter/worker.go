@@ -13,6 +13,7 @@ import (
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 // Start registers the served versions of every kind (each as its own
@@ -45,7 +46,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 			Interceptors:                            []interceptor.WorkerInterceptor{&wakeInterceptor{}},
 		})
 		served := e.registerWorkflows(w, opts)
-		for _, b := range e.reg.Activities() {
+		for _, b := range engineapi.Activities(e.reg) {
 			w.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name()})
 		}
 		w.RegisterDynamicActivity(e.unknownActivity, activity.DynamicRegisterOptions{})

@@ -16,6 +16,7 @@ import (
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 	"github.com/taskport/taskport/qbittorrent"
 	"github.com/taskport/taskport/workflows"
 	"github.com/taskport/taskport/workflows/flowtest"
@@ -443,9 +444,9 @@ func TestActivityOutsideEngineIsRefused(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	apptest.Acked(t)(f.Plans.Approve(ctx, f.id, "ann", ""))
-	b, err := f.Registry.Activity(workflows.SubmitDownload.Name())
+	b, err := engineapi.Activity(f.Registry, workflows.SubmitDownload.Name())
 	require.NoError(t, err)
-	_, err = b.Invoke(ctx, []byte(`{"plan_id":"`+f.id+`"}`))
+	_, err = engineapi.Invoke(ctx, b, []byte(`{"plan_id":"`+f.id+`"}`))
 	require.ErrorIs(t, err, ledger.ErrNoFencingToken)
 	require.True(t, port.IsNonRetryable(err))
 	require.Zero(t, f.QBT.AddRequests())

@@ -24,9 +24,11 @@
 //
 // # The rules
 //
-//   - port imports only the standard library and internal/stepctx, the
-//     stdlib-only leaf that carries the activity runtime in a context
-//     (RulePortLeaf, RuleStepctxLeaf);
+//   - port imports only the standard library, internal/stepctx (the
+//     stdlib-only leaf that carries the activity runtime in a context) and
+//     port/internal/access (the stdlib-only leaf that carries its
+//     engine-facing operations to port/engineapi) (RulePortLeaf,
+//     RuleStepctxLeaf);
 //   - the adapters (leaseadapter, temporaladapter, with their subpackages)
 //     never import each other (RuleAdapters);
 //   - only the engines import the run store, runstore or internal/runstore
@@ -80,8 +82,8 @@ import (
 
 // The rules, as Violation.Rule names them.
 const (
-	RulePortLeaf     = "port imports only the standard library and internal/stepctx"
-	RuleStepctxLeaf  = "internal/stepctx imports only the standard library"
+	RulePortLeaf     = "port imports only the standard library, internal/stepctx and port/internal/access"
+	RuleStepctxLeaf  = "internal/stepctx and port/internal/access import only the standard library"
 	RuleAdapters     = "the adapters never import each other"
 	RuleRunstore     = "only the engines import the run store"
 	RuleWorkflows    = "workflows imports only port and the standard library"
@@ -121,6 +123,7 @@ var (
 	production     = "cmd/taskport"
 	devHarness     = []string{"internal/devserver", "qbittorrent/qbtnox", "internal/testkit"}
 	stepctx        = "internal/stepctx"
+	portAccess     = "port/internal/access"
 	builderCalls   = []string{"From", "Into", "Table", "Join", "InnerJoin", "LeftJoin", "RightJoin", "FullJoin", "CrossJoin"}
 	tableDDLRE     = regexp.MustCompile(`(?i)\b(create|drop)\s+table\s+(?:if\s+(?:not\s+)?exists\s+)?([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)`)
 	gooseDown      = "-- +goose Down"
@@ -540,9 +543,9 @@ func (m Module) checkImport(pkg, imp string) []Violation {
 		out = append(out, Violation{Rule: rule, Package: pkg, Subject: imp, Detail: "imports " + imp})
 	}
 	switch {
-	case pkg == "port" && !std && !(internal && rel == stepctx):
+	case pkg == "port" && !std && !(internal && (rel == stepctx || rel == portAccess)):
 		broken(RulePortLeaf)
-	case pkg == stepctx && !std:
+	case (pkg == stepctx || pkg == portAccess) && !std:
 		broken(RuleStepctxLeaf)
 	// workflows/flowtest is the deterministic engine double the kinds' unit
 	// tests run on: an engine, so it may use the implementer kit.

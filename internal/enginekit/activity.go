@@ -7,6 +7,7 @@ import (
 
 	"github.com/taskport/taskport/internal/stepctx"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 // Beater is the engine-specific half of an activity's heartbeat, the only
@@ -57,7 +58,7 @@ func RunActivity(ctx context.Context, b port.ActivityBinding, info port.StepInfo
 			out, err = nil, fmt.Errorf("activity %s panicked: %v", info.Activity, p)
 		}
 	}()
-	res, err := b.Invoke(WithStep(ctx, info, beat), input)
+	res, err := engineapi.Invoke(WithStep(ctx, info, beat), b, input)
 	if err != nil {
 		return nil, err
 	}

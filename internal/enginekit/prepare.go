@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 func fieldErr(field, format string, args ...any) error {
@@ -55,7 +56,7 @@ func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.Enq
 	if err != nil {
 		return PreparedEnqueue{}, err
 	}
-	if err := def.Handler.CheckInput(raw); err != nil {
+	if err := engineapi.CheckInput(def.Handler, raw); err != nil {
 		return PreparedEnqueue{}, err
 	}
 	return PreparedEnqueue{Definition: def, Input: raw, Options: opts}, nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/engineapi"
 )
 
 // ErrCrashed is returned by Execute when a LoseResult step ran: the step's
@@ -134,7 +135,7 @@ func (r *Run) Input() json.RawMessage { return r.input }
 func (r *Run) Execute(ctx context.Context) error {
 	for {
 		r.seq = enginekit.StepSequence{}
-		next, err := enginekit.ContinueAsNew(r.def.Handler.Run(&flow{run: r, ctx: ctx}, r.input))
+		next, err := enginekit.ContinueAsNew(engineapi.Run(r.def.Handler, &flow{run: r, ctx: ctx}, r.input))
 		if next == nil {
 			return err
 		}
@@ -192,7 +193,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		return err
 	}
 	f.run.Options[name] = o
-	b, err := f.run.reg.Activity(activity)
+	b, err := engineapi.Activity(f.run.reg, activity)
 	if err != nil {
 		return err
 	}
