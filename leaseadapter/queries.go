@@ -211,8 +211,11 @@ SELECT count(*), now() FROM t`
 // step ($5 seq, $6 name, $7 result, $8 attempts), whose commit was held back
 // until the handler's next move turned out to be its return; otherwise the
 // run's view keeps the last step, wait or sleep recorded (l; a version
-// marker is none of them), or the step whose body started after it (a run
-// canceled in that step). last_error becomes $4: "" for succeeded and
+// marker is none of them) with its attempts, or, when the row names a step
+// that is live (k: its body started in this claim after l, or it has no
+// result yet, as a step whose earlier attempts failed and whose next one a
+// cancel kept from starting), that step with the row's attempts. The row
+// lags l when a step's start marker was still queued as it finished. last_error becomes $4: "" for succeeded and
 // canceled, the handler's error for failed. A run whose cancel was
 // requested before this commit ends canceled whatever the handler
 // returned, as on Temporal, where the cancel resolves the step the handler
@@ -222,15 +225,18 @@ const finishSQL = `
 WITH l AS (
   SELECT s.seq, s.name, s.attempts FROM taskport_lease.step_result s
   WHERE s.run_id = $1 AND $5::int IS NULL AND s.name NOT LIKE 'version:%' ORDER BY s.seq DESC LIMIT 1
+), k AS (
+  SELECT r.current_step <> '' AND (r.started_seq > coalesce((SELECT seq FROM l), -1) OR NOT EXISTS (
+    SELECT 1 FROM taskport_lease.step_result s WHERE s.run_id = r.id AND s.name = r.current_step)) AS live
+  FROM taskport.run r WHERE r.id = $1
 ), t AS (
   UPDATE taskport.run
   SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE $3 END,
       last_error = CASE WHEN cancel_requested_at IS NOT NULL THEN '' ELSE $4 END,
       dead_letter_at = CASE WHEN $3 = 'failed' AND cancel_requested_at IS NULL THEN now() END,
       finished_at = coalesce(finished_at, now()),
-      current_step = coalesce($6::text,
-        CASE WHEN started_seq > coalesce((SELECT seq FROM l), -1) THEN current_step END, (SELECT name FROM l), current_step),
-      attempts = coalesce($8::int, (SELECT attempts FROM l), attempts),
+      current_step = coalesce($6::text, CASE WHEN (SELECT live FROM k) THEN current_step END, (SELECT name FROM l), current_step),
+      attempts = coalesce($8::int, CASE WHEN (SELECT live FROM k) THEN attempts END, (SELECT attempts FROM l), attempts),
       wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
   WHERE ` + claimedRun + `
   RETURNING id

@@ -172,7 +172,8 @@
 // CurrentStep: the name of the step, wait or sleep the run is in or last
 // was in; "" before the first. The end of the run does not change it.
 // A step becomes CurrentStep when its first body starts, a wait or sleep
-// when it parks: a step scheduled and waiting for a worker or a slot is not
+// when it parks (a wait with a zero timeout, which never parks, when it
+// returns): a step scheduled and waiting for a worker or a slot is not
 // the run's step yet, and a step a cancel kept from starting never is (the
 // run ends in the step before). CurrentStep and Attempts may trail a step
 // body's start by one write: the lease engine records the start with its

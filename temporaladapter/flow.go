@@ -323,6 +323,9 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		return true, decodeSignal(name, carried[0], payload)
 	}
 	if timeout == 0 {
+		// A wait that does not park is still the run's last move, as the
+		// lease engine records it: the end names it.
+		f.lastStep, f.lastAttempts = name, 0
 		var raw json.RawMessage
 		if workflow.GetSignalChannel(f.ctx, string(topic)).ReceiveAsync(&raw) {
 			f.continueTrace(topic)

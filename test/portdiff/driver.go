@@ -389,8 +389,14 @@ func (d *driver) cancelFinished(what, key string) {
 	cerr := d.e.Cancel(bg, d.ids[key], "portdiff again")
 	after, gerr := d.e.Get(bg, d.ids[key])
 	fields := []Field{{"error", errClass(cerr)}, {"unchanged", strconv.FormatBool(gerr == nil && after.Status == before.Status &&
+		after.CurrentStep == before.CurrentStep && after.Attempts == before.Attempts &&
 		after.LastError == before.LastError && after.UpdatedAt.Equal(before.UpdatedAt) && after.FinishedAt.Equal(before.FinishedAt))}}
-	d.record(what, key, append(fields, view(after, gerr, d.keyOf)...)...)
+	var skip []string
+	if d.now[key].anyStep {
+		// Where a raced cancel caught the run is not deterministic.
+		skip = append(skip, "current_step", "attempts")
+	}
+	d.record(what, key, append(fields, view(after, gerr, d.keyOf, skip...)...)...)
 }
 
 // list records, for every run of the plan, whether the listing holds it
