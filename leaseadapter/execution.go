@@ -587,7 +587,9 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		if err := f.gate(); err != nil {
 			return false, err
 		}
-		h = f.wait(seq, name, string(topic), timeout)
+		if h, err = f.wait(seq, name, string(topic), timeout); err != nil {
+			return false, err
+		}
 	}
 	var o waitOutcome
 	if err := json.Unmarshal(h.Result, &o); err != nil {
@@ -615,19 +617,24 @@ func (f *flow) Sleep(name string, d time.Duration) error {
 	if err := f.gate(); err != nil {
 		return err
 	}
-	f.wait(seq, name, "", d)
-	return nil
+	_, err = f.wait(seq, name, "", d)
+	return err
 }
 
 // wait runs a WaitSignal (topic set) or Sleep in one transaction under the
 // topic lock: it consumes a signal, or records the timeout, or parks the run
-// (releasing the claim; the handler unwinds). It returns the recorded entry.
-func (f *flow) wait(seq int, name, topic string, d time.Duration) *historyEntry {
+// (releasing the claim; the handler unwinds). It returns the recorded entry,
+// or port.ErrCanceled for a run whose cancel was requested.
+func (f *flow) wait(seq int, name, topic string, d time.Duration) (*historyEntry, error) {
 	// Marked released before the transaction that may park the run, so that
 	// a heartbeat racing with it does not take the park for a lost lease.
 	f.ex.released.Store(true)
 	rec, parkedUntil, dbNow, err := f.w.waitTx(f.dbCtx, f.ex, seq, name, topic, d)
 	switch {
+	case errors.Is(err, port.ErrCanceled):
+		f.ex.released.Store(false)
+		f.sawCancel = true
+		return nil, port.ErrCanceled
 	case errors.Is(err, port.ErrLeaseLost):
 		f.w.e.cfg.Metrics.FencedCommit(port.Kind(f.ex.kind))
 		panic(unwind{why: "lease lost"})
@@ -641,7 +648,7 @@ func (f *flow) wait(seq int, name, topic string, d time.Duration) *historyEntry 
 	f.ex.released.Store(false)
 	f.ex.stepAttempts, f.ex.errorShown = 0, false // as commitStepSQL left the row
 	f.now = rec.At
-	return rec
+	return rec, nil
 }
 
 func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic string, d time.Duration) (rec *historyEntry, parkedUntil, dbNow time.Time, err error) {
@@ -659,14 +666,20 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 		curStep   string
 		waitTopic *string
 		waitUntil *time.Time
+		canceled  bool
 	)
-	err = runstore.InterpretError(tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow))
+	err = runstore.InterpretError(tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow, &canceled))
 	switch {
 	case errors.Is(err, port.ErrNotFound):
 		// No run row holds this claim's lease_token any more.
 		return nil, time.Time{}, time.Time{}, port.ErrLeaseLost
 	case err != nil:
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("check claim for wait %s: %w", name, err)
+	case canceled:
+		// Cancel found the run running and left it to this worker, whose
+		// notification may not have come yet: the wait neither records
+		// nor parks, as a step would not start.
+		return nil, time.Time{}, time.Time{}, port.ErrCanceled
 	}
 	resumed := curStep == name && waitUntil != nil && (waitTopic == nil) == (topic == "")
 	deadline := dbNow.Add(d)

@@ -430,10 +430,12 @@ SELECT count(*) FROM w`
 
 const notifySQL = `SELECT pg_notify($1, $2)`
 
-// lockClaimSQL is the first statement of a wait: it checks the claim and
-// reads the wait in progress, if any.
+// lockClaimSQL is the first statement of a wait: it checks the claim, reads
+// the wait in progress, if any, and whether the run's cancel was requested.
+// Its row lock holds a later cancel request back until the wait commits, so
+// a wait that finds no request parks a run that Cancel then finds waiting.
 const lockClaimSQL = `
-SELECT current_step, wait_topic, wait_until, now()
+SELECT current_step, wait_topic, wait_until, now(), cancel_requested_at IS NOT NULL
 FROM taskport.run WHERE ` + claimedRun + `
 FOR UPDATE`
 

@@ -23,12 +23,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -265,6 +268,12 @@ func (e *Engine) start(ctx context.Context, run runstore.Run, in runInput) error
 		opts.StartDelay = d
 	}
 	_, err := e.client.ExecuteWorkflow(ctx, opts, WorkflowType(run.Kind, run.Version), in)
+	var invalid *serviceerror.InvalidArgument
+	if errors.As(err, &invalid) && strings.Contains(err.Error(), "search attribute") {
+		// The run's row stays pending; the reconciler starts it once the
+		// namespace has them.
+		return fmt.Errorf("start workflow of run %s: %w", run.ID, missingSearchAttributes(err))
+	}
 	if err = interpretError(err); err != nil && !errors.Is(err, errWorkflowExists) {
 		return fmt.Errorf("start workflow of run %s: %w", run.ID, err)
 	}
@@ -478,4 +487,36 @@ func (e *Engine) OpenRunsOnVersion(ctx context.Context, kind port.Kind, version 
 			return out, nil
 		}
 	}
+}
+
+// CheckSearchAttributes asks the client's namespace, through a visibility
+// query over them, whether it has the search attributes every run sets
+// (SearchAttributes). Start runs it, so that a worker on a namespace that
+// lacks them refuses to serve with what to create, instead of every start
+// failing; a producer that never calls Start may call it after Dial. A
+// namespace whose visibility cannot answer (unavailable, or a permission
+// the client lacks) is not refused: only the server's InvalidArgument is.
+func (e *Engine) CheckSearchAttributes(ctx context.Context) error {
+	query := fmt.Sprintf("%s = '' AND %s = 0 AND %s = ''", AttrKind, AttrVersion, AttrBusinessKey)
+	_, err := e.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, PageSize: 1})
+	var invalid *serviceerror.InvalidArgument
+	if errors.As(err, &invalid) {
+		return missingSearchAttributes(err)
+	}
+	if err != nil {
+		e.logger.WarnContext(ctx, "could not check the namespace's search attributes", slog.String("error", err.Error()))
+	}
+	return nil
+}
+
+// missingSearchAttributes says what to create when the server refused a
+// query or a start for want of the search attributes.
+func missingSearchAttributes(err error) error {
+	names := slices.Sorted(maps.Keys(SearchAttributes()))
+	var create []string
+	for _, n := range names {
+		create = append(create, fmt.Sprintf("temporal operator search-attribute create --namespace <namespace> --name %s --type %s", n, SearchAttributes()[n]))
+	}
+	return fmt.Errorf("the Temporal namespace lacks the search attributes taskport sets on every run (%s); create them with:\n  %s\n(the dev server: temporal server start-dev --search-attribute %s=Keyword ...): %w",
+		strings.Join(names, ", "), strings.Join(create, "\n  "), AttrKind, err)
 }

@@ -29,6 +29,9 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := e.CheckSearchAttributes(ctx); err != nil {
+		return err
+	}
 	return startstop.Start(ctx, &e.Base, func(ctx context.Context) error {
 		conc := opts.Concurrency
 		if conc == 0 {

@@ -32,7 +32,7 @@ func leaseEngine() contract.Engine {
 		}
 	}, WorkerArgs: func(_ *testing.T, pool *pgxpool.Pool) []string {
 		return []string{"-engine", "lease", "-db", pool.Config().ConnString()}
-	}, Features: func(*testing.T) contract.Features { return contract.Features{KeepsSignalsForTheTopic: true} }}
+	}, Features: func(*testing.T) contract.Features { return contract.Features{} }} // promises every feature
 }
 
 // temporalTarget is a Temporal server the temporal engine runs against,

@@ -49,12 +49,6 @@ type Features struct {
 	// (temporaladapter.DescribeStopHandoff: the capability, on a
 	// single-partition task queue).
 	LosesPolledTasksOnStop bool
-	// KeepsSignalsForTheTopic: a signal that finds no run waiting on its
-	// topic is kept for the topic's next wait, and counted 0 (the lease
-	// engine's task_signal). On Temporal a run stays a waiter on its topics
-	// until it ends: a signal between two waits counts 1 and is buffered in
-	// the run. Either way the next wait receives it.
-	KeepsSignalsForTheTopic bool
 }
 
 // newScenarioDB is a fresh migrated database with the effect kinds' side

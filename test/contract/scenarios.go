@@ -297,11 +297,7 @@ func signalDuringStep(w *world) {
 	w.waitEffect(id, "hold:started")
 	n, err = e.Signal(bg, in.Topic, "two")
 	require.NoError(w.t, err)
-	if w.engine.Features(w.t).KeepsSignalsForTheTopic {
-		require.Zero(w.t, n, "no run waits: the signal is kept for the topic's next wait")
-	} else {
-		require.Equal(w.t, 1, n, "a run between two waits on the topic accepts the signal")
-	}
+	require.Zero(w.t, n, "no run waits: the signal is kept for the topic's next wait")
 	require.NotContains(w.t, w.effects(id), "hold:finished", "the signal was sent while the step ran")
 	w.openGate(in.Gate)
 	w.waitStatus(e, id, port.StatusSucceeded)
