@@ -46,7 +46,7 @@ type Config struct {
 	// waits for a slot and some are free (short steps, whose runs spend
 	// their time waiting on commits); each claim then adds at most the idle
 	// slots. With long steps the worker so holds, as with twice the
-	// concurrency, no runs that would only wait for a slot (README: the
+	// concurrency, no runs that would only wait for a slot (docs/benchmarks.md: the
 	// DBOS comparison at concurrency 8).
 	ActiveRuns int
 	// Prefetch is how many runs a worker claims beyond its active runs, so

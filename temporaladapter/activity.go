@@ -118,7 +118,7 @@ func (e *Engine) unknownActivity(ctx context.Context, _ converter.EncodedValues)
 // attempt timed out), and the workflow task this attempt's completion
 // schedules would wait on that worker's sticky queue until the sticky
 // schedule-to-start timeout (Config.StickyScheduleToStartTimeout) moved it
-// on: about a second of every takeover (README, recovery soak). The cost,
+// on: about a second of every takeover (docs/engines.md, the recovery soak). The cost,
 // once per retried attempt: whichever worker takes that workflow task
 // replays the run's history. A failed reset costs only that second.
 func (e *Engine) unstick(ctx context.Context, log *slog.Logger, ai activity.Info) {

@@ -52,7 +52,7 @@ func unservedVersion(w *world) {
 	// The v2-only worker goes before the v1 worker comes: on Temporal both
 	// poll one task queue, and while both do, each workflow task of the v1
 	// run lands on either, the v2 worker holding its try until the task
-	// times out (README, "Known differences between the engines").
+	// times out (docs/engines.md, "Known differences between the engines").
 	w.stop(e)
 	e1 := w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})
 	w.waitStatus(e1, old, port.StatusWaiting)

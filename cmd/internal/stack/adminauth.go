@@ -125,7 +125,7 @@ func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 			out.Auth.Local, out.Mode = "local:"+name, "loopback"
 		default:
 			return out, fmt.Errorf("admin: %s is not a loopback address and no --auth is set: "+
-				"use --auth token or --auth proxy (see the README), or --insecure-no-auth to expose it to anyone", addr)
+				"use --auth token or --auth proxy (see docs/admin.md), or --insecure-no-auth to expose it to anyone", addr)
 		}
 	default:
 		return out, fmt.Errorf("--auth must be token or proxy, got %q", a.Mode)

@@ -27,7 +27,7 @@ type Globals struct {
 	LogLevel    string
 	// PoolSize bounds the business pool (and the migration's); the engine's
 	// own pool is Config.EnginePoolSize. Both count against Postgres
-	// max_connections: see the README's connection budget.
+	// max_connections: see docs/deploy.md's connection budget.
 	PoolSize int
 	// OTLPEndpoint is the OpenTelemetry collector spans are exported to
 	// (OTLP/gRPC URL, e.g. http://collector:4317); empty: tracing off.
