@@ -158,7 +158,15 @@ func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
 		return p, err
 	}
 	var err error
-	if p.InfoHash, err = hexDigits("info_hash", np.InfoHash, 40); err != nil {
+	hash := np.InfoHash
+	if strings.TrimSpace(hash) == "" {
+		// Optional where the source names it: the magnet's btih or the
+		// torrent file's info dictionary.
+		if hash, err = sourceHash(np); err != nil {
+			return p, err
+		}
+	}
+	if p.InfoHash, err = hexDigits("info_hash", hash, 40); err != nil {
 		return p, err
 	}
 	if p.ExpectedSHA256, err = hexDigits("expected_sha256", np.ExpectedSHA256, 64); err != nil {
@@ -215,14 +223,40 @@ func hexDigits(field, s string, n int) (string, error) {
 	return s, nil
 }
 
-func checkMagnet(magnet, hash string) error {
+// sourceHash is the info hash a plan's source names, for a plan created
+// without one: a magnet's btih, a torrent file's own; a torrent URL names
+// none (it is fetched only at download time).
+func sourceHash(np NewPlan) (string, error) {
+	switch {
+	case np.Magnet != "":
+		return magnetHash(np.Magnet)
+	case len(np.Torrent) > 0:
+		tf, err := qbittorrent.ParseTorrentFile(np.Torrent)
+		if err != nil {
+			return "", invalid("torrent", "not a .torrent file: %s", err.Error())
+		}
+		return tf.InfoHash, nil
+	}
+	return "", invalid("info_hash", "must be given with a torrent URL (40 hex digits)")
+}
+
+// magnetHash is the btih of a magnet link, lower case.
+func magnetHash(magnet string) (string, error) {
 	u, err := url.Parse(magnet)
 	if err != nil || u.Scheme != "magnet" {
-		return invalid("magnet", "must be a magnet: link")
+		return "", invalid("magnet", "must be a magnet: link")
 	}
 	btih, ok := strings.CutPrefix(strings.ToLower(u.Query().Get("xt")), "urn:btih:")
 	if !ok {
-		return invalid("magnet", "has no xt=urn:btih: parameter")
+		return "", invalid("magnet", "has no xt=urn:btih: parameter")
+	}
+	return btih, nil
+}
+
+func checkMagnet(magnet, hash string) error {
+	btih, err := magnetHash(magnet)
+	if err != nil {
+		return err
 	}
 	if btih != hash {
 		return invalid("info_hash", "%s does not match the magnet's %s", hash, btih)

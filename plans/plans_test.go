@@ -262,6 +262,27 @@ func TestConcurrentPlansOnOneTarget(t *testing.T) {
 
 // Defect 4: a second active plan on the same info hash is refused with an
 // error naming the plan that holds it, and nothing is written.
+// A plan created from a magnet or a torrent file without an info hash takes
+// the source's; a torrent URL names none, and is refused without one.
+func TestInfoHashDefaultsToTheSources(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	a := apptest.NewAsset("from-magnet.mkv", 10)
+	p, err := w.Plans.CreatePlan(ctx, plans.NewPlan{Title: "magnet only", Magnet: a.Magnet(),
+		TargetPath: w.Target(a), ExpectedSize: 10, ExpectedSHA256: a.SHA256})
+	require.NoError(t, err)
+	require.Equal(t, a.Hash, p.InfoHash)
+
+	before := counts(t, w.Pool)
+	_, err = w.Plans.CreatePlan(ctx, plans.NewPlan{Title: "url only", TorrentURL: "https://example.com/a.torrent",
+		TargetPath: w.LibraryDir + "/url.mkv", ExpectedSize: 10, ExpectedSHA256: a.SHA256})
+	var fe *port.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "info_hash", fe.Field)
+	require.Equal(t, before, counts(t, w.Pool), "nothing written")
+}
+
 func TestSecondActivePlanOnSameHashIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -85,7 +85,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	f.StringVar(&np.Magnet, "magnet", "", "magnet link")
 	f.StringVar(&np.TorrentURL, "torrent-url", "", "http(s) URL of a .torrent")
 	f.StringVar(&torrentFile, "torrent-file", "", "a .torrent file")
-	f.StringVar(&np.InfoHash, "info-hash", "", "40 hex digits")
+	f.StringVar(&np.InfoHash, "info-hash", "", "40 hex digits; by default the magnet's or the torrent file's")
 	f.StringVar(&np.TargetPath, "target", "", "absolute path inside the library root")
 	f.Int64Var(&np.ExpectedSize, "size", 0, "expected size in bytes")
 	f.StringVar(&np.ExpectedSHA256, "sha256", "", "expected SHA-256, 64 hex digits")
