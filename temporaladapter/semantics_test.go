@@ -249,9 +249,9 @@ func TestScheduledStepIsNotTheRunsStepUntilItStarts(t *testing.T) {
 		require.Equal(c, port.StatusRunning, v.Status)
 	})
 	pendingActivities := func() int {
-		desc, err := h.c.DescribeWorkflowExecution(ctx, temporaladapter.WorkflowID(queued), "")
+		desc, err := h.c.DescribeWorkflow(ctx, temporaladapter.WorkflowID(queued), "")
 		require.NoError(t, err)
-		return len(desc.GetPendingActivities())
+		return len(desc.RawResponse.GetPendingActivities())
 	}
 	require.Eventually(t, func() bool { return pendingActivities() == 1 }, 60*time.Second, 50*time.Millisecond, "the step was never scheduled")
 	view, err = eng.Get(ctx, queued)
