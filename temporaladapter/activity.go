@@ -279,6 +279,12 @@ func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.T
 	return nil
 }
 
+// waitReturned marks the run's registration on topic as past its wait
+// (runstore.WaitReturned).
+func (b *bookkeeping) waitReturned(ctx context.Context, id port.RunID, topic port.Topic) error {
+	return runstore.WaitReturned(ctx, b.pool, topic, id)
+}
+
 func (b *bookkeeping) removeWaiters(ctx context.Context, id port.RunID, topics []port.Topic) error {
 	for _, topic := range topics {
 		if err := runstore.RemoveWaiter(ctx, b.pool, topic, id); err != nil {

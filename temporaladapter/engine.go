@@ -297,8 +297,10 @@ func summarize(raw []byte, limit int) string {
 	return string(raw[:limit]) + "…"
 }
 
-// Signal reads the runs registered as waiting on topic in Postgres and
-// signals each. A run that finished meanwhile is skipped, not an error.
+// Signal reads the runs registered on topic in Postgres and signals each,
+// counting those parked in their wait: one between two of its waits buffers
+// the signal, with the sender's trace, for its next wait. A run that
+// finished meanwhile is skipped, not an error.
 // With no run waiting, the signal is kept for the next wait on the topic
 // (runstore.SignalTargets; addWaiter hands it over), as the lease engine
 // keeps one: a wake-up sent between a run's check and its wait is not lost.
@@ -307,18 +309,18 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 	if err != nil {
 		return 0, err
 	}
-	ids, err := runstore.SignalTargets(ctx, e.pool, topic, raw)
+	targets, err := runstore.SignalTargets(ctx, e.pool, topic, raw)
 	if err != nil {
 		return 0, err
 	}
 	delivered := 0
-	for _, id := range ids {
-		err := interpretError(e.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), raw))
+	for _, w := range targets {
+		err := interpretError(e.client.SignalWorkflow(ctx, WorkflowID(w.ID), "", string(topic), raw))
 		switch {
 		case errors.Is(err, port.ErrNotFound):
 		case err != nil:
-			return delivered, fmt.Errorf("signal run %s on %s: %w", id, topic, err)
-		default:
+			return delivered, fmt.Errorf("signal run %s on %s: %w", w.ID, topic, err)
+		case w.Parked:
 			delivered++
 		}
 	}

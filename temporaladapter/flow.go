@@ -134,7 +134,7 @@ type flow struct {
 	seq     enginekit.StepSequence
 	logger  *slog.Logger
 	pending map[port.Topic][]json.RawMessage // signals carried over a continue-as-new
-	topics  []port.Topic                     // topics waited on (waiter rows to remove at the end, channels to drain), in first-wait order
+	topics  []port.Topic                     // topics registered in the waiter table, in first-wait order
 	// generation is the run's, for the fencing tokens of its steps.
 	generation int64
 	// parents builds the parent span a received signal's trace gives the
@@ -389,25 +389,23 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	return false, nil
 }
 
-// stopWaiting removes the run's waiter row on topic once its wait returned,
-// so that a Signal while the run is past its wait counts it no more, as on
-// the lease engine; a signal sent then is kept for the topic, and the next
-// wait's registration hands it over. One local activity per parked wait.
-// Runs that waited before this change keep their registration to the end
-// and replay without it.
+// stopWaiting marks the run's waiter row on topic as past its wait once the
+// wait returned, so that a Signal while the run is past its wait does not
+// count it, as on the lease engine. The run stays registered: a signal sent
+// then is buffered in the topic's channel, with the sender's trace, for the
+// next wait. One local activity per parked wait. Runs that waited before
+// this change count as parked to the end and replay without it.
 func (f *flow) stopWaiting(topic port.Topic, name string) error {
-	if workflow.GetVersion(f.ctx, "taskport/wait-unregisters", workflow.DefaultVersion, 1) != 1 {
+	if workflow.GetVersion(f.ctx, "taskport/wait-returns", workflow.DefaultVersion, 1) != 1 {
 		return nil
 	}
 	lctx := workflow.WithLocalActivityOptions(f.ctx, f.laOpts)
-	if err := workflow.ExecuteLocalActivity(lctx, f.books.removeWaiters, f.runID, []port.Topic{topic}).Get(lctx, nil); err != nil {
+	if err := workflow.ExecuteLocalActivity(lctx, f.books.waitReturned, f.runID, topic).Get(lctx, nil); err != nil {
 		if f.ctx.Err() != nil {
 			return port.ErrCanceled
 		}
-		return fmt.Errorf("wait %s: unregister waiter: %w", name, err)
+		return fmt.Errorf("wait %s: mark the wait returned: %w", name, err)
 	}
-	// The topic stays in f.topics: a signal that raced this removal sits
-	// in the topic's channel, which a continue-as-new drains (f.drain).
 	return nil
 }
 

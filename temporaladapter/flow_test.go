@@ -56,9 +56,10 @@ func newUnitEnv(t *testing.T, def port.Definition) unitEnv {
 		env.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name()})
 	}
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(testRunID)})
-	env.OnActivity(e.books.project, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(e.books.project, mock.Anything, mock.Anything, mock.Anything).Return(port.Status(""), nil)
 	env.OnActivity(e.books.addWaiter, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(e.books.removeWaiters, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(e.books.waitReturned, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(e.books.takeKept, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(keptSignal{}, nil)
 	return unitEnv{TestWorkflowEnvironment: env, books: e.books}
 }

@@ -57,7 +57,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		// in the worker's registry, where the dynamic activity would answer
 		// for it: registered under that name, the bookkeeping is found as
 		// itself.
-		for _, la := range []any{e.books.project, e.books.addWaiter, e.books.removeWaiters, e.books.takeKept} {
+		for _, la := range []any{e.books.project, e.books.addWaiter, e.books.removeWaiters, e.books.takeKept, e.books.waitReturned} {
 			w.RegisterActivity(la)
 		}
 		if err := w.Start(); err != nil {

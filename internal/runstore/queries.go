@@ -134,7 +134,11 @@ ON CONFLICT (topic, run_id) DO UPDATE SET step = EXCLUDED.step, since = now()`
 
 const removeWaiterSQL = `DELETE FROM taskport.waiter WHERE topic = $1 AND run_id = $2`
 
-const waitersSQL = `SELECT run_id FROM taskport.waiter WHERE topic = $1 ORDER BY since, run_id`
+// waitersSQL lists a topic's waiters; one whose step is "" is registered
+// but past its wait (waitReturnedSQL).
+const waitersSQL = `SELECT run_id, step <> '' FROM taskport.waiter WHERE topic = $1 ORDER BY since, run_id`
+
+const waitReturnedSQL = `UPDATE taskport.waiter SET step = '' WHERE topic = $1 AND run_id = $2`
 
 // staleTemporalSQL pages through open Temporal runs whose projection was not
 // written for $1 ms, in (updated_at, id) order after the cursor ($2, $3). The

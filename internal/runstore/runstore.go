@@ -610,36 +610,62 @@ func RemoveWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 	return nil
 }
 
-// Waiters returns the runs currently waiting on topic, oldest first.
-func Waiters(ctx context.Context, q DBTX, topic port.Topic) ([]port.RunID, error) {
+// Waiter is a run registered on a topic: Parked while it waits there, not
+// between two of its waits on it (WaitReturned).
+type Waiter struct {
+	ID     port.RunID
+	Parked bool
+}
+
+// Waiters returns the runs registered on topic, oldest first.
+func Waiters(ctx context.Context, q DBTX, topic port.Topic) ([]Waiter, error) {
 	rows, err := q.Query(ctx, waitersSQL, topic)
 	if err != nil {
 		return nil, fmt.Errorf("waiters on %s: %w", topic, InterpretError(err))
 	}
-	ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (port.RunID, error) {
-		var u uuid.UUID
-		err := row.Scan(&u)
-		return port.RunID(u.String()), err
+	ws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiter, error) {
+		var (
+			u uuid.UUID
+			w Waiter
+		)
+		err := row.Scan(&u, &w.Parked)
+		w.ID = port.RunID(u.String())
+		return w, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("waiters on %s: %w", topic, InterpretError(err))
 	}
-	return ids, nil
+	return ws, nil
 }
 
-// SignalTargets returns the runs waiting on topic, for the caller to wake;
-// when none waits, it keeps the signal for the next wait on the topic
+// WaitReturned records that run id's wait on topic returned: the run stays
+// registered (a signal sent before its next wait is handed to it, with the
+// sender's trace), but it is no longer parked there, so a Signal does not
+// count it.
+func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) error {
+	u, err := ParseID(id)
+	if err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, waitReturnedSQL, topic, u); err != nil {
+		return fmt.Errorf("wait of %s on %s returned: %w", id, topic, InterpretError(err))
+	}
+	return nil
+}
+
+// SignalTargets returns the runs registered on topic, for the caller to
+// wake; when none is, it keeps the signal for the next wait on the topic
 // (WaitKeepingSignals), so that a signal sent between a run's check of the
 // business DB and its wait is not lost (ADR 2.2). It runs under the topic's
 // lock, in a transaction of its own.
-func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage) ([]port.RunID, error) {
-	var ids []port.RunID
+func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage) ([]Waiter, error) {
+	var ws []Waiter
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
 			return err
 		}
 		var err error
-		if ids, err = Waiters(ctx, tx, topic); err != nil || len(ids) > 0 {
+		if ws, err = Waiters(ctx, tx, topic); err != nil || len(ws) > 0 {
 			return err
 		}
 		_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload)
@@ -648,7 +674,7 @@ func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payl
 	if err != nil {
 		return nil, fmt.Errorf("signal %s: %w", topic, InterpretError(err))
 	}
-	return ids, nil
+	return ws, nil
 }
 
 // KeptSignal is a signal SignalTargets kept for a topic nobody waited on.

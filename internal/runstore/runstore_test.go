@@ -173,17 +173,18 @@ func TestWaiters(t *testing.T) {
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a.ID, "wait-approval-0"))
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a.ID, "wait-approval-1"))
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", b.ID, "wait-approval-0"))
-	ids, err := runstore.Waiters(ctx, pool, "approval:p1")
+	ws, err := runstore.Waiters(ctx, pool, "approval:p1")
 	require.NoError(t, err)
-	require.ElementsMatch(t, []port.RunID{a.ID, b.ID}, ids)
+	require.ElementsMatch(t, []runstore.Waiter{{ID: a.ID, Parked: true}, {ID: b.ID, Parked: true}}, ws)
 
+	require.NoError(t, runstore.WaitReturned(ctx, pool, "approval:p1", b.ID))
 	require.NoError(t, runstore.RemoveWaiter(ctx, pool, "approval:p1", a.ID))
-	ids, err = runstore.Waiters(ctx, pool, "approval:p1")
+	ws, err = runstore.Waiters(ctx, pool, "approval:p1")
 	require.NoError(t, err)
-	require.Equal(t, []port.RunID{b.ID}, ids)
-	ids, err = runstore.Waiters(ctx, pool, "nobody")
+	require.Equal(t, []runstore.Waiter{{ID: b.ID, Parked: false}}, ws, "registered, past its wait")
+	ws, err = runstore.Waiters(ctx, pool, "nobody")
 	require.NoError(t, err)
-	require.Empty(t, ids)
+	require.Empty(t, ws)
 }
 
 // StaleTemporal pages through the open Temporal runs not written for a
