@@ -49,6 +49,8 @@ type world struct {
 	lib   string
 	dl    string
 
+	bin     string          // the worker binary startWorker runs
+	label   string          // prefix of the names startWorker gives
 	workers []*proc.Process // live ones
 	frozen  *proc.Process   // a worker stopped with SIGSTOP, if any
 	qbtDown bool
@@ -103,6 +105,12 @@ const (
 )
 
 func newWorld(t *testing.T, eng engine, seed uint64) *world {
+	return newWorldOn(t, eng, seed, pgtest.NewDatabase(t), workerBinary(t))
+}
+
+// newWorldOn is newWorld on a database the caller made (dbURL), with bin
+// as the worker binary.
+func newWorldOn(t *testing.T, eng engine, seed uint64, dbURL, bin string) *world {
 	w := &world{
 		t: t, ctx: context.Background(), eng: eng, seed: seed,
 		rng:   rand.New(rand.NewPCG(seed, 0x6d6f64656c)), //nolint:gosec // a reproducible workload, not security
@@ -110,8 +118,8 @@ func newWorld(t *testing.T, eng engine, seed uint64) *world {
 		hooks: startReceiver(t),
 		lib:   t.TempDir(), dl: t.TempDir(),
 		final: map[string]acquisition.Status{},
+		dbURL: dbURL, bin: bin,
 	}
-	w.dbURL = pgtest.NewDatabase(t)
 	cfg, err := pgxpool.ParseConfig(w.dbURL)
 	require.NoError(t, err)
 	cfg.MaxConns = testPoolConns
@@ -132,14 +140,14 @@ func (w *world) queue() string { return "model-" + w.pool.Config().ConnConfig.Da
 func (w *world) startWorker() {
 	w.t.Helper()
 	w.started++
-	name := fmt.Sprintf("worker%d", w.started)
+	name := fmt.Sprintf("%sworker%d", w.label, w.started)
 	args := append([]string{"worker",
 		"--database-url", w.dbURL, "--db-pool-size", workerBizConns, "--engine-db-pool-size", workerEngConns,
 		"--log-level", "info", "--metrics-addr", "127.0.0.1:0", "--stop-timeout", "5s",
 		"--library-root", w.lib, "--download-dir", w.dl,
 		"--qbittorrent-url", w.qbt.URL,
 	}, w.eng.args(w)...)
-	p := proc.Start(w.t, name, workerBinary(w.t), args, "QBITTORRENT_PASSWORD=adminadmin", "WEBHOOK_URL="+w.hooks.URL)
+	p := proc.Start(w.t, name, w.bin, args, "QBITTORRENT_PASSWORD=adminadmin", "WEBHOOK_URL="+w.hooks.URL)
 	require.NoError(w.t, p.WaitOutput("worker running", workerReadyWait))
 	w.workers = append(w.workers, p)
 	w.note(fmt.Sprintf("start %s (pid %d)", name, p.Pid()))

@@ -56,6 +56,46 @@ func Build(tb testing.TB, pkg string) string {
 	return bin
 }
 
+// BuildAt compiles the main package pkg as it was at commit, once per test
+// binary: the commit's tree is exported from this checkout's history (git
+// archive) into a temporary directory and built there, so that a test can
+// run a previous release's binary beside the current one. It needs the
+// commit in the local history: a shallow clone fails here, saying so.
+func BuildAt(tb testing.TB, commit, pkg string) string {
+	tb.Helper()
+	key := commit + " " + pkg
+	builds.mu.Lock()
+	bin, ok := builds.bins[key]
+	builds.mu.Unlock()
+	if ok {
+		return bin
+	}
+	src := tb.TempDir()
+	archive := exec.Command("sh", "-c", `cd "$(git rev-parse --show-toplevel)" && git archive --format=tar "$1" | tar -x -C "$2"`, "sh", commit, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		tb.Fatalf("proc: export commit %s (a shallow clone lacks it: git fetch --unshallow): %v\n%s", commit, err, out)
+	}
+	dir, err := os.MkdirTemp("", "taskport-proc-")
+	if err != nil {
+		tb.Fatalf("proc: temp dir: %v", err)
+	}
+	bin = filepath.Join(dir, strings.ReplaceAll(pkg, "/", "_"))
+	var stderr bytes.Buffer
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = src
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("proc: go build %s at %s: %v\n%s", pkg, commit, err, stderr.String())
+	}
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if builds.bins == nil {
+		builds.bins = map[string]string{}
+	}
+	builds.bins[key] = bin
+	return bin
+}
+
 // Process is a running child.
 type Process struct {
 	Name string
