@@ -19,14 +19,16 @@ package model
 //     ledger operation at most once, no outbox row stuck, no plan left
 //     unfinished, no run left moving.
 //
-// An old worker must stop cleanly (exit 0 on SIGTERM) or keep working:
-// one that exits on its own, or that logs an error at every poll, is an
+// An old worker must keep working and stop cleanly: one that exits on its
+// own, exits non-zero on SIGTERM, or has a statement refused for naming
+// what the new schema lacks (SQLSTATE class 42, e.g. a dropped table) is an
 // anomaly. Commits after a lost lease are what the ledger's fencing refuses;
 // the ledger check above is what would see one that got through.
 //
 // `make test` runs one seed per engine; TASKPORT_UPGRADE_SEEDS=N runs N
-// seeds from TASKPORT_MODEL_FIRST_SEED. The test logs a table per engine and
-// seed (go test -v).
+// seeds from TASKPORT_MODEL_FIRST_SEED, and TASKPORT_UPGRADE_FROM=<commit>
+// rehearses an upgrade from that commit instead. The test logs a table per
+// engine and seed (go test -v).
 
 import (
 	"context"
@@ -34,6 +36,7 @@ import (
 	"io/fs"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -58,10 +61,17 @@ const (
 )
 
 func TestRollingUpgrade(t *testing.T) {
-	prev := previousRelease(t)
+	prev := envOr("TASKPORT_UPGRADE_FROM", "")
+	if prev == "" {
+		prev = previousRelease(t)
+	} else {
+		out, err := exec.Command("git", "rev-parse", "--verify", prev+"^{commit}").Output()
+		require.NoError(t, err, "TASKPORT_UPGRADE_FROM=%s is not a commit of this checkout", prev)
+		prev = strings.TrimSpace(string(out))
+	}
 	oldBin := proc.BuildAt(t, prev, "github.com/taskport/taskport/cmd/taskport")
 	newBin := workerBinary(t)
-	t.Logf("previous release: %s (the commit before the newest migration, %d, was added)", prev[:12], migrations.Latest())
+	t.Logf("upgrading from %s to this checkout (schema version %d)", prev[:12], migrations.Latest())
 
 	n := envInt(t, "TASKPORT_UPGRADE_SEEDS", 1)
 	first := envInt(t, "TASKPORT_MODEL_FIRST_SEED", 1)
@@ -110,6 +120,7 @@ type upgradeRow struct {
 	inFlight               int // plans not final when the migration began
 	oldWorkers, oldStopped int
 	oldErrors              int
+	oldSchemaErrors        int // statements of old workers the new schema refused
 	anomalies              int
 }
 
@@ -183,7 +194,15 @@ func rehearseUpgrade(t *testing.T, eng engine, seed uint64, oldBin, newBin strin
 		}
 	}
 	for _, p := range olds {
+		first := true
 		for _, line := range strings.Split(p.Output(), "\n") {
+			if schemaError.MatchString(line) {
+				row.oldSchemaErrors++
+				if first {
+					w.anomaly("old worker %s cannot run on the new schema: %s", p.Name, line)
+					first = false
+				}
+			}
 			if strings.Contains(line, "level=ERROR") {
 				row.oldErrors++
 				t.Logf("%s logged: %s", p.Name, line)
@@ -221,6 +240,11 @@ func (w *world) waitTorrent(p *modelPlan) qbittorrent.Torrent {
 	return tor
 }
 
+// schemaError is a statement Postgres refused for naming what the schema
+// lacks (class 42: undefined table, column or function, ...): what an old
+// worker logs when a migration took away what it uses.
+var schemaError = regexp.MustCompile(`SQLSTATE 42[0-9A-Z]{3}`)
+
 // appendOld adds the workers started since (while the old binary is the
 // one startWorker runs) to olds.
 func appendOld(olds []*proc.Process, w *world) []*proc.Process {
@@ -246,11 +270,11 @@ func upgradeTable(rows []upgradeRow) string {
 		return int(a.seed) - int(b.seed)
 	})
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-9s %5s %6s %10s %12s %12s %20s %16s %10s\n", "engine", "seed", "plans", "in flight", "plans final",
-		"old workers", "old stopped (exit 0)", "old ERROR lines", "anomalies")
+	fmt.Fprintf(&b, "%-9s %5s %6s %10s %12s %12s %20s %16s %18s %10s\n", "engine", "seed", "plans", "in flight", "plans final",
+		"old workers", "old stopped (exit 0)", "old ERROR lines", "old schema errors", "anomalies")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-9s %5d %6d %10d %12d %12d %20d %16d %10d\n", r.engine, r.seed, r.plans, r.inFlight, r.finalPlans,
-			r.oldWorkers, r.oldStopped, r.oldErrors, r.anomalies)
+		fmt.Fprintf(&b, "%-9s %5d %6d %10d %12d %12d %20d %16d %18d %10d\n", r.engine, r.seed, r.plans, r.inFlight, r.finalPlans,
+			r.oldWorkers, r.oldStopped, r.oldErrors, r.oldSchemaErrors, r.anomalies)
 	}
 	return b.String()
 }
