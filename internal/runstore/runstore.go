@@ -762,16 +762,20 @@ func collectRuns(rows pgx.Rows, err error) ([]Run, error) {
 	return runs, InterpretError(err)
 }
 
-func scanRun(row pgx.CollectableRow) (Run, error) {
+func scanRun(row pgx.CollectableRow) (Run, error) { return scanRunAnd(row) }
+
+// scanRunAnd scans runColumns and then more, the columns a statement
+// selects after them.
+func scanRunAnd(row pgx.CollectableRow, more ...any) (Run, error) {
 	var (
 		r                   Run
 		id                  uuid.UUID
 		finished, cancelReq *time.Time
 	)
-	err := row.Scan(&id, &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
+	dest := []any{&id, &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
 		&r.AvailableAt, &r.Status, &r.Attempts, &r.LastError, &r.CurrentStep, &cancelReq, &r.CancelReason,
-		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq)
-	if err != nil {
+		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq}
+	if err := row.Scan(append(dest, more...)...); err != nil {
 		return Run{}, err
 	}
 	r.ID = port.RunID(id.String())

@@ -1,0 +1,235 @@
+package test
+
+// The router over both engines (package router, issue 27) on a real
+// Postgres and the dev server: routing by owner, new work to the active
+// engine, signals to both, the merged listing, the refusals of switch and
+// evacuate, and an evacuation of a reachable engine that moves each open
+// run once. The rehearsal with an engine lost mid-way is test/model's
+// TestEngineSwitch.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/router"
+	"github.com/taskport/taskport/temporaladapter"
+	"github.com/taskport/taskport/test/contract/kinds"
+)
+
+// routerWorld is a database, both engines over it and a router, serving.
+type routerWorld struct {
+	t    *testing.T
+	ctx  context.Context
+	pool *pgxpool.Pool
+	r    *router.Router
+}
+
+func newRouterWorld(t *testing.T) *routerWorld {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	_, err := pool.Exec(ctx, kinds.Schema)
+	require.NoError(t, err)
+	reg := port.NewRegistry()
+	require.NoError(t, kinds.Register(reg, pool, kinds.Definitions(false)...))
+	lease, err := leaseadapter.New(pool, reg, leaseadapter.Config{
+		LeaseDuration: 3 * time.Second, PollInterval: 100 * time.Millisecond, StopTimeout: 5 * time.Second, Logger: quiet()})
+	require.NoError(t, err)
+	s := devServer.Get(t)
+	temporal, err := temporaladapter.New(s.Client, pool, reg, temporaladapter.Config{
+		TaskQueue: scenarioQueue(pool), WorkerStopTimeout: 5 * time.Second, Logger: quiet()})
+	require.NoError(t, err)
+	r, err := router.New(pool, map[string]router.Engine{"lease": lease, "temporal": temporal},
+		router.Config{Refresh: 100 * time.Millisecond, Logger: quiet()})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx, port.StartOptions{}))
+	t.Cleanup(func() { require.NoError(t, r.Stop(context.Background())) })
+	return &routerWorld{t: t, ctx: ctx, pool: pool, r: r}
+}
+
+// owner reads the engine a run's row names.
+func (w *routerWorld) owner(id port.RunID) string {
+	var e string
+	require.NoError(w.t, w.pool.QueryRow(w.ctx, `SELECT engine FROM taskport.run WHERE id = $1`, id).Scan(&e))
+	return e
+}
+
+// wait enqueues a Wait run on gate and topic with key.
+func (w *routerWorld) wait(key string) port.RunID {
+	id, err := w.r.Enqueue(w.ctx, kinds.Wait, kinds.WaitIn{Gate: key, Topic: port.Topic("t-" + key), Timeout: kinds.Duration(time.Hour)},
+		port.EnqueueOptions{IdempotencyKey: key, BusinessKey: "b-" + key})
+	require.NoError(w.t, err)
+	return id
+}
+
+// status polls until run id reads want.
+func (w *routerWorld) status(id port.RunID, want port.Status) {
+	var last port.RunView
+	require.Eventually(w.t, func() bool {
+		v, err := w.r.Get(w.ctx, id)
+		require.NoError(w.t, err)
+		last = v
+		return v.Status == want
+	}, time.Minute, 20*time.Millisecond, "run %s never became %s: %+v", id, want, last)
+}
+
+func (w *routerWorld) open(key string) {
+	require.NoError(w.t, kinds.OpenEffectGate(w.ctx, w.pool, key))
+}
+
+func TestRouterRoutesByOwnerAndEnqueuesOnTheActiveEngine(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	onTemporal := w.wait("a")
+	require.Equal(t, "temporal", w.owner(onTemporal), "no switch recorded: the primary is active")
+	w.status(onTemporal, port.StatusWaiting)
+
+	s, err := w.r.SwitchTo(w.ctx, "lease", "router-test", "rehearsal")
+	require.NoError(t, err)
+	require.Equal(t, "lease", s.Engine)
+	onLease := w.wait("b")
+	require.Equal(t, "lease", w.owner(onLease), "new work goes to the active engine")
+	w.status(onLease, port.StatusWaiting)
+
+	// A key a run of the other engine holds names that run.
+	again := w.wait("a")
+	require.Equal(t, onTemporal, again)
+	res, err := w.r.EnqueueMany(w.ctx, []port.EnqueueItem{
+		{Kind: kinds.Wait, Input: kinds.WaitIn{Gate: "a", Topic: "t-a", Timeout: kinds.Duration(time.Hour)}, Options: port.EnqueueOptions{IdempotencyKey: "a"}},
+		{Kind: kinds.Wait, Input: kinds.WaitIn{Gate: "c", Topic: "t-c", Timeout: kinds.Duration(time.Hour)}, Options: port.EnqueueOptions{IdempotencyKey: "c"}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, port.EnqueueResult{ID: onTemporal}, res[0])
+	require.True(t, res[1].Created)
+	require.Equal(t, "lease", w.owner(res[1].ID))
+
+	// The listing merges both engines, newest first, and pages across them.
+	all, err := w.r.ListRuns(w.ctx, port.RunFilter{})
+	require.NoError(t, err)
+	require.Equal(t, []port.RunID{res[1].ID, onLease, onTemporal}, ids(all))
+	first, err := w.r.ListRuns(w.ctx, port.RunFilter{Limit: 2})
+	require.NoError(t, err)
+	rest, err := w.r.ListRuns(w.ctx, port.RunFilter{Limit: 2, After: first[1].Cursor})
+	require.NoError(t, err)
+	require.Equal(t, ids(all), append(ids(first), ids(rest)...))
+
+	// A signal reaches the waiter on either engine; Get and Cancel reach
+	// the owner.
+	w.open("a")
+	n, err := w.r.Signal(w.ctx, "t-a", "go")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	w.status(onTemporal, port.StatusSucceeded)
+	w.open("b")
+	n, err = w.r.Signal(w.ctx, "t-b", "go")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	w.status(onLease, port.StatusSucceeded)
+	require.NoError(t, w.r.Cancel(w.ctx, res[1].ID, "done with it"))
+	w.status(res[1].ID, port.StatusCanceled)
+	_, err = w.r.Get(w.ctx, "00000000-0000-7000-8000-000000000000")
+	require.ErrorIs(t, err, port.ErrNotFound)
+}
+
+func TestRouterRefusesBadSwitchesAndEvacuations(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	switches := func() int {
+		var n int
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM taskport.engine_switch`).Scan(&n))
+		return n
+	}
+	_, err := w.r.SwitchTo(w.ctx, "bogus", "me", "")
+	var fe *port.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "engine", fe.Field)
+	_, err = w.r.SwitchTo(w.ctx, "temporal", "me", "")
+	require.ErrorIs(t, err, router.ErrAlreadyActive, "temporal is the primary, active while no switch is recorded")
+	_, err = w.r.SwitchTo(w.ctx, "lease", "", "")
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "by", fe.Field)
+	_, err = w.r.Evacuate(w.ctx, "temporal", "me")
+	require.ErrorIs(t, err, router.ErrAlreadyActive)
+	_, err = w.r.Evacuate(w.ctx, "bogus", "me")
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "from", fe.Field)
+	require.Zero(t, switches(), "a refused switch wrote a row")
+
+	_, err = w.r.SwitchTo(w.ctx, "lease", "me", "")
+	require.NoError(t, err)
+	_, err = w.r.SwitchTo(w.ctx, "lease", "me", "")
+	require.ErrorIs(t, err, router.ErrAlreadyActive)
+	require.True(t, errors.Is(err, port.ErrInvalidInput))
+	require.Equal(t, 1, switches())
+}
+
+func TestEvacuateMovesEachOpenRunOnce(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	waiting := w.wait("w")
+	holding, err := w.r.Enqueue(w.ctx, kinds.Hold, kinds.WaitIn{Gate: "h"}, port.EnqueueOptions{IdempotencyKey: "h", BusinessKey: "b-h"})
+	require.NoError(t, err)
+	later, err := w.r.Enqueue(w.ctx, kinds.Three, kinds.TagIn{Tag: "later"},
+		port.EnqueueOptions{IdempotencyKey: "later", AvailableAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	done, err := w.r.Enqueue(w.ctx, kinds.Three, kinds.TagIn{Tag: "done"}, port.EnqueueOptions{IdempotencyKey: "done"})
+	require.NoError(t, err)
+	w.status(waiting, port.StatusWaiting)
+	w.status(holding, port.StatusRunning)
+	w.status(done, port.StatusSucceeded)
+
+	_, err = w.r.SwitchTo(w.ctx, "lease", "router-test", "")
+	require.NoError(t, err)
+	rep, err := w.r.Evacuate(w.ctx, "temporal", "router-test")
+	require.NoError(t, err)
+	require.Empty(t, rep.Failed)
+	require.Empty(t, rep.Skipped)
+	moved := map[port.RunID]port.RunID{}
+	for _, m := range rep.Moved {
+		moved[m.ID] = m.To
+		require.True(t, m.Reached, "the dev server is up: the cancel reached it")
+	}
+	require.Len(t, moved, 3, "the waiting, holding and delayed runs move; the finished one stays")
+	for _, old := range []port.RunID{waiting, holding, later} {
+		require.Contains(t, moved, old)
+		w.status(old, port.StatusCanceled)
+		require.Equal(t, "lease", w.owner(moved[old]))
+		var to *string
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT evacuated_to::text FROM taskport.run WHERE id = $1`, old).Scan(&to))
+		require.NotNil(t, to)
+		require.Equal(t, string(moved[old]), *to)
+	}
+	v, err := w.r.Get(w.ctx, moved[waiting])
+	require.NoError(t, err)
+	require.Equal(t, "b-w", v.BusinessKey, "the business key moves with the run")
+
+	// The moved runs go on on lease from their first step.
+	w.open("w")
+	_, err = w.r.Signal(w.ctx, "t-w", "go")
+	require.NoError(t, err)
+	w.status(moved[waiting], port.StatusSucceeded)
+	w.open("h")
+	w.status(moved[holding], port.StatusSucceeded)
+
+	again, err := w.r.Evacuate(w.ctx, "temporal", "router-test")
+	require.NoError(t, err)
+	require.Empty(t, again.Moved, "a second evacuation moves nothing")
+	var runs int
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM taskport.run`).Scan(&runs))
+	require.Equal(t, 7, runs, "four runs and three replacements")
+}
+
+func ids(views []port.RunView) []port.RunID {
+	out := make([]port.RunID, len(views))
+	for i, v := range views {
+		out[i] = v.ID
+	}
+	return out
+}
