@@ -153,7 +153,7 @@ func (r *Router) remember(name runstore.Engine, switched bool) {
 func (r *Router) engine(name runstore.Engine) (Engine, error) {
 	e, ok := r.engines[name]
 	if !ok {
-		return nil, fmt.Errorf("the %s engine is not configured in this process (it has %v)", name, r.names())
+		return nil, fmt.Errorf("the %s engine is not configured in this process, or could not be reached when it started (it has %v)", name, r.names())
 	}
 	return e, nil
 }
@@ -439,8 +439,15 @@ func (r *Router) SwitchTo(ctx context.Context, to, by, reason string) (Switch, e
 	if err := runstore.ValidEngine("engine", runstore.Engine(to)); err != nil {
 		return Switch{}, err
 	}
-	if _, err := r.engine(runstore.Engine(to)); err != nil {
+	cur, err := runstore.ActiveEngine(ctx, r.pool)
+	if err != nil {
 		return Switch{}, err
+	}
+	if string(cur.Engine) == to {
+		return Switch{}, fmt.Errorf("switch to %s: %w", to, ErrAlreadyActive)
+	}
+	if _, err := r.engine(runstore.Engine(to)); err != nil {
+		return Switch{}, fmt.Errorf("switch to %s: %w", to, err)
 	}
 	s, err := runstore.RecordSwitch(ctx, r.pool, runstore.Engine(to), by, reason)
 	if err != nil {
@@ -536,7 +543,7 @@ func (r *Router) Evacuate(ctx context.Context, from, by string) (Report, error) 
 		return Report{}, err
 	}
 	if s.Engine == src {
-		return Report{}, fmt.Errorf("evacuate %s: it is the active engine; switch to another first: %w", from, ErrAlreadyActive)
+		return Report{}, fmt.Errorf("evacuate %s: switch to another engine first: %w", from, ErrAlreadyActive)
 	}
 	dst, err := r.engine(s.Engine)
 	if err != nil {

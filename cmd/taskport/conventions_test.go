@@ -182,7 +182,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 // Every read command takes --json.
 func TestEveryReadCommandTakesJSON(t *testing.T) {
 	root := newRootCmd()
-	for _, path := range []string{"runs list", "runs get", "plan timeline", "decision list", "migrate status"} {
+	for _, path := range []string{"runs list", "runs get", "plan timeline", "decision list", "migrate status", "engine status", "engine evacuate"} {
 		cmd, _, err := root.Find(strings.Fields(path))
 		require.NoError(t, err, path)
 		require.NoError(t, cmd.ParseFlags(nil))

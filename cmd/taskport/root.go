@@ -18,7 +18,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	g.Bind(root)
-	root.AddCommand(newMigrateCmd(&g), newWorkerCmd(&g), newAdminCmd(&g), newPlanCmd(&g), newDecisionCmd(&g), newRunsCmd(&g))
+	root.AddCommand(newMigrateCmd(&g), newWorkerCmd(&g), newAdminCmd(&g), newPlanCmd(&g), newDecisionCmd(&g), newRunsCmd(&g), newEngineCmd(&g))
 	refuseUsage(root)
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,12 @@ import (
 // withClient runs fn with the engine as a client (no worker) and the
 // process logger, and closes the client.
 func withClient(cmd *cobra.Command, g *stack.Globals, c *stack.Config, fn func(*stack.Client, *slog.Logger) error) error {
+	return withClientOpenedIn(cmd.Context(), g, c, fn)
+}
+
+// withClientOpenedIn is withClient with the client opened under ctx (which
+// may bound the dial), not the command's.
+func withClientOpenedIn(ctx context.Context, g *stack.Globals, c *stack.Config, fn func(*stack.Client, *slog.Logger) error) error {
 	if err := c.SecretsFromEnv(); err != nil {
 		return err
 	}
@@ -30,7 +37,7 @@ func withClient(cmd *cobra.Command, g *stack.Globals, c *stack.Config, fn func(*
 	if err != nil {
 		return err
 	}
-	cl, err := stack.OpenClient(cmd.Context(), g, *c, log)
+	cl, err := stack.OpenClient(ctx, g, *c, log)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ type Switch struct {
 
 // ErrAlreadyActive: a switch to the engine that is already active. It
 // wraps port.ErrInvalidInput; nothing was written.
-var ErrAlreadyActive = fmt.Errorf("the engine is already the active one: %w", port.ErrInvalidInput)
+var ErrAlreadyActive = fmt.Errorf("already the active engine: %w", port.ErrInvalidInput)
 
 const (
 	activeEngineSQL = `SELECT engine, switched_by, reason, switched_at FROM taskport.engine_switch ORDER BY id DESC LIMIT 1`

@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/router"
 	"github.com/taskport/taskport/temporaladapter"
 	"github.com/taskport/taskport/workflows"
 )
@@ -51,19 +52,27 @@ func OpenClient(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ 
 	if cl.pool, err = g.Pool(ctx, log, c.EnginePoolSize); err != nil {
 		return nil, err
 	}
-	switch c.Engine {
-	case "lease":
-		cl.Engine, err = leaseadapter.New(cl.pool, reg, leaseadapter.Config{Logger: log})
-	case "temporal":
+	lease := func() (port.TaskEngine, error) {
+		return leaseadapter.New(cl.pool, reg, leaseadapter.Config{Logger: log})
+	}
+	temporal := func() (port.TaskEngine, error) {
 		if cl.temporal, err = dialTemporal(ctx, c, log, newMetricsRegistry(), nil); err != nil {
 			return nil, err
 		}
-		cl.Engine, err = temporaladapter.New(cl.temporal, cl.pool, reg, temporaladapter.Config{TaskQueue: c.TaskQueue, Logger: log})
+		return temporaladapter.New(cl.temporal, cl.pool, reg, temporaladapter.Config{TaskQueue: c.TaskQueue, Logger: log})
 	}
+	e, err := openEngine(c.Engine, cl.pool, log, lease, temporal, c.TemporalOptional)
 	if err != nil {
 		return nil, fmt.Errorf("%s engine: %w", c.Engine, err)
 	}
+	cl.Engine = e.(Engine) // both adapters and the router serve operators too
 	return cl, nil
+}
+
+// Router is the client's router, or nil unless --engine both.
+func (c *Client) Router() *router.Router {
+	r, _ := c.Engine.(*router.Router)
+	return r
 }
 
 // Pool is the client's database: the engine's tables, and the business

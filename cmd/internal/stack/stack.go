@@ -45,6 +45,9 @@ import (
 // every field has a flag with an environment fallback.
 type Config struct {
 	Engine string
+	// TemporalOptional lets --engine both go on without Temporal when its
+	// frontend cannot be reached (no flag: the engine command sets it).
+	TemporalOptional bool
 	// EnginePoolSize bounds the engine's own pool (ADR 2.8).
 	EnginePoolSize    int
 	TemporalAddress   string
@@ -115,7 +118,14 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 // BindEngine adds to fs only the flags that choose and reach the engine:
 // what a client of the engine (taskport runs) needs, without a worker's.
 func (c *Config) BindEngine(fs *pflag.FlagSet) {
-	fs.StringVar(&c.Engine, "engine", EnvOr("ENGINE", "temporal"), "temporal or lease (env ENGINE)")
+	fs.StringVar(&c.Engine, "engine", EnvOr("ENGINE", "temporal"),
+		"temporal, lease, or both: the two behind the router, new runs on the active one (taskport engine switch) and each run on its own (env ENGINE)")
+	c.BindEngineConnection(fs)
+}
+
+// BindEngineConnection adds BindEngine's flags but --engine: what reaches
+// the engines, for a command that always opens both (taskport engine).
+func (c *Config) BindEngineConnection(fs *pflag.FlagSet) {
 	fs.IntVar(&c.EnginePoolSize, "engine-db-pool-size", defaultPoolSize,
 		"connections of the engine's own pool (env ENGINE_DB_POOL_SIZE; pool_max_conns in the URL wins)")
 	fs.StringVar(&c.TemporalAddress, "temporal-address", EnvOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
@@ -166,8 +176,8 @@ func (c *Config) validate() error {
 
 // validateEngine checks the flags BindEngine adds.
 func (c *Config) validateEngine() error {
-	if c.Engine != "temporal" && c.Engine != "lease" {
-		return fmt.Errorf("--engine must be temporal or lease, got %q", c.Engine)
+	if c.Engine != "temporal" && c.Engine != "lease" && c.Engine != "both" {
+		return fmt.Errorf("--engine must be temporal, lease or both, got %q", c.Engine)
 	}
 	return nil
 }
@@ -253,19 +263,19 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	if err != nil {
 		return nil, err
 	}
-	switch c.Engine {
-	case "lease":
-		s.engine, err = leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
+	lease := func() (port.TaskEngine, error) {
+		return leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
 			StopTimeout: c.StopTimeout, ActiveRuns: c.LeaseActiveRuns, Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
-	case "temporal":
+	}
+	temporal := func() (port.TaskEngine, error) {
 		if s.temporal, err = dialTemporal(ctx, c, log, s.metrics, tp); err != nil {
 			return nil, err
 		}
-		s.engine, err = temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
+		return temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
 			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, ReconcileInterval: c.ReconcileInterval, Logger: log,
 			Deployment: temporaladapter.Deployment{Name: c.DeploymentName, BuildID: c.BuildID}})
 	}
-	if err != nil {
+	if s.engine, err = openEngine(c.Engine, s.enginePool, log, lease, temporal, false); err != nil {
 		return nil, fmt.Errorf("%s engine: %w", c.Engine, err)
 	}
 	lister, ok := s.engine.(port.Admin)
@@ -284,11 +294,11 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	policy := c.Retention.WithDefaults()
 	s.retention = policy.String()
 	if policy.Interval > 0 {
-		p, ok := s.engine.(interface{ Pruner() retention.Pruner })
-		if !ok {
-			return nil, errors.New("engine offers no retention pruner")
+		pruners, err := enginePruners(s.engine)
+		if err != nil {
+			return nil, err
 		}
-		if s.cleaner, err = retention.New(s.bizPool, []retention.Pruner{p.Pruner(), outbox.Pruner(s.bizPool)}, retention.Config{
+		if s.cleaner, err = retention.New(s.bizPool, append(pruners, outbox.Pruner(s.bizPool)), retention.Config{
 			Policy: policy, Logger: log, Metrics: newRetentionMetrics(s.metrics)}); err != nil {
 			return nil, err
 		}

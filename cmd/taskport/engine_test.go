@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/testkit"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+)
+
+// The engine commands with no Temporal frontend reachable (what an
+// operator meets when Temporal is gone): status, a switch to lease, and the
+// refusals (an unknown engine, switching to the active one, evacuating the
+// active one, no one named), each writing nothing. An evacuation of
+// Temporal's open runs is test/router_test.go's and test/model's.
+func TestEngineCommands(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	pool := pgtest.Connect(t, db)
+	run := func(args ...string) (string, error) {
+		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
+			"--temporal-address", testkit.FreeAddr(t))
+	}
+	switches := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM taskport.engine_switch`).Scan(&n))
+		return n
+	}
+	status := func() engineStatusJSON {
+		out, err := run("status", "--json")
+		require.NoError(t, err)
+		var st engineStatusJSON
+		require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+		return st
+	}
+	st := status()
+	require.Equal(t, "temporal", st.Active, "no switch recorded: the primary")
+	require.Nil(t, st.SwitchedAt)
+	require.Empty(t, st.Open)
+
+	for _, bad := range [][]string{
+		{"switch", "--to", "bogus"},
+		{"switch", "--to", "temporal"},
+		{"switch", "--to", "lease", "--as", ""},
+		{"evacuate", "--from", "temporal"},
+		{"evacuate", "--from", "bogus"},
+	} {
+		_, err := run(bad...)
+		require.Error(t, err, "%v", bad)
+		require.Zero(t, switches(), "%v wrote a switch", bad)
+	}
+	_, err := run("switch", "--to", "bogus")
+	require.ErrorContains(t, err, `got "bogus"`)
+	_, err = run("switch", "--to", "temporal")
+	require.ErrorContains(t, err, "already the active engine")
+	_, err = run("evacuate", "--from", "temporal")
+	require.ErrorContains(t, err, "switch to another engine first")
+
+	out, err := run("switch", "--to", "lease", "--as", "ops", "--reason", "temporal upgrade regressed")
+	require.NoError(t, err)
+	require.Contains(t, out, "active engine: lease (switched by ops")
+	st = status()
+	require.Equal(t, "lease", st.Active)
+	require.Equal(t, "ops", st.SwitchedBy)
+	require.Equal(t, "temporal upgrade regressed", st.Reason)
+	_, err = run("switch", "--to", "lease")
+	require.ErrorContains(t, err, "already the active engine")
+	_, err = run("evacuate", "--from", "lease")
+	require.ErrorContains(t, err, "switch to another engine first")
+	require.Equal(t, 1, switches())
+
+	// Temporal is unreachable from here: a switch back to it is refused,
+	// and its evacuation (nothing open) ends the runs without it.
+	_, err = run("switch", "--to", "temporal")
+	require.ErrorContains(t, err, "could not be reached")
+	out, err = run("evacuate", "--from", "temporal")
+	require.NoError(t, err)
+	require.Contains(t, out, "evacuated temporal to lease: 0 moved, 0 skipped, 0 failed")
+	require.Equal(t, 1, switches())
+}
