@@ -146,7 +146,7 @@ func TestRunsCommands(t *testing.T) {
 				require.ErrorContains(t, err, tt.says, "%v", tt.args)
 			}
 			_, err = execute([]string{"runs", "list", "--database-url", db, "--engine", "nope"})
-			require.ErrorContains(t, err, "--engine must be temporal or lease")
+			require.ErrorContains(t, err, "--engine must be temporal, lease or both")
 			require.Equal(t, before, rows(), "refused commands write nothing")
 
 			out, err = run("signal", "approval:"+plan, "--payload", `{"why":"test"}`, "--json")

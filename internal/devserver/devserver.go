@@ -70,6 +70,25 @@ type Options struct {
 	DBFile string
 }
 
+// ExtraArgs are the flags of `temporal server start-dev` that give a
+// server the search attributes of opts and this package's dynamic
+// configuration: what a test that runs the CLI itself (to SIGKILL it) adds.
+func ExtraArgs(opts Options) []string {
+	names := make([]string, 0, len(opts.SearchAttributes))
+	for name := range opts.SearchAttributes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var extra []string
+	for _, name := range names {
+		extra = append(extra, "--search-attribute", name+"="+opts.SearchAttributes[name])
+	}
+	for _, kv := range dynamicConfig {
+		extra = append(extra, "--dynamic-config-value", kv)
+	}
+	return extra
+}
+
 // Server is a running dev server.
 type Server struct {
 	HostPort  string
@@ -106,18 +125,7 @@ func Launch(ctx context.Context, opts Options) (*Server, error) {
 	}
 	defer out.Close() // the child keeps its own descriptor
 
-	names := make([]string, 0, len(opts.SearchAttributes))
-	for name := range opts.SearchAttributes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var extra []string
-	for _, name := range names {
-		extra = append(extra, "--search-attribute", name+"="+opts.SearchAttributes[name])
-	}
-	for _, kv := range dynamicConfig {
-		extra = append(extra, "--dynamic-config-value", kv)
-	}
+	extra := ExtraArgs(opts)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	dev, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
