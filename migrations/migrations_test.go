@@ -245,3 +245,52 @@ func TestCheckSchemaNamesBothVersions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, migrations.CheckSchema(ctx, pool))
 }
+
+// 00006 numbers the runs there are in id order (UUIDv7: creation order)
+// below every run created from then on, copies each number into its task
+// row, and leaves seq an identity that no insert may set.
+func TestFencingGenerationNumbersEarlierRunsFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, m := emptyDatabase(t)
+	_, err := m.Up(ctx)
+	require.NoError(t, err)
+	_, err = m.DownTo(ctx, 5)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `
+WITH r AS (
+  INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input)
+  VALUES ('00000000-0000-0000-0000-000000000003', 'lease', 'k', 1, 'c', '{}'),
+         ('00000000-0000-0000-0000-000000000001', 'lease', 'k', 1, 'a', '{}'),
+         ('00000000-0000-0000-0000-000000000002', 'temporal', 'k', 1, 'b', '{}')
+  RETURNING id, engine
+)
+INSERT INTO taskport_lease.task (id, kind, handler_version, input, max_attempts, backoff_initial, backoff_max, backoff_coefficient)
+SELECT id, 'k', 1, '{}', 1, '0', '0', 1 FROM r WHERE engine = 'lease'`)
+	require.NoError(t, err)
+
+	_, err = gooseProvider(t, pool).UpTo(ctx, 6)
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, `SELECT r.seq, coalesce(t.run_seq, -1) FROM taskport.run r
+LEFT JOIN taskport_lease.task t USING (id) ORDER BY r.id`)
+	require.NoError(t, err)
+	var got [][2]int64
+	for rows.Next() {
+		var seq, runSeq int64
+		require.NoError(t, rows.Scan(&seq, &runSeq))
+		got = append(got, [2]int64{seq, runSeq})
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, [][2]int64{{1, 1}, {2, -1}, {3, 3}}, got)
+
+	var next int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input)
+VALUES ('00000000-0000-0000-0000-000000000000', 'lease', 'k', 1, 'd', '{}') RETURNING seq`).Scan(&next))
+	require.Equal(t, int64(4), next, "a run created after the migration is a newer generation than every earlier one")
+	_, err = pool.Exec(ctx, `INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, seq)
+VALUES ('00000000-0000-0000-0000-000000000009', 'lease', 'k', 1, 'e', '{}', 100)`)
+	require.ErrorContains(t, err, "cannot insert a non-DEFAULT value into column")
+	var reserved bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('taskport.run_seq_reserved') IS NOT NULL`).Scan(&reserved))
+	require.False(t, reserved)
+}

@@ -28,7 +28,15 @@
 -- The outbox claim and the failed-row listing order by (time, id); their
 -- indexes had the time only, so each read ended in a sort of the rows of
 -- equal time. They are rebuilt with id as their last column.
+--
+-- Online (issue 26): the indexes are built CONCURRENTLY, outside a
+-- transaction, so that the tables' writers go on while they build; the two
+-- rebuilt outbox indexes are built beside the old ones under a new name and
+-- take the old name once the old index is dropped. Run again after a
+-- failure, the migration drops what a failed build left (an invalid index)
+-- and builds it again.
 
+-- +goose NO TRANSACTION
 -- +goose Up
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION taskport_lease.forget_deleted_runs() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -48,29 +56,41 @@ END
 $$;
 -- +goose StatementEnd
 
--- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
-CREATE INDEX run_finished ON taskport.run (engine, status, finished_at)
+-- +goose StatementBegin
+DO $$
+DECLARE name text;
+BEGIN
+    FOREACH name IN ARRAY ARRAY['taskport.run_finished', 'taskport.waiter_since', 'taskport_lease.task_signal_consumed',
+        'taskport_lease.task_signal_unconsumed_age', 'public.outbox_event_dispatched', 'public.outbox_event_pending_new',
+        'public.outbox_event_failed_new'] LOOP
+        IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass(name) AND NOT indisvalid) THEN
+            EXECUTE format('DROP INDEX %s', to_regclass(name));
+        END IF;
+    END LOOP;
+END $$;
+-- +goose StatementEnd
+CREATE INDEX CONCURRENTLY IF NOT EXISTS run_finished ON taskport.run (engine, status, finished_at)
     WHERE status IN ('succeeded', 'failed', 'canceled');
--- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
-CREATE INDEX waiter_since ON taskport.waiter (since);
--- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
-CREATE INDEX task_signal_consumed ON taskport_lease.task_signal (consumed_at) WHERE consumed_by IS NOT NULL;
--- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
-CREATE INDEX task_signal_unconsumed_age ON taskport_lease.task_signal (created_at) WHERE consumed_by IS NULL;
--- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
-CREATE INDEX outbox_event_dispatched ON outbox_event (dispatched_at) WHERE status = 'dispatched';
-DROP INDEX outbox_event_pending;
--- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
-CREATE INDEX outbox_event_pending ON outbox_event (next_attempt_at, id) WHERE status = 'pending';
-DROP INDEX outbox_event_failed;
--- taskport:heavy-lock: early migration, the table held no data when it shipped; on a loaded table the build blocks its writes
-CREATE INDEX outbox_event_failed ON outbox_event (created_at, id) WHERE status = 'failed';
+CREATE INDEX CONCURRENTLY IF NOT EXISTS waiter_since ON taskport.waiter (since);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS task_signal_consumed ON taskport_lease.task_signal (consumed_at) WHERE consumed_by IS NOT NULL;
+CREATE INDEX CONCURRENTLY IF NOT EXISTS task_signal_unconsumed_age ON taskport_lease.task_signal (created_at) WHERE consumed_by IS NULL;
+CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_event_dispatched ON outbox_event (dispatched_at) WHERE status = 'dispatched';
+
+-- The claim's and the listing's indexes gain id: the new ones are built
+-- beside the old, then take their names. Run again after the swap, it builds
+-- and swaps once more, which leaves the same indexes.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_event_pending_new ON outbox_event (next_attempt_at, id) WHERE status = 'pending';
+DROP INDEX CONCURRENTLY IF EXISTS outbox_event_pending;
+ALTER INDEX IF EXISTS outbox_event_pending_new RENAME TO outbox_event_pending;
+CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_event_failed_new ON outbox_event (created_at, id) WHERE status = 'failed';
+DROP INDEX CONCURRENTLY IF EXISTS outbox_event_failed;
+ALTER INDEX IF EXISTS outbox_event_failed_new RENAME TO outbox_event_failed;
 
 -- +goose Down
-DROP INDEX outbox_event_failed;
-CREATE INDEX outbox_event_failed ON outbox_event (created_at) WHERE status = 'failed';
-DROP INDEX outbox_event_pending;
-CREATE INDEX outbox_event_pending ON outbox_event (next_attempt_at) WHERE status = 'pending';
+DROP INDEX CONCURRENTLY IF EXISTS outbox_event_failed;
+CREATE INDEX CONCURRENTLY outbox_event_failed ON outbox_event (created_at) WHERE status = 'failed';
+DROP INDEX CONCURRENTLY IF EXISTS outbox_event_pending;
+CREATE INDEX CONCURRENTLY outbox_event_pending ON outbox_event (next_attempt_at) WHERE status = 'pending';
 DROP INDEX outbox_event_dispatched;
 DROP INDEX taskport_lease.task_signal_unconsumed_age;
 DROP INDEX taskport_lease.task_signal_consumed;

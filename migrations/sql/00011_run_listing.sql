@@ -10,16 +10,32 @@
 --
 -- Cost: three more index entries per run inserted, and per status change
 -- (already not a HOT update: run_kind_version_status indexes status).
+--
+-- Online (issue 26): each index is built CONCURRENTLY, outside a
+-- transaction, so that enqueue and claim go on writing taskport.run while it
+-- builds (the first form of this migration built them under a lock that
+-- blocked run writes for 20 s at 1M runs, docs/migrations.md). A build that
+-- failed leaves an invalid index behind; running the migration again drops
+-- it first (the DO block below) and builds it again.
 
+-- +goose NO TRANSACTION
 -- +goose Up
--- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
-CREATE INDEX run_created ON taskport.run (created_at, id);
--- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
-CREATE INDEX run_status_created ON taskport.run (status, created_at, id);
--- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
-CREATE INDEX run_kind_created ON taskport.run (kind, created_at, id);
+-- +goose StatementBegin
+DO $$
+DECLARE name text;
+BEGIN
+    FOREACH name IN ARRAY ARRAY['taskport.run_created', 'taskport.run_status_created', 'taskport.run_kind_created'] LOOP
+        IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass(name) AND NOT indisvalid) THEN
+            EXECUTE format('DROP INDEX %s', to_regclass(name));
+        END IF;
+    END LOOP;
+END $$;
+-- +goose StatementEnd
+CREATE INDEX CONCURRENTLY IF NOT EXISTS run_created ON taskport.run (created_at, id);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS run_status_created ON taskport.run (status, created_at, id);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS run_kind_created ON taskport.run (kind, created_at, id);
 
 -- +goose Down
-DROP INDEX taskport.run_kind_created;
-DROP INDEX taskport.run_status_created;
-DROP INDEX taskport.run_created;
+DROP INDEX CONCURRENTLY IF EXISTS taskport.run_kind_created;
+DROP INDEX CONCURRENTLY IF EXISTS taskport.run_status_created;
+DROP INDEX CONCURRENTLY IF EXISTS taskport.run_created;

@@ -27,10 +27,20 @@
 -- row instead of about 0.4, over 200k rows; the backend CPU of one-row
 -- UPDATEs unchanged within noise). The rules, and the constraints' names,
 -- are unchanged.
+--
+-- Online (issue 26): no statement holds a table lock for longer than a
+-- catalog change. The new checks are added NOT VALID (checking new rows
+-- only) and validated afterwards, which reads the table under a lock that
+-- lets writes go on; the new index is built CONCURRENTLY and the old ones
+-- dropped CONCURRENTLY; each table is locked in a statement of its own, so
+-- that the migration no longer deadlocks with a lease enqueue that locks the
+-- task table and then the run table (docs/migrations.md). Every statement can
+-- run again after a failure.
 
+-- +goose NO TRANSACTION
 -- +goose Up
 -- +goose StatementBegin
-CREATE FUNCTION taskport.run_engines() RETURNS text[] LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION taskport.run_engines() RETURNS text[] LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     RETURN '{lease,temporal}';
 END
@@ -38,7 +48,7 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION taskport.run_statuses() RETURNS text[] LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION taskport.run_statuses() RETURNS text[] LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     RETURN '{pending,running,waiting,succeeded,failed,canceled}';
 END
@@ -46,36 +56,43 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION taskport_lease.task_statuses() RETURNS text[] LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION taskport_lease.task_statuses() RETURNS text[] LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     RETURN '{pending,running,waiting,succeeded,failed,canceled,dead}';
 END
 $$;
 -- +goose StatementEnd
 
--- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table replacing the CHECK re-checks every row under ACCESS EXCLUSIVE
 ALTER TABLE taskport.run
     DROP CONSTRAINT run_row_check,
     ADD CONSTRAINT run_row_check CHECK (engine = ANY (taskport.run_engines()) AND version >= 1
-        AND idempotency_key <> '' AND status = ANY (taskport.run_statuses()));
--- taskport:heavy-lock: early migration, taskport_lease.task held no data when it shipped; on a loaded table replacing the CHECK re-checks every row under ACCESS EXCLUSIVE
+        AND idempotency_key <> '' AND status = ANY (taskport.run_statuses())) NOT VALID;
+ALTER TABLE taskport.run VALIDATE CONSTRAINT run_row_check;
 ALTER TABLE taskport_lease.task
     DROP CONSTRAINT task_row_check,
-    ADD CONSTRAINT task_row_check CHECK (status = ANY (taskport_lease.task_statuses()) AND max_attempts >= 1);
-DROP FUNCTION taskport.run_row_ok(text, int, text, text);
-DROP FUNCTION taskport_lease.task_row_ok(text, int);
+    ADD CONSTRAINT task_row_check CHECK (status = ANY (taskport_lease.task_statuses()) AND max_attempts >= 1) NOT VALID;
+ALTER TABLE taskport_lease.task VALIDATE CONSTRAINT task_row_check;
+DROP FUNCTION IF EXISTS taskport.run_row_ok(text, int, text, text);
+DROP FUNCTION IF EXISTS taskport_lease.task_row_ok(text, int);
 
--- taskport:heavy-lock: early migration, taskport.run held no data when it shipped; on a loaded table the build blocks run writes
-CREATE INDEX run_kind_version_status_created ON taskport.run (kind, version, status, created_at, id);
-DROP INDEX taskport.run_kind_version_status;
-DROP INDEX taskport.run_kind_created;
-DROP INDEX taskport.run_created;
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass('taskport.run_kind_version_status_created') AND NOT indisvalid) THEN
+        DROP INDEX taskport.run_kind_version_status_created;
+    END IF;
+END $$;
+-- +goose StatementEnd
+CREATE INDEX CONCURRENTLY IF NOT EXISTS run_kind_version_status_created ON taskport.run (kind, version, status, created_at, id);
+DROP INDEX CONCURRENTLY IF EXISTS taskport.run_kind_version_status;
+DROP INDEX CONCURRENTLY IF EXISTS taskport.run_kind_created;
+DROP INDEX CONCURRENTLY IF EXISTS taskport.run_created;
 
 -- +goose Down
-CREATE INDEX run_created ON taskport.run (created_at, id);
-CREATE INDEX run_kind_created ON taskport.run (kind, created_at, id);
-CREATE INDEX run_kind_version_status ON taskport.run (kind, version, status);
-DROP INDEX taskport.run_kind_version_status_created;
+CREATE INDEX CONCURRENTLY run_created ON taskport.run (created_at, id);
+CREATE INDEX CONCURRENTLY run_kind_created ON taskport.run (kind, created_at, id);
+CREATE INDEX CONCURRENTLY run_kind_version_status ON taskport.run (kind, version, status);
+DROP INDEX CONCURRENTLY taskport.run_kind_version_status_created;
 
 -- +goose StatementBegin
 CREATE FUNCTION taskport.run_row_ok(engine text, version int, idempotency_key text, status text)

@@ -35,77 +35,163 @@
 -- InsertMany instead of 0.90x; the worker path with pgbench, no measurable
 -- difference. A claim that sets the status rewrites every index entry of
 -- the run row (it was a non-HOT update of the task row before too).
+--
+-- Online (issue 26). The first form of this migration rewrote every lease
+-- run row in one UPDATE while an ALTER TABLE held ACCESS EXCLUSIVE on
+-- taskport.run, and then asked for the task table, which a lease enqueue
+-- locks first: under a steady lease enqueue it deadlocked, and each attempt
+-- blocked enqueue for minutes at 1M runs (docs/migrations.md). Now:
+--   - the columns are added (a catalog change: constant or now() defaults);
+--   - triggers note the id of every task row inserted or updated, and of
+--     every lease run row updated by anyone but the copy, in
+--     taskport_lease.task_changed;
+--   - the task rows are copied into their runs in batches of 5,000, each its
+--     own transaction;
+--   - run_ready and run_leased are built CONCURRENTLY, and the new row check
+--     is added NOT VALID;
+--   - one short transaction locks the task table first (as the enqueue
+--     does), copies again the rows noted since, renames step_result's
+--     column, points the deletion trigger at it and drops the task table;
+--   - the change log goes, and the check is validated.
+-- The copy is the same statement each time and gives the same row when
+-- repeated, so a run of the migration after a failure starts it again.
 
+-- +goose NO TRANSACTION
 -- +goose Up
 ALTER TABLE taskport.run
-    ADD COLUMN next_run_at         timestamptz NOT NULL DEFAULT now(),
-    ADD COLUMN claims              int         NOT NULL DEFAULT 0,
-    ADD COLUMN lease_owner         text,
-    ADD COLUMN lease_until         timestamptz,
-    ADD COLUMN lease_token         uuid,
-    ADD COLUMN max_attempts        int         NOT NULL DEFAULT 1,
-    ADD COLUMN backoff_initial     interval    NOT NULL DEFAULT '0',
-    ADD COLUMN backoff_max         interval    NOT NULL DEFAULT '0',
-    ADD COLUMN backoff_coefficient float8      NOT NULL DEFAULT 1,
-    ADD COLUMN step_attempts       int         NOT NULL DEFAULT 0,
-    ADD COLUMN wait_topic          text,
-    ADD COLUMN wait_until          timestamptz,
-    ADD COLUMN progress            jsonb,
-    ADD COLUMN dead_letter_at      timestamptz,
-    ADD COLUMN continued_input     jsonb,
-    ADD COLUMN traceparent         text        NOT NULL DEFAULT '',
-    ADD COLUMN tracestate          text        NOT NULL DEFAULT '';
+    ADD COLUMN IF NOT EXISTS next_run_at         timestamptz NOT NULL DEFAULT now(),
+    ADD COLUMN IF NOT EXISTS claims              int         NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS lease_owner         text,
+    ADD COLUMN IF NOT EXISTS lease_until         timestamptz,
+    ADD COLUMN IF NOT EXISTS lease_token         uuid,
+    ADD COLUMN IF NOT EXISTS max_attempts        int         NOT NULL DEFAULT 1,
+    ADD COLUMN IF NOT EXISTS backoff_initial     interval    NOT NULL DEFAULT '0',
+    ADD COLUMN IF NOT EXISTS backoff_max         interval    NOT NULL DEFAULT '0',
+    ADD COLUMN IF NOT EXISTS backoff_coefficient float8      NOT NULL DEFAULT 1,
+    ADD COLUMN IF NOT EXISTS step_attempts       int         NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS wait_topic          text,
+    ADD COLUMN IF NOT EXISTS wait_until          timestamptz,
+    ADD COLUMN IF NOT EXISTS progress            jsonb,
+    ADD COLUMN IF NOT EXISTS dead_letter_at      timestamptz,
+    ADD COLUMN IF NOT EXISTS continued_input     jsonb,
+    ADD COLUMN IF NOT EXISTS traceparent         text        NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS tracestate          text        NOT NULL DEFAULT '';
+
+CREATE TABLE IF NOT EXISTS taskport_lease.task_changed (id uuid PRIMARY KEY);
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION taskport_lease.note_task_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO taskport_lease.task_changed VALUES (NEW.id) ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+CREATE OR REPLACE TRIGGER note_task_change AFTER INSERT OR UPDATE ON taskport_lease.task
+    FOR EACH ROW EXECUTE FUNCTION taskport_lease.note_task_change();
+-- The copy's own writes set taskport.copying for their transaction.
+CREATE OR REPLACE TRIGGER note_lease_run_change AFTER UPDATE ON taskport.run
+    FOR EACH ROW WHEN (OLD.engine = 'lease' AND current_setting('taskport.copying', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION taskport_lease.note_task_change();
 
 -- The projection said pending for a claimed run and kept the last step's
 -- name once a run ended; the task row had the live state. A lease_token
 -- is kept only on a claimed run: the engine's statements now fence on it
--- alone.
--- taskport:heavy-lock: NOT acceptable on a running system, kept as shipped: one UPDATE rewrites every lease run row while the
---   ALTER TABLE above holds ACCESS EXCLUSIVE on taskport.run to the end of the migration (docs/migrations.md
---   measures it); the online pattern (nullable columns, batched backfill, NOT VALID then VALIDATE,
---   CREATE INDEX CONCURRENTLY) is what would replace it
-UPDATE taskport.run r
-SET next_run_at = t.next_run_at, claims = t.claims, lease_owner = t.lease_owner, lease_until = t.lease_until,
-    lease_token = CASE WHEN t.status = 'running' THEN t.lease_token END, max_attempts = t.max_attempts, backoff_initial = t.backoff_initial,
-    backoff_max = t.backoff_max, backoff_coefficient = t.backoff_coefficient, step_attempts = t.step_attempts,
-    wait_topic = t.wait_topic, wait_until = t.wait_until, progress = t.progress, dead_letter_at = t.dead_letter_at,
-    continued_input = CASE WHEN t.input IS DISTINCT FROM r.input THEN t.input END,
-    traceparent = t.traceparent, tracestate = t.tracestate,
-    status = CASE t.status WHEN 'dead' THEN 'failed' ELSE t.status END,
-    current_step = CASE WHEN t.status = 'running' THEN t.current_step ELSE r.current_step END,
-    cancel_requested_at = coalesce(r.cancel_requested_at, t.cancel_requested_at),
-    finished_at = coalesce(r.finished_at, t.finished_at)
-FROM taskport_lease.task t
-WHERE t.id = r.id;
+-- alone. (Dropped at the end of this migration.)
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION taskport_lease.copy_task_rows(ids uuid[]) RETURNS void LANGUAGE sql AS $$
+    UPDATE taskport.run r
+    SET next_run_at = t.next_run_at, claims = t.claims, lease_owner = t.lease_owner, lease_until = t.lease_until,
+        lease_token = CASE WHEN t.status = 'running' THEN t.lease_token END, max_attempts = t.max_attempts, backoff_initial = t.backoff_initial,
+        backoff_max = t.backoff_max, backoff_coefficient = t.backoff_coefficient, step_attempts = t.step_attempts,
+        wait_topic = t.wait_topic, wait_until = t.wait_until, progress = t.progress, dead_letter_at = t.dead_letter_at,
+        continued_input = CASE WHEN t.input IS DISTINCT FROM r.input THEN t.input END,
+        traceparent = t.traceparent, tracestate = t.tracestate,
+        status = CASE t.status WHEN 'dead' THEN 'failed' ELSE t.status END,
+        current_step = CASE WHEN t.status = 'running' THEN t.current_step ELSE r.current_step END,
+        cancel_requested_at = coalesce(r.cancel_requested_at, t.cancel_requested_at),
+        finished_at = coalesce(r.finished_at, t.finished_at)
+    FROM taskport_lease.task t
+    WHERE t.id = ANY (ids) AND r.id = t.id;
+$$;
+-- +goose StatementEnd
 
--- taskport:heavy-lock: part of the same transaction as the rewrite above, under the same ACCESS EXCLUSIVE lock; the online
---   pattern would add it NOT VALID and VALIDATE it in a later statement
+-- +goose StatementBegin
+DO $$
+DECLARE
+    last uuid := '00000000-0000-0000-0000-000000000000';
+    ids  uuid[];
+BEGIN
+    IF to_regclass('taskport_lease.task') IS NULL THEN
+        RETURN; -- moved by an earlier run of this migration
+    END IF;
+    LOOP
+        ids := ARRAY(SELECT id FROM taskport_lease.task WHERE id > last ORDER BY id LIMIT 5000);
+        EXIT WHEN cardinality(ids) = 0;
+        PERFORM set_config('taskport.copying', 'on', true);
+        -- taskport:batched: 5,000 task rows a transaction, committed one by one
+        PERFORM taskport_lease.copy_task_rows(ids);
+        last := ids[cardinality(ids)];
+        COMMIT;
+    END LOOP;
+END $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+DO $$
+DECLARE name text;
+BEGIN
+    FOREACH name IN ARRAY ARRAY['taskport.run_ready', 'taskport.run_leased'] LOOP
+        IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass(name) AND NOT indisvalid) THEN
+            EXECUTE format('DROP INDEX %s', to_regclass(name));
+        END IF;
+    END LOOP;
+END $$;
+-- +goose StatementEnd
+CREATE INDEX CONCURRENTLY IF NOT EXISTS run_ready ON taskport.run (priority, next_run_at)
+    WHERE engine = 'lease' AND status IN ('pending', 'waiting');
+CREATE INDEX CONCURRENTLY IF NOT EXISTS run_leased ON taskport.run (lease_until) WHERE engine = 'lease' AND status = 'running';
+
 ALTER TABLE taskport.run
     DROP CONSTRAINT run_row_check,
     ADD CONSTRAINT run_row_check CHECK (engine = ANY (taskport.run_engines()) AND version >= 1
-        AND idempotency_key <> '' AND status = ANY (taskport.run_statuses()) AND max_attempts >= 1);
-
--- taskport:heavy-lock: under the ACCESS EXCLUSIVE lock this migration already holds; the online pattern would build it
---   CONCURRENTLY in a NO TRANSACTION migration
-CREATE INDEX run_ready ON taskport.run (priority, next_run_at)
-    WHERE engine = 'lease' AND status IN ('pending', 'waiting');
--- taskport:heavy-lock: as run_ready above
-CREATE INDEX run_leased ON taskport.run (lease_until) WHERE engine = 'lease' AND status = 'running';
-
-ALTER TABLE taskport_lease.step_result RENAME COLUMN task_id TO run_id;
+        AND idempotency_key <> '' AND status = ANY (taskport.run_statuses()) AND max_attempts >= 1) NOT VALID;
 
 -- +goose StatementBegin
+DO $do$
+BEGIN
+    IF to_regclass('taskport_lease.task') IS NULL THEN
+        RETURN;
+    END IF;
+    -- taskport:heavy-lock: the switch: old workers' statements on the task table wait for it; it copies only the rows
+    --   changed during the batched copy (docs/migrations.md measures it), and it is taken before anything on
+    --   taskport.run, in the order a lease enqueue takes them
+    LOCK TABLE taskport_lease.task IN ACCESS EXCLUSIVE MODE;
+    PERFORM set_config('taskport.copying', 'on', true);
+    -- taskport:batched: the rows noted since the batched copy began, a few per second of it
+    PERFORM taskport_lease.copy_task_rows(ARRAY(SELECT id FROM taskport_lease.task_changed));
+
+    ALTER TABLE taskport_lease.step_result RENAME COLUMN task_id TO run_id;
+
 CREATE OR REPLACE FUNCTION taskport_lease.forget_deleted_runs() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM taskport_lease.step_result WHERE run_id = ANY (ARRAY(SELECT id FROM gone));
     RETURN NULL;
 END
 $$;
+
+    DROP TABLE taskport_lease.task;
+END $do$;
 -- +goose StatementEnd
 
-DROP TABLE taskport_lease.task;
-DROP FUNCTION taskport_lease.forget_deleted_tasks();
-DROP FUNCTION taskport_lease.task_statuses();
+DROP TRIGGER IF EXISTS note_lease_run_change ON taskport.run;
+DROP TABLE IF EXISTS taskport_lease.task_changed;
+DROP FUNCTION IF EXISTS taskport_lease.note_task_change();
+DROP FUNCTION IF EXISTS taskport_lease.copy_task_rows(uuid[]);
+DROP FUNCTION IF EXISTS taskport_lease.forget_deleted_tasks();
+DROP FUNCTION IF EXISTS taskport_lease.task_statuses();
+ALTER TABLE taskport.run VALIDATE CONSTRAINT run_row_check;
 
 -- +goose Down
 -- +goose StatementBegin
