@@ -26,6 +26,7 @@ import (
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/router"
 )
 
 //go:embed templates/*.html
@@ -195,6 +196,9 @@ type Overview struct {
 	// wake-up or a cancel that did not happen until an operator retries it.
 	FailedOutbox []outbox.FailedRow `json:"failed_outbox"`
 	OldRuns      []port.RunView     `json:"runs_on_old_versions"`
+	// Engines is what `taskport engine status` shows: the active engine,
+	// who switched to it, and the open runs of each engine per kind.
+	Engines router.Status `json:"engines"`
 	// Done is the result of the action that redirected here, if any.
 	Done string `json:"-"`
 }
@@ -245,6 +249,9 @@ func (s *Server) Overview(ctx context.Context, q plans.PlanQuery) (Overview, err
 			return o, fmt.Errorf("runs on old versions of %s: %w", d.Kind, err)
 		}
 		o.OldRuns = append(o.OldRuns, old...)
+	}
+	if o.Engines, err = router.ReadStatus(ctx, s.pool); err != nil {
+		return o, fmt.Errorf("engines: %w", err)
 	}
 	return o, nil
 }

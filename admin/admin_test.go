@@ -26,6 +26,7 @@ import (
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/router"
 )
 
 // The tokens of the tests' users: an operator, a viewer.
@@ -438,4 +439,48 @@ func TestDecisionPage(t *testing.T) {
 	require.NotContains(t, body, `method="post"`)
 	status, _ = ann.get("/admin/decisions/0190a5c6-0000-7000-8000-000000000000")
 	require.Equal(t, http.StatusNotFound, status)
+}
+
+// The overview shows what `taskport engine status` shows: the active
+// engine, who switched to it and why, and the open runs per engine and
+// kind, on the page and in the JSON.
+func TestOverviewShowsEngines(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w, srv, u := newServer(t)
+	ann := newClient(t, srv, u.operator)
+	_, body := ann.get("/admin")
+	require.Contains(t, body, "New runs go to <strong>temporal</strong> (the primary: no switch recorded)")
+	require.Contains(t, body, "no open runs")
+
+	_, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
+		Key: "open", Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	r, err := router.New(w.Pool, map[string]router.Engine{"lease": w.Engine.(router.Engine)}, router.Config{})
+	require.NoError(t, err)
+	_, err = r.SwitchTo(ctx, "lease", "ops", "temporal upgrade regressed")
+	require.NoError(t, err)
+
+	_, body = ann.get("/admin")
+	require.Contains(t, body, "New runs go to <strong>lease</strong>, switched by ops at ")
+	require.Contains(t, body, ": temporal upgrade regressed.")
+	require.Contains(t, body, "<tr><td>lease</td><td>asset.import</td><td>1</td>")
+
+	_, body = ann.get("/admin/api/overview")
+	var o struct {
+		Engines struct {
+			Active     string `json:"active"`
+			SwitchedBy string `json:"switched_by"`
+			Open       []struct {
+				Engine string `json:"engine"`
+				Kind   string `json:"kind"`
+				Count  int    `json:"count"`
+			} `json:"open"`
+		} `json:"engines"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &o), body)
+	require.Equal(t, "lease", o.Engines.Active)
+	require.Equal(t, "ops", o.Engines.SwitchedBy)
+	require.Len(t, o.Engines.Open, 1)
+	require.Equal(t, 1, o.Engines.Open[0].Count)
 }

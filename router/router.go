@@ -466,20 +466,64 @@ type Status struct {
 
 // OpenRuns counts one engine's open runs of one kind.
 type OpenRuns struct {
-	Engine string
-	Kind   port.Kind
-	Count  int
-	Oldest time.Time
+	Engine string    `json:"engine"`
+	Kind   port.Kind `json:"kind"`
+	Count  int       `json:"count"`
+	Oldest time.Time `json:"oldest"`
+}
+
+// statusJSON is the shape `taskport engine status --json` prints and the
+// admin's overview carries: the active engine's switch flattened, its time
+// left out while no switch was ever recorded, times in UTC.
+type statusJSON struct {
+	Active     string     `json:"active"`
+	SwitchedBy string     `json:"switched_by,omitempty"`
+	SwitchedAt *time.Time `json:"switched_at,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	Open       []OpenRuns `json:"open"`
+}
+
+// MarshalJSON writes statusJSON.
+func (s Status) MarshalJSON() ([]byte, error) {
+	out := statusJSON{Active: s.Active.Engine, SwitchedBy: s.Active.By, Reason: s.Active.Reason, Open: []OpenRuns{}}
+	if !s.Active.At.IsZero() {
+		at := s.Active.At.UTC()
+		out.SwitchedAt = &at
+	}
+	for _, o := range s.Open {
+		o.Oldest = o.Oldest.UTC()
+		out.Open = append(out.Open, o)
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *Status) UnmarshalJSON(b []byte) error {
+	var in statusJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*s = Status{Active: Switch{Engine: in.Active, By: in.SwitchedBy, Reason: in.Reason}, Open: in.Open}
+	if in.SwitchedAt != nil {
+		s.Active.At = *in.SwitchedAt
+	}
+	return nil
 }
 
 // Status reads the active engine (from the database, not the cache) and
 // the open runs.
 func (r *Router) Status(ctx context.Context) (Status, error) {
-	s, err := runstore.ActiveEngine(ctx, r.pool)
+	return ReadStatus(ctx, r.pool)
+}
+
+// ReadStatus is Status for a process that routes nothing (the admin, which
+// shows it): what it reads is all in the database.
+func ReadStatus(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
+	s, err := runstore.ActiveEngine(ctx, pool)
 	if err != nil {
 		return Status{}, err
 	}
-	open, err := runstore.OpenRunsByKind(ctx, r.pool)
+	open, err := runstore.OpenRunsByKind(ctx, pool)
 	if err != nil {
 		return Status{}, err
 	}

@@ -48,7 +48,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 					return err
 				}
 				if asJSON {
-					return writeJSON(cmd.OutOrStdout(), jsonEngineStatus(st))
+					return writeJSON(cmd.OutOrStdout(), st)
 				}
 				return printEngineStatus(cmd.OutOrStdout(), st)
 			})
@@ -153,33 +153,6 @@ func printEvacuation(w io.Writer, rep router.Report) error {
 		fmt.Fprintf(tw, "failed\t%s\t%s\t%s\n", f.ID, f.Kind, f.Error)
 	}
 	return tw.Flush()
-}
-
-type engineStatusJSON struct {
-	Active     string         `json:"active"`
-	SwitchedBy string         `json:"switched_by,omitempty"`
-	SwitchedAt *time.Time     `json:"switched_at,omitempty"`
-	Reason     string         `json:"reason,omitempty"`
-	Open       []openRunsJSON `json:"open"`
-}
-
-type openRunsJSON struct {
-	Engine string    `json:"engine"`
-	Kind   string    `json:"kind"`
-	Count  int       `json:"count"`
-	Oldest time.Time `json:"oldest"`
-}
-
-func jsonEngineStatus(st router.Status) engineStatusJSON {
-	out := engineStatusJSON{Active: st.Active.Engine, SwitchedBy: st.Active.By, Reason: st.Active.Reason, Open: []openRunsJSON{}}
-	if !st.Active.At.IsZero() {
-		at := st.Active.At.UTC()
-		out.SwitchedAt = &at
-	}
-	for _, o := range st.Open {
-		out.Open = append(out.Open, openRunsJSON{Engine: o.Engine, Kind: string(o.Kind), Count: o.Count, Oldest: o.Oldest.UTC()})
-	}
-	return out
 }
 
 type evacuationJSON struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/taskport/taskport/internal/testkit"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/router"
 )
 
 // The engine commands with no Temporal frontend reachable (what an
@@ -29,16 +30,16 @@ func TestEngineCommands(t *testing.T) {
 		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM taskport.engine_switch`).Scan(&n))
 		return n
 	}
-	status := func() engineStatusJSON {
+	status := func() router.Status {
 		out, err := run("status", "--json")
 		require.NoError(t, err)
-		var st engineStatusJSON
+		var st router.Status
 		require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 		return st
 	}
 	st := status()
-	require.Equal(t, "temporal", st.Active, "no switch recorded: the primary")
-	require.Nil(t, st.SwitchedAt)
+	require.Equal(t, "temporal", st.Active.Engine, "no switch recorded: the primary")
+	require.True(t, st.Active.At.IsZero())
 	require.Empty(t, st.Open)
 
 	for _, bad := range [][]string{
@@ -63,9 +64,9 @@ func TestEngineCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "active engine: lease (switched by ops")
 	st = status()
-	require.Equal(t, "lease", st.Active)
-	require.Equal(t, "ops", st.SwitchedBy)
-	require.Equal(t, "temporal upgrade regressed", st.Reason)
+	require.Equal(t, "lease", st.Active.Engine)
+	require.Equal(t, "ops", st.Active.By)
+	require.Equal(t, "temporal upgrade regressed", st.Active.Reason)
 	_, err = run("switch", "--to", "lease")
 	require.ErrorContains(t, err, "already the active engine")
 	_, err = run("evacuate", "--from", "lease")
