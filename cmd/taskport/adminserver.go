@@ -35,7 +35,7 @@ func newAdminCmd(g *stack.Globals) *cobra.Command {
 			return stack.With(cmd, g, &c, func(s *stack.Stack) error { return s.RunAdmin(cmd.Context(), addr, access) })
 		},
 	}
-	c.Bind(cmd.Flags())
+	c.BindAdmin(cmd.Flags())
 	auth.Bind(cmd.Flags())
 	cmd.Flags().StringVar(&addr, "addr", stack.EnvOr("ADMIN_ADDR", ":8080"), "listen address (env ADMIN_ADDR)")
 	cmd.AddCommand(newAdminTokenCmd())

@@ -190,6 +190,21 @@ func TestEveryReadCommandTakesJSON(t *testing.T) {
 	}
 }
 
+// taskport admin lists the flags the admin reads, and none that only a
+// worker acts on.
+func TestAdminTakesNoWorkerFlags(t *testing.T) {
+	admin, _, err := newRootCmd().Find([]string{"admin"})
+	require.NoError(t, err)
+	for _, name := range []string{"concurrency", "lease-active-runs", "stop-timeout", "reconcile-interval", "retention-interval",
+		"temporal-deployment-name", "temporal-worker-build-id", "qbittorrent-url", "qbittorrent-user", "qbittorrent-password-file",
+		"webhook-url-file"} {
+		require.Nil(t, admin.Flags().Lookup(name), "taskport admin takes the worker flag --%s", name)
+	}
+	for _, name := range []string{"engine", "temporal-address", "library-root", "retention-completed", "public-origin"} {
+		require.NotNil(t, admin.Flags().Lookup(name), "taskport admin lacks --%s", name)
+	}
+}
+
 // migrate status --json is one object per migration; migrate up says what
 // it applied and nothing else at the default log level (goose's statement
 // log is for --log-level debug).

@@ -81,9 +81,9 @@ type Config struct {
 	temporalAPIKeyFile, qbittorrentPassFile, webhookURLFile string
 }
 
-// Bind adds the flags to fs.
+// Bind adds the flags to fs: a worker's, all of them.
 func (c *Config) Bind(fs *pflag.FlagSet) {
-	c.BindEngine(fs)
+	c.BindAdmin(fs)
 	fs.StringVar(&c.DeploymentName, "temporal-deployment-name", EnvOr("TEMPORAL_DEPLOYMENT_NAME", ""),
 		"Worker Deployment Versioning: the deployment this worker belongs to (env TEMPORAL_DEPLOYMENT_NAME); needs a build id")
 	fs.StringVar(&c.BuildID, "temporal-worker-build-id", EnvOr("TEMPORAL_WORKER_BUILD_ID", ""),
@@ -95,6 +95,24 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back (env STOP_TIMEOUT)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process (env RECONCILE_INTERVAL)")
+	fs.DurationVar(&c.Retention.Interval, "retention-interval", retention.DefaultInterval,
+		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); negative: never in this process "+
+			"(env RETENTION_INTERVAL)")
+	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
+	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
+	fs.StringVar(&c.qbittorrentPassFile, "qbittorrent-password-file", "",
+		"file holding the qBittorrent WebUI password (env QBITTORRENT_PASSWORD_FILE); or the password itself in env QBITTORRENT_PASSWORD; never logged")
+	fs.StringVar(&c.webhookURLFile, "webhook-url-file", "",
+		"file holding the receiver URL of notify.webhook (env WEBHOOK_URL_FILE); or the URL itself in env WEBHOOK_URL; never logged")
+}
+
+// BindAdmin adds the flags the admin needs, a subset of a worker's: the
+// engine, where plans live (library root, download directory), and the
+// retention ages its pages show. What only a worker does (execute steps,
+// reach qBittorrent and the webhook, prune, reconcile) is left out, so
+// that `taskport admin --help` lists what the admin reads.
+func (c *Config) BindAdmin(fs *pflag.FlagSet) {
+	c.BindEngine(fs)
 	fs.DurationVar(&c.Retention.Completed, "retention-completed", retention.DefaultCompleted,
 		"delete succeeded runs (and dispatched outbox rows, consumed or expired signals, waiters of ended runs) this long after they "+
 			"finished; an idempotency key is free again once its run is deleted; negative: keep forever (env RETENTION_COMPLETED)")
@@ -102,17 +120,11 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 		"delete canceled runs this long after they finished; negative: keep forever (env RETENTION_CANCELED)")
 	fs.DurationVar(&c.Retention.Failed, "retention-failed", retention.DefaultFailed,
 		"delete failed runs (dead letters) this long after they finished; negative: keep forever (env RETENTION_FAILED)")
-	fs.DurationVar(&c.Retention.Interval, "retention-interval", retention.DefaultInterval,
-		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); negative: never in this process "+
-			"(env RETENTION_INTERVAL)")
 	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
-	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
-	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
-	fs.StringVar(&c.qbittorrentPassFile, "qbittorrent-password-file", "",
-		"file holding the qBittorrent WebUI password (env QBITTORRENT_PASSWORD_FILE); or the password itself in env QBITTORRENT_PASSWORD; never logged")
-	fs.StringVar(&c.webhookURLFile, "webhook-url-file", "",
-		"file holding the receiver URL of notify.webhook (env WEBHOOK_URL_FILE); or the URL itself in env WEBHOOK_URL; never logged")
+	// What a worker-only flag would have set, for the admin's wiring.
+	c.StopTimeout = 30 * time.Second
+	c.Retention.Interval = -1
 }
 
 // BindEngine adds to fs only the flags that choose and reach the engine:
