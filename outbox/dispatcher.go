@@ -372,6 +372,17 @@ func (d *Dispatcher) startSpan(ctx context.Context, first claimed, rows int) (co
 // notes the outcome.
 func (d *Dispatcher) settle(ctx context.Context, c claimed, runID port.RunID, err error) error {
 	span := trace.SpanFromContext(ctx)
+	if c.action == ActionEnqueue && errors.Is(err, port.ErrOtherEngine) {
+		// The key's run exists, owned by the other engine: this process
+		// serves one engine while the database holds both (a switch of
+		// engines, docs/operations.md). The enqueue the row asks for
+		// happened; the run drains where it is, or an evacuation moves it.
+		// Retrying would never succeed, and the run's id is that engine's
+		// to tell, so the row is dispatched without it.
+		d.cfg.Logger.WarnContext(ctx, "outbox row's run is owned by the other engine: dispatched without its run id",
+			slog.String("row", c.name()), slog.String("error", err.Error()))
+		err = nil
+	}
 	if err == nil {
 		var run *string
 		if runID != "" {

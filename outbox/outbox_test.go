@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
 )
@@ -491,4 +494,36 @@ func TestBatchSettlesEachRow(t *testing.T) {
 		keys = append(keys, e.Key)
 	}
 	require.ElementsMatch(t, []string{"a", "b", "c"}, keys)
+}
+
+// During a switch of engines, a process serving one engine dispatches a row
+// whose key is already the other engine's run (the row was handed over, but
+// its dispatcher died before marking it). The enqueue it asks for has
+// happened: the row is dispatched, not retried forever, and no second run
+// is recorded.
+func TestRowOfAnotherEnginesRunIsDispatched(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	reg := kindWith[map[string]string](t, "k.ind", 1)
+	write(t, pool, "k.ind", "theirs")
+	write(t, pool, "k.ind", "ours")
+	_, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "k.ind", Version: 1,
+		Key: "theirs", Input: json.RawMessage(`{"k":"theirs"}`)})
+	require.NoError(t, err)
+	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{})
+	require.NoError(t, err)
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{})
+	require.NoError(t, err)
+	_, err = d.DispatchOnce(ctx)
+	require.NoError(t, err)
+
+	got := rows(t, pool)
+	require.Equal(t, "dispatched", got["theirs"].Status)
+	require.Nil(t, got["theirs"].RunID, "the run is the other engine's to name")
+	require.Equal(t, "dispatched", got["ours"].Status)
+	require.NotNil(t, got["ours"].RunID)
+	var engines []string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(engine || ':' || idempotency_key ORDER BY idempotency_key) FROM taskport.run`).Scan(&engines))
+	require.Equal(t, []string{"lease:ours", "temporal:theirs"}, engines)
 }
