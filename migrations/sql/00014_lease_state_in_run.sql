@@ -46,7 +46,8 @@
 --     every lease run row updated by anyone but the copy, in
 --     taskport_lease.task_changed;
 --   - the task rows are copied into their runs in batches of 5,000, each its
---     own transaction;
+--     own transaction, and then the rows noted meanwhile, until fewer than
+--     500 are left;
 --   - run_ready and run_leased are built CONCURRENTLY, and the new row check
 --     is added NOT VALID;
 --   - one short transaction locks the task table first (as the enqueue
@@ -158,6 +159,35 @@ ALTER TABLE taskport.run
     ADD CONSTRAINT run_row_check CHECK (engine = ANY (taskport.run_engines()) AND version >= 1
         AND idempotency_key <> '' AND status = ANY (taskport.run_statuses()) AND max_attempts >= 1) NOT VALID;
 
+-- The rows written meanwhile, until fewer than 500 are left for the switch
+-- below to copy under its lock (or 100 rounds went by: then the switch copies
+-- the rest). Each id leaves the log as it is copied; a write after that
+-- notes it again.
+-- +goose StatementBegin
+DO $$
+DECLARE
+    ids    uuid[];
+    rounds int := 0;
+BEGIN
+    IF to_regclass('taskport_lease.task') IS NULL THEN
+        RETURN;
+    END IF;
+    LOOP
+        WITH noted AS (
+            DELETE FROM taskport_lease.task_changed
+            WHERE id IN (SELECT id FROM taskport_lease.task_changed LIMIT 5000) RETURNING id
+        )
+        SELECT coalesce(array_agg(id), '{}') INTO ids FROM noted;
+        PERFORM set_config('taskport.copying', 'on', true);
+        -- taskport:batched: 5,000 noted rows a transaction, committed one by one
+        PERFORM taskport_lease.copy_task_rows(ids);
+        COMMIT;
+        rounds := rounds + 1;
+        EXIT WHEN cardinality(ids) < 500 OR rounds = 100;
+    END LOOP;
+END $$;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 DO $do$
 BEGIN
@@ -165,11 +195,11 @@ BEGIN
         RETURN;
     END IF;
     -- taskport:heavy-lock: the switch: old workers' statements on the task table wait for it; it copies only the rows
-    --   changed during the batched copy (docs/migrations.md measures it), and it is taken before anything on
+    --   noted since the last round above (docs/migrations.md measures it), and it is taken before anything on
     --   taskport.run, in the order a lease enqueue takes them
     LOCK TABLE taskport_lease.task IN ACCESS EXCLUSIVE MODE;
     PERFORM set_config('taskport.copying', 'on', true);
-    -- taskport:batched: the rows noted since the batched copy began, a few per second of it
+    -- taskport:batched: the rows noted since the last batch above, fewer than 500 and those written since
     PERFORM taskport_lease.copy_task_rows(ARRAY(SELECT id FROM taskport_lease.task_changed));
 
     ALTER TABLE taskport_lease.step_result RENAME COLUMN task_id TO run_id;
