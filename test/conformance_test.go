@@ -1,13 +1,16 @@
 package test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/port/porttest"
+	"github.com/taskport/taskport/router"
 	"github.com/taskport/taskport/test/contract"
 )
 
@@ -36,6 +39,42 @@ func TestConformance(t *testing.T) {
 					New:  factory(cell.eng, pool),
 					Other: func(t *testing.T, reg *port.Registry) port.TaskEngine {
 						return factory(cell.other, pool)(t, reg)
+					},
+				}
+			})
+		})
+	}
+}
+
+// TestConformanceOfTheRouter runs the specification on the router over both
+// adapters (package router, --engine both), once with each engine active:
+// new runs go to the active one, and everything else is routed by the
+// run's owner, so the router must answer every row as an engine does. The
+// rows of "a run of another engine" do not apply (Harness.Other is nil):
+// the router serves both engines' runs, which test/router_test.go covers.
+func TestConformanceOfTheRouter(t *testing.T) {
+	for _, active := range []string{"temporal", "lease"} {
+		t.Run(active+"-active", func(t *testing.T) {
+			t.Parallel()
+			lease, temporal := leaseEngine(), temporalEngine(devTarget())
+			porttest.Run(t, func(t *testing.T) porttest.Harness {
+				pool := pgtest.NewPool(t)
+				openLease, openTemporal := factory(lease, pool), factory(temporal, pool)
+				var switched bool
+				return porttest.Harness{
+					Pool: pool,
+					New: func(t *testing.T, reg *port.Registry) port.TaskEngine {
+						r, err := router.New(pool, map[string]router.Engine{
+							"lease":    openLease(t, reg).(router.Engine),
+							"temporal": openTemporal(t, reg).(router.Engine),
+						}, router.Config{Logger: quiet()})
+						require.NoError(t, err)
+						if active != "temporal" && !switched { // temporal is the primary, active with no switch recorded
+							_, err := r.SwitchTo(context.Background(), active, "conformance", "")
+							require.NoError(t, err)
+							switched = true
+						}
+						return r
 					},
 				}
 			})
