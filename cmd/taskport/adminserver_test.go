@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/admin"
+	"github.com/taskport/taskport/internal/testkit"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
 )
 
 // Authentication is on by default: admin refuses a non-loopback address
@@ -56,4 +61,40 @@ func TestAdminTokenCommand(t *testing.T) {
 	after, err := os.ReadFile(file)
 	require.NoError(t, err)
 	require.Equal(t, data, after, "a refused token writes nothing")
+}
+
+// `taskport admin` with only its own flags (no worker flag, no
+// environment) builds its wiring on a migrated database, serves /admin and
+// stops cleanly when its context ends.
+func TestAdminServesWithItsOwnFlags(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	addr := testkit.FreeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root := newRootCmd()
+	root.SetArgs([]string{"admin", "--engine", "lease", "--addr", addr, "--database-url", db, "--log-level", "error"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		default:
+		}
+		resp, err := http.Get("http://" + addr + "/admin")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond)
+	select {
+	case err := <-done:
+		require.NoError(t, err, "admin exited before serving")
+		t.Fatal("admin exited before serving")
+	default:
+	}
+	cancel()
+	require.NoError(t, <-done)
 }

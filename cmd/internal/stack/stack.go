@@ -81,6 +81,12 @@ type Config struct {
 	temporalAPIKeyFile, qbittorrentPassFile, webhookURLFile string
 }
 
+// The qBittorrent WebUI a worker reaches unless told otherwise.
+const (
+	defaultQBittorrentURL  = "http://127.0.0.1:8080"
+	defaultQBittorrentUser = "admin"
+)
+
 // Bind adds the flags to fs: a worker's, all of them.
 func (c *Config) Bind(fs *pflag.FlagSet) {
 	c.BindAdmin(fs)
@@ -98,8 +104,8 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Retention.Interval, "retention-interval", retention.DefaultInterval,
 		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); negative: never in this process "+
 			"(env RETENTION_INTERVAL)")
-	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", "http://127.0.0.1:8080"), "qBittorrent WebUI (env QBITTORRENT_URL)")
-	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", "admin"), "qBittorrent WebUI user (env QBITTORRENT_USER)")
+	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", defaultQBittorrentURL), "qBittorrent WebUI (env QBITTORRENT_URL)")
+	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", defaultQBittorrentUser), "qBittorrent WebUI user (env QBITTORRENT_USER)")
 	fs.StringVar(&c.qbittorrentPassFile, "qbittorrent-password-file", "",
 		"file holding the qBittorrent WebUI password (env QBITTORRENT_PASSWORD_FILE); or the password itself in env QBITTORRENT_PASSWORD; never logged")
 	fs.StringVar(&c.webhookURLFile, "webhook-url-file", "",
@@ -122,9 +128,12 @@ func (c *Config) BindAdmin(fs *pflag.FlagSet) {
 		"delete failed runs (dead letters) this long after they finished; negative: keep forever (env RETENTION_FAILED)")
 	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
-	// What a worker-only flag would have set, for the admin's wiring.
+	// What a worker-only flag would have set, for the admin's wiring
+	// (Build): the admin starts no engine and runs no step, so the
+	// downloader it is wired with is never called, and it prunes nothing.
 	c.StopTimeout = 30 * time.Second
 	c.Retention.Interval = -1
+	c.QBittorrentURL, c.QBittorrentUser = defaultQBittorrentURL, defaultQBittorrentUser
 }
 
 // BindEngine adds to fs only the flags that choose and reach the engine:
