@@ -81,15 +81,17 @@ type Config struct {
 	temporalAPIKeyFile, qbittorrentPassFile, webhookURLFile string
 }
 
-// The qBittorrent WebUI a worker reaches unless told otherwise.
+// A worker's defaults for what its flags leave unset: the qBittorrent WebUI
+// it reaches and its graceful stop bound.
 const (
 	defaultQBittorrentURL  = "http://127.0.0.1:8080"
 	defaultQBittorrentUser = "admin"
+	defaultStopTimeout     = 30 * time.Second
 )
 
 // Bind adds the flags to fs: a worker's, all of them.
 func (c *Config) Bind(fs *pflag.FlagSet) {
-	c.BindAdmin(fs)
+	c.bindShared(fs)
 	fs.StringVar(&c.DeploymentName, "temporal-deployment-name", EnvOr("TEMPORAL_DEPLOYMENT_NAME", ""),
 		"Worker Deployment Versioning: the deployment this worker belongs to (env TEMPORAL_DEPLOYMENT_NAME); needs a build id")
 	fs.StringVar(&c.BuildID, "temporal-worker-build-id", EnvOr("TEMPORAL_WORKER_BUILD_ID", ""),
@@ -98,7 +100,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.IntVar(&c.LeaseActiveRuns, "lease-active-runs", 0,
 		"lease: claimed runs this worker executes at once (replaying, committing or in a step); 0: twice the concurrency, "+
 			"up to four times while runs leave step slots idle; below the concurrency: raised to it (env LEASE_ACTIVE_RUNS)")
-	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "graceful stop bound: in-flight steps finish or are handed back (env STOP_TIMEOUT)")
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", defaultStopTimeout, "graceful stop bound: in-flight steps finish or are handed back (env STOP_TIMEOUT)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process (env RECONCILE_INTERVAL)")
 	fs.DurationVar(&c.Retention.Interval, "retention-interval", retention.DefaultInterval,
@@ -118,6 +120,17 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 // reach qBittorrent and the webhook, prune, reconcile) is left out, so
 // that `taskport admin --help` lists what the admin reads.
 func (c *Config) BindAdmin(fs *pflag.FlagSet) {
+	c.bindShared(fs)
+	// What the worker-only flags would have set, for the admin's wiring
+	// (Build): the admin starts no engine and runs no step, so the
+	// downloader it is wired with is never called, and it prunes nothing.
+	c.StopTimeout = defaultStopTimeout
+	c.Retention.Interval = -1
+	c.QBittorrentURL, c.QBittorrentUser = defaultQBittorrentURL, defaultQBittorrentUser
+}
+
+// bindShared adds the flags a worker and the admin both read.
+func (c *Config) bindShared(fs *pflag.FlagSet) {
 	c.BindEngine(fs)
 	fs.DurationVar(&c.Retention.Completed, "retention-completed", retention.DefaultCompleted,
 		"delete succeeded runs (and dispatched outbox rows, consumed or expired signals, waiters of ended runs) this long after they "+
@@ -128,12 +141,6 @@ func (c *Config) BindAdmin(fs *pflag.FlagSet) {
 		"delete failed runs (dead letters) this long after they finished; negative: keep forever (env RETENTION_FAILED)")
 	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
-	// What a worker-only flag would have set, for the admin's wiring
-	// (Build): the admin starts no engine and runs no step, so the
-	// downloader it is wired with is never called, and it prunes nothing.
-	c.StopTimeout = 30 * time.Second
-	c.Retention.Interval = -1
-	c.QBittorrentURL, c.QBittorrentUser = defaultQBittorrentURL, defaultQBittorrentUser
 }
 
 // BindEngine adds to fs only the flags that choose and reach the engine:
