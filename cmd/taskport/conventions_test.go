@@ -165,6 +165,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"worker", "--concurrency", "many"},
 		{"worker", "--no-such-flag"},
 		{"plan", "approve"},
+		{"engine", "switch", "--to", "bogus"},
+		{"engine", "evacuate", "--from", ""},
 	} {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			err := run(context.Background(), args)

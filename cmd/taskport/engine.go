@@ -62,6 +62,9 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 		Short: fmt.Sprintf("Make --to the active engine: new runs go to it (every process running --engine both follows within %s); "+
 			"open runs drain where they are", router.DefaultRefresh),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := engineFlag("--to", to); err != nil {
+				return err
+			}
 			if as == "" {
 				return usageError{errors.New("--as: who switches must not be empty")}
 			}
@@ -87,6 +90,9 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 		Short: "Move every open run of --from (an engine that is gone) to the active engine: each is canceled there where it can be reached, " +
 			"ended canceled, and enqueued again from its first step with the same kind, input and business key; a run moves at most once",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := engineFlag("--from", from); err != nil {
+				return err
+			}
 			if as == "" {
 				return usageError{errors.New("--as: who evacuates must not be empty")}
 			}
@@ -115,6 +121,15 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 
 	cmd.AddCommand(status, switchCmd, evacuate)
 	return cmd
+}
+
+// engineFlag refuses a value of --to or --from that names no engine, as a
+// command line the CLI refuses (exit 2), before anything is dialed.
+func engineFlag(name, value string) error {
+	if value != "lease" && value != "temporal" {
+		return usageError{fmt.Errorf("%s must be lease or temporal, got %q", name, value)}
+	}
+	return nil
 }
 
 func printEngineStatus(w io.Writer, st router.Status) error {
