@@ -124,31 +124,31 @@ func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
 	}
 	f := &flow{w: w, ex: ex, def: def, runCtx: runCtx, dbCtx: dbCtx, now: ex.createdAt, replaying: len(ex.history) > 0}
 	f.log = log
-	u, herr := f.run()
+	u, out, herr := f.run()
+	next, output, herr := enginekit.Outcome(out, herr)
 	switch {
 	case errors.Is(context.Cause(runCtx), port.ErrLeaseLost):
 		// Nothing of a claim whose lease may be gone commits, not even a
 		// held step or the run's end: the next claim replays them.
 	case u != nil && u.fatal != nil:
 		log.Error("run failed", slog.Any("error", u.fatal))
-		w.finish(dbCtx, ex, port.StatusFailed, u.fatal.Error(), f.held)
+		w.finish(dbCtx, ex, port.StatusFailed, u.fatal.Error(), nil, f.held)
 	case u != nil:
 		// Parked or abandoned: the claim is already settled.
 	case f.sawCancel:
-		w.finish(dbCtx, ex, port.StatusCanceled, "", f.held)
+		w.finish(dbCtx, ex, port.StatusCanceled, "", nil, f.held)
+	case next != nil:
+		w.continueAsNew(dbCtx, ex, next)
 	case herr == nil:
-		w.finish(dbCtx, ex, port.StatusSucceeded, "", f.held)
+		w.finish(dbCtx, ex, port.StatusSucceeded, "", output, f.held)
 	default:
-		next, err := enginekit.ContinueAsNew(herr)
-		if next != nil {
-			w.continueAsNew(dbCtx, ex, next)
-			return
-		}
-		w.finish(dbCtx, ex, port.StatusFailed, err.Error(), f.held)
+		w.finish(dbCtx, ex, port.StatusFailed, herr.Error(), nil, f.held)
 	}
 }
 
-func (w *worker) finish(ctx context.Context, ex *execution, status port.Status, lastErr string, last *heldStep) {
+// finish ends the run with status, its last error and, when it succeeded,
+// its result (output), in one commit with the held step.
+func (w *worker) finish(ctx context.Context, ex *execution, status port.Status, lastErr string, output json.RawMessage, last *heldStep) {
 	ex.released.Store(true)
 	var seq, attempts *int
 	var name *string
@@ -156,7 +156,7 @@ func (w *worker) finish(ctx context.Context, ex *execution, status port.Status, 
 	if last != nil {
 		seq, name, result, attempts = &last.seq, &last.name, last.result, &last.attempt
 	}
-	res, err := w.commit(ctx, finishSQL, ex.id, ex.token, string(status), lastErr, seq, name, result, attempts)
+	res, err := w.commit(ctx, finishSQL, ex.id, ex.token, string(status), lastErr, seq, name, result, attempts, output)
 	if !w.settled(ctx, ex, res, err, "finish") {
 		return
 	}
@@ -239,7 +239,7 @@ func (f *flow) flush() {
 var _ port.Flow = (*flow)(nil)
 
 // run calls the handler and turns an unwind panic back into a value.
-func (f *flow) run() (u *unwind, herr error) {
+func (f *flow) run() (u *unwind, out any, herr error) {
 	defer func() {
 		switch p := recover().(type) {
 		case nil:
@@ -249,7 +249,8 @@ func (f *flow) run() (u *unwind, herr error) {
 			u = &unwind{why: "panic", fatal: fmt.Errorf("handler panicked: %v", p)}
 		}
 	}()
-	return nil, engineapi.Run(f.def.Handler, f, f.ex.input)
+	out, herr = engineapi.Run(f.def.Handler, f, f.ex.input)
+	return nil, out, herr
 }
 
 func (f *flow) RunID() port.RunID { return f.ex.runID() }

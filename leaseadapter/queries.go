@@ -235,6 +235,7 @@ WITH l AS (
       last_error = CASE WHEN cancel_requested_at IS NOT NULL THEN '' ELSE $4 END,
       dead_letter_at = CASE WHEN $3 = 'failed' AND cancel_requested_at IS NULL THEN now() END,
       finished_at = coalesce(finished_at, now()),
+      output = CASE WHEN $3 = 'succeeded' AND cancel_requested_at IS NULL THEN $9::jsonb END,
       current_step = coalesce($6::text, CASE WHEN (SELECT live FROM k) THEN current_step END, (SELECT name FROM l), current_step),
       attempts = coalesce($8::int, CASE WHEN (SELECT live FROM k) THEN attempts END, (SELECT attempts FROM l), attempts),
       wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `

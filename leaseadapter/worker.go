@@ -404,7 +404,7 @@ func (w *worker) cancelRun(ex *execution) {
 	// Not on the caller's goroutine (the heartbeat or the LISTEN loop): the
 	// commit waits for a group. Stop waits for it through w.runs.
 	go func() {
-		w.finish(w.dbCtx, ex, port.StatusCanceled, "", nil)
+		w.finish(w.dbCtx, ex, port.StatusCanceled, "", nil, nil)
 		w.forget(ex)
 	}()
 }

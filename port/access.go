@@ -10,7 +10,7 @@ import (
 // The engine-facing operations, for package port/engineapi (see package
 // access for why they travel this way).
 func init() {
-	access.RunHandler = func(h Handler, f Flow, input json.RawMessage) error { return h.run(f, input) }
+	access.RunHandler = func(h Handler, f Flow, input json.RawMessage) (any, error) { return h.run(f, input) }
 	access.CheckInput = func(h Handler, input json.RawMessage) error { return h.check(input) }
 	access.Lookup = (*Registry).lookup
 	access.Activity = (*Registry).activity

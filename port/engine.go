@@ -2,6 +2,7 @@ package port
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -239,6 +240,11 @@ type RunView struct {
 	UpdatedAt   time.Time
 	// FinishedAt is zero until the run is terminal.
 	FinishedAt time.Time
+	// Output is the result the kind's handler returned (HandleResult),
+	// encoded as JSON, once the run succeeded; nil while it is open, when it
+	// failed or was canceled, and for a kind built with Handle. Result
+	// decodes it.
+	Output json.RawMessage
 	// Cursor is the run's position in the listing order of Admin.ListRuns
 	// (newest first), opaque: pass the last run's Cursor of a page as
 	// RunFilter.After to list the next page.

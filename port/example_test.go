@@ -78,7 +78,7 @@ func Example() {
 	}
 
 	f := &exampleFlow{reg: reg}
-	err = engineapi.Run(importKind.Handler, f, json.RawMessage(`{"PlanID":"p1","Target":"/library/a.mkv"}`))
+	_, err = engineapi.Run(importKind.Handler, f, json.RawMessage(`{"PlanID":"p1","Target":"/library/a.mkv"}`))
 	fmt.Println("handler returned:", err)
 	// Output:
 	// step check-ready-0

@@ -99,9 +99,9 @@ type Definition struct {
 }
 
 // Kind authors: Handler runs a kind's deterministic code. Build one with
-// Handle; it is opaque.
+// Handle or HandleResult; it is opaque.
 type Handler struct {
-	run   func(Flow, json.RawMessage) error
+	run   func(Flow, json.RawMessage) (any, error)
 	check func(json.RawMessage) error
 }
 
@@ -112,8 +112,29 @@ type Validator interface{ Validate() error }
 
 // Kind authors: Handle turns a typed handler into a Handler. Inputs are
 // decoded strictly (unknown fields are refused) and validated with Validate
-// when In has it.
+// when In has it. A run of such a kind has no result: RunView.Output stays
+// nil.
 func Handle[In any](fn func(f Flow, in In) error) Handler {
+	return handler(func(f Flow, in In) (any, error) { return nil, fn(f, in) })
+}
+
+// Kind authors: HandleResult is Handle for a kind whose run returns a
+// result. When fn returns a nil error, out is encoded as JSON (the limits of
+// an input apply: MaxPayloadBytes, nothing Postgres's jsonb refuses) and
+// recorded with the run's success, in the same write; RunView.Output carries
+// it and Result decodes it. An out that does not encode fails the run with a
+// *FieldError "output", not retried.
+func HandleResult[In, Out any](fn func(f Flow, in In) (Out, error)) Handler {
+	return handler(func(f Flow, in In) (any, error) {
+		out, err := fn(f, in)
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+}
+
+func handler[In any](fn func(f Flow, in In) (any, error)) Handler {
 	decode := func(raw json.RawMessage) (In, error) {
 		var in In
 		if err := decodeStrict(raw, &in); err != nil {
@@ -127,10 +148,10 @@ func Handle[In any](fn func(f Flow, in In) error) Handler {
 		return in, nil
 	}
 	return Handler{
-		run: func(f Flow, raw json.RawMessage) error {
+		run: func(f Flow, raw json.RawMessage) (any, error) {
 			in, err := decode(raw)
 			if err != nil {
-				return NonRetryable(err)
+				return nil, NonRetryable(err)
 			}
 			return fn(f, in)
 		},

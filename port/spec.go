@@ -93,6 +93,19 @@
 //	unknown              error wrapping ErrNotFound
 //	other                error wrapping ErrOtherEngine; nothing written
 //
+// # Wait(ctx, engine, id) and Result[T](ctx, engine, id)
+//
+//	pending .. waiting   block until the run is terminal; a ctx that ends
+//	                     first returns ctx's error; nothing written
+//	succeeded            Wait: the view Get returns, nil. Result: the
+//	                     kind's result (RunView.Output) decoded into a T
+//	failed               Wait: the view, nil. Result: *RunFailedError
+//	                     (ErrRunFailed) whose Message is the LastError
+//	canceled             Wait: the view, nil. Result: error wrapping
+//	                     ErrCanceled
+//	unknown              error wrapping ErrNotFound
+//	other                error wrapping ErrOtherEngine; nothing written
+//
 // # Admin.ListRuns(filter)
 //
 //	succeeded, failed, canceled
@@ -179,6 +192,10 @@
 // body's start by one write: the lease engine records the start with its
 // next group commit, Temporal when the activity task is taken. A test
 // waits for them, with a deadline.
+//
+// Output: nil until the run succeeded, then the JSON of what its handler
+// returned (HandleResult), written with the terminal status; nil for ever
+// when it failed or was canceled, or when its kind has no result (Handle).
 //
 // CreatedAt: the insert time of the run's row (Postgres clock).
 // UpdatedAt: advanced whenever a field above changes; it may also advance

@@ -201,6 +201,8 @@ type projection struct {
 	KeepAttempts bool   `json:",omitempty"`
 	PrevStep     string `json:",omitempty"`
 	PrevAttempts int    `json:",omitempty"`
+	// Output is the result of a run that succeeded (runstore.Projection).
+	Output json.RawMessage `json:",omitempty"`
 }
 
 // project writes the run's projection without waiting for the disk
@@ -212,7 +214,7 @@ type projection struct {
 // run's cancel was requested whatever p says, "" when the row was terminal
 // already. Histories recorded before it returned a status replay with "".
 func (b *bookkeeping) project(ctx context.Context, id port.RunID, p projection) (port.Status, error) {
-	rp := runstore.Projection{Status: p.Status, Attempts: p.Attempts, LastError: p.LastError, CurrentStep: p.Step}
+	rp := runstore.Projection{Status: p.Status, Attempts: p.Attempts, LastError: p.LastError, CurrentStep: p.Step, Output: p.Output}
 	if p.Step == "" || p.KeepAttempts {
 		run, err := runstore.Get(ctx, b.pool, id)
 		if err != nil {

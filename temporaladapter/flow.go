@@ -38,8 +38,8 @@ type workflowRegistry interface {
 // workflowFunc is the one wrapper every registered Definition runs in: it
 // builds a port.Flow over the workflow context, runs the handler, records
 // the terminal projection, and maps the outcome onto Temporal's statuses.
-func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInput) error {
-	return func(ctx workflow.Context, in runInput) error {
+func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInput) (json.RawMessage, error) {
+	return func(ctx workflow.Context, in runInput) (json.RawMessage, error) {
 		info := workflow.GetInfo(ctx)
 		f := &flow{
 			ctx:        ctx,
@@ -60,22 +60,25 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 		if in.Canceled {
 			// Cancel found no workflow and started this one: the run ends
 			// as canceled runs end, having run nothing.
-			return f.end(port.StatusCanceled, "", fmt.Errorf("%w: %s", port.ErrCanceled, in.Reason))
+			return f.end(port.StatusCanceled, "", nil, fmt.Errorf("%w: %s", port.ErrCanceled, in.Reason))
 		}
-		next, err := enginekit.ContinueAsNew(engineapi.Run(def.Handler, f, in.Input))
+		next, output, err := enginekit.Outcome(engineapi.Run(def.Handler, f, in.Input))
 		if next != nil {
 			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}
-			return workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
+			return nil, workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
 		}
 		status, msg := outcome(ctx, err)
-		return f.end(status, msg, err)
+		return f.end(status, msg, output, err)
 	}
 }
 
-// end records the run's terminal projection (status, and msg as its last
-// error) and maps status onto Temporal's: a canceled run closes canceled,
-// a failed one failed with err as the cause.
-func (f *flow) end(status port.Status, msg string, err error) error {
+// end records the run's terminal projection (status, msg as its last error
+// and, for a success, the handler's result) and maps status onto
+// Temporal's: a canceled run closes canceled, a failed one failed with err
+// as the cause, a succeeded one completed with output as the workflow's
+// result, so that the Temporal UI shows it and a projection lost to a
+// Postgres crash is repaired with it (Engine.describe).
+func (f *flow) end(status port.Status, msg string, output json.RawMessage, err error) (json.RawMessage, error) {
 	ctx := f.ctx
 	// The projection must be written even when the workflow is canceled.
 	pctx, _ := workflow.NewDisconnectedContext(ctx)
@@ -86,7 +89,7 @@ func (f *flow) end(status port.Status, msg string, err error) error {
 	var written port.Status
 	perr := workflow.ExecuteLocalActivity(pctx, f.books.project, f.runID,
 		projection{Status: status, LastError: msg, Step: f.lastStep, Attempts: f.lastAttempts,
-			KeepAttempts: f.keepAttempts, PrevStep: f.prevStep, PrevAttempts: f.prevAttempts}).Get(pctx, &written)
+			KeepAttempts: f.keepAttempts, PrevStep: f.prevStep, PrevAttempts: f.prevAttempts, Output: output}).Get(pctx, &written)
 	if perr != nil {
 		f.logger.Error("record terminal projection", slog.String("error", perr.Error()))
 	}
@@ -98,14 +101,14 @@ func (f *flow) end(status port.Status, msg string, err error) error {
 	}
 	switch status {
 	case port.StatusSucceeded:
-		return nil
+		return output, nil
 	case port.StatusCanceled:
 		if ctx.Err() != nil {
-			return ctx.Err() // Temporal records Canceled only for its own cancel error
+			return nil, ctx.Err() // Temporal records Canceled only for its own cancel error
 		}
-		return temporal.NewCanceledError(err.Error())
+		return nil, temporal.NewCanceledError(err.Error())
 	default:
-		return temporal.NewNonRetryableApplicationError(msg, "taskport.RunFailed", err)
+		return nil, temporal.NewNonRetryableApplicationError(msg, "taskport.RunFailed", err)
 	}
 }
 

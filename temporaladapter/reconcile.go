@@ -146,8 +146,17 @@ func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunV
 	if msg := e.closeMessage(ctx, desc); msg != "" {
 		view.LastError = msg
 	}
+	if view.Status == port.StatusSucceeded {
+		// The workflow's result is the handler's (flow.end), read through
+		// the client's data converter, so a payload codec is undone.
+		ex := desc.WorkflowExecution
+		if err := e.client.GetWorkflow(ctx, ex.ID, ex.RunID).Get(ctx, &view.Output); err != nil {
+			return port.RunView{}, false, fmt.Errorf("read the result of run %s: %w", run.ID, err)
+		}
+	}
 	err = runstore.Project(ctx, e.pool, run.ID, runstore.Projection{
 		Status: view.Status, Attempts: view.Attempts, LastError: view.LastError, CurrentStep: view.CurrentStep,
+		Output: view.Output,
 	})
 	if err != nil {
 		return port.RunView{}, false, err

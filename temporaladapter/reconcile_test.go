@@ -46,7 +46,8 @@ func TestReconcilerRecordsATerminatedWorkflow(t *testing.T) {
 
 // The workflow's own terminal projection write fails (Postgres refuses it
 // until the fault is lifted) and the workflow completes anyway: the
-// reconciler records the end once Postgres accepts the write.
+// reconciler records the end, and the run's result, once Postgres accepts
+// the write.
 func TestReconcilerRecordsAnEndWhoseProjectionWriteFailed(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -80,6 +81,7 @@ CREATE TRIGGER test_refuse_end BEFORE UPDATE ON taskport.run FOR EACH ROW EXECUT
 	require.NoError(t, err)
 	run = h.waitStatus(id, port.StatusSucceeded)
 	require.Empty(t, run.LastError)
+	require.JSONEq(t, `["s1","s2","s3"]`, string(run.Output), "the result is read back from the workflow's")
 	require.Equal(t, map[string]int{"s1": 1, "s2": 1, "s3": 1}, h.effects(id))
 }
 

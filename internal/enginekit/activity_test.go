@@ -106,28 +106,41 @@ func TestStepFailed(t *testing.T) {
 	require.Contains(t, enginekit.StepFailed("copy", "asset.copy", 1, "bad", true).Error(), "non-retryable")
 }
 
-func TestContinueAsNew(t *testing.T) {
-	next, err := enginekit.ContinueAsNew(port.ContinueAsNew(map[string]int{"i": 3}))
+func TestOutcome(t *testing.T) {
+	next, out, err := enginekit.Outcome(nil, port.ContinueAsNew(map[string]int{"i": 3}))
 	require.NoError(t, err)
+	require.Nil(t, out)
 	require.JSONEq(t, `{"i":3}`, string(next))
 
-	next, err = enginekit.ContinueAsNew(fmtWrap(port.ContinueAsNew(nil)))
+	next, _, err = enginekit.Outcome(nil, fmtWrap(port.ContinueAsNew(nil)))
 	require.NoError(t, err)
 	require.Equal(t, "null", string(next), "a wrapped request is still a request")
 
-	next, err = enginekit.ContinueAsNew(port.ContinueAsNew(make(chan int)))
+	next, _, err = enginekit.Outcome(nil, port.ContinueAsNew(make(chan int)))
 	require.Nil(t, next)
 	var fe *port.FieldError
 	require.ErrorAs(t, err, &fe, "an input that does not encode fails the run with a field error")
 	require.Equal(t, "input", fe.Field)
 
 	boom := errors.New("boom")
-	next, err = enginekit.ContinueAsNew(boom)
+	next, out, err = enginekit.Outcome(map[string]int{"ignored": 1}, boom)
 	require.Nil(t, next)
+	require.Nil(t, out, "a failed run records no result")
 	require.Equal(t, boom, err)
-	next, err = enginekit.ContinueAsNew(nil)
+
+	next, out, err = enginekit.Outcome(nil, nil)
 	require.Nil(t, next)
+	require.Nil(t, out, "a kind without a result (port.Handle) records none")
 	require.NoError(t, err)
+
+	_, out, err = enginekit.Outcome(map[string]int{"total": 7}, nil)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"total":7}`, string(out))
+
+	_, out, err = enginekit.Outcome("a\x00b", nil)
+	require.Nil(t, out)
+	require.ErrorAs(t, err, &fe, "a result Postgres cannot store fails the run with a field error")
+	require.Equal(t, "output", fe.Field)
 }
 
 func fmtWrap(err error) error { return errors.Join(errors.New("context"), err) }

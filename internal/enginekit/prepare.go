@@ -296,21 +296,29 @@ func DecodePayload(raw json.RawMessage, out any) error {
 	return json.Unmarshal(raw, out)
 }
 
-// ContinueAsNew splits a handler's result. When err is the request
-// port.ContinueAsNew made, next is the new input, encoded; otherwise next is
-// nil and outcome is err, what the run ends with (nil: it succeeded). An
-// input that does not encode is the outcome (a *port.FieldError): the run
-// fails as if the handler had returned that error.
-func ContinueAsNew(err error) (next json.RawMessage, outcome error) {
+// Outcome splits what a handler returned (engineapi.Run). When err is the
+// request port.ContinueAsNew made, next is the new input, encoded;
+// otherwise next is nil and outcome is what the run ends with: err, or nil
+// when it succeeded, and then output is the handler's result encoded (nil
+// when it has none). An input or a result that does not encode is the
+// outcome (a *port.FieldError, "input" or "output"): the run fails as if
+// the handler had returned that error.
+func Outcome(out any, err error) (next, output json.RawMessage, outcome error) {
 	// port keeps the request's type unexported, so that only ContinueAsNew
 	// makes one; its NextInput method is how engines recognise it.
 	var req interface{ NextInput() any }
-	if !errors.As(err, &req) {
-		return nil, err
+	if errors.As(err, &req) {
+		raw, err := EncodePayload("input", req.NextInput())
+		if err != nil {
+			return nil, nil, fmt.Errorf("continue as new: %w", err)
+		}
+		return raw, nil, nil
 	}
-	raw, err := EncodePayload("input", req.NextInput())
-	if err != nil {
-		return nil, fmt.Errorf("continue as new: %w", err)
+	if err != nil || out == nil {
+		return nil, nil, err
 	}
-	return raw, nil
+	if output, err = EncodePayload("output", out); err != nil {
+		return nil, nil, fmt.Errorf("the run's result: %w", err)
+	}
+	return nil, output, nil
 }

@@ -3,7 +3,7 @@ package runstore
 // All statements of the package, parameterized; the column list matches scanRun.
 const runColumns = `id, engine, kind, version, idempotency_key, business_key, priority, input,
 	available_at, status, attempts, last_error, current_step, cancel_requested_at, cancel_reason,
-	created_at, updated_at, finished_at, seq`
+	created_at, updated_at, finished_at, seq, output`
 
 const insertRunSQL = `
 INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at)
@@ -88,7 +88,8 @@ SET status = CASE WHEN $6 AND cancel_requested_at IS NOT NULL THEN 'canceled' EL
     attempts = $3,
     last_error = CASE WHEN $6 AND cancel_requested_at IS NOT NULL THEN '' ELSE $4 END,
     current_step = $5, updated_at = now(),
-    finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'canceled') THEN coalesce(finished_at, now()) END
+    finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'canceled') THEN coalesce(finished_at, now()) END,
+    output = CASE WHEN $2 = 'succeeded' AND NOT ($6 AND cancel_requested_at IS NOT NULL) THEN $7::jsonb END
 WHERE id = $1 AND status NOT IN ('succeeded', 'failed', 'canceled')
 RETURNING status`
 

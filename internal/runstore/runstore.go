@@ -472,6 +472,8 @@ type Projection struct {
 	Attempts    int
 	LastError   string
 	CurrentStep string
+	// Output is the run's result, written only with StatusSucceeded.
+	Output json.RawMessage
 }
 
 // Project records what the engine reports about a run. A terminal status
@@ -496,7 +498,7 @@ func projectArgs(id port.RunID, p Projection, cancelDecides bool) ([]any, error)
 	if !p.Status.Valid() {
 		return nil, fmt.Errorf("project run %s: status %q: %w", id, p.Status, port.ErrInvalidInput)
 	}
-	return []any{u, p.Status, p.Attempts, p.LastError, p.CurrentStep, cancelDecides}, nil
+	return []any{u, p.Status, p.Attempts, p.LastError, p.CurrentStep, cancelDecides, p.Output}, nil
 }
 
 // Batcher sends a pgx.Batch: *pgxpool.Pool and *pgx.Conn (and pgx.Tx, which
@@ -774,7 +776,7 @@ func scanRunAnd(row pgx.CollectableRow, more ...any) (Run, error) {
 	)
 	dest := []any{&id, &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
 		&r.AvailableAt, &r.Status, &r.Attempts, &r.LastError, &r.CurrentStep, &cancelReq, &r.CancelReason,
-		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq}
+		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq, &r.Output}
 	if err := row.Scan(append(dest, more...)...); err != nil {
 		return Run{}, err
 	}

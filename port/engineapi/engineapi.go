@@ -15,7 +15,7 @@ import (
 )
 
 var (
-	runHandler = access.RunHandler.(func(port.Handler, port.Flow, json.RawMessage) error)
+	runHandler = access.RunHandler.(func(port.Handler, port.Flow, json.RawMessage) (any, error))
 	checkInput = access.CheckInput.(func(port.Handler, json.RawMessage) error)
 	lookup     = access.Lookup.(func(*port.Registry, port.Kind, int) (port.Definition, error))
 	activity   = access.Activity.(func(*port.Registry, string) (port.ActivityBinding, error))
@@ -23,9 +23,14 @@ var (
 	invoke     = access.Invoke.(func(port.ActivityBinding, context.Context, json.RawMessage) (any, error))
 )
 
-// Run executes the handler on a JSON input. An input that does not decode
-// is a non-retryable error.
-func Run(h port.Handler, f port.Flow, input json.RawMessage) error { return runHandler(h, f, input) }
+// Run executes the handler on a JSON input and returns its result as the
+// handler made it: nil for a kind built with port.Handle, and whatever a
+// port.HandleResult handler returned with a nil error. The engine encodes
+// it (internal/enginekit.Outcome) and records it with the run's success. An
+// input that does not decode is a non-retryable error.
+func Run(h port.Handler, f port.Flow, input json.RawMessage) (any, error) {
+	return runHandler(h, f, input)
+}
 
 // CheckInput decodes and validates input for h without running anything.
 func CheckInput(h port.Handler, input json.RawMessage) error { return checkInput(h, input) }

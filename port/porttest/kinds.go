@@ -74,36 +74,45 @@ func (p program) retry() port.RetryPolicy {
 	return r
 }
 
-func handle(f port.Flow, p program) error {
+// programResult is what a run of kind returns when it succeeds: its own id
+// (so a result read back is this run's) and the payload its wait received.
+type programResult struct {
+	Run     port.RunID `json:"run"`
+	Payload string     `json:"payload"`
+}
+
+func handle(f port.Flow, p program) (programResult, error) {
 	if p.Unbound {
-		return f.Step("unbound", unbound, p, nil)
+		return programResult{}, f.Step("unbound", unbound, p, nil)
 	}
 	// A heartbeat timeout lets Temporal deliver a cancel to a blocked body.
 	opts := []port.StepOption{port.WithRetry(p.retry()), port.WithHeartbeatTimeout(2 * time.Second)}
 	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail}, opts...); err != nil {
-		return err
+		return programResult{}, err
 	}
 	var payload string
 	if p.Topic != "" {
 		if _, err := f.WaitSignal("wait", port.Topic(p.Topic), p.timeout(), &payload); err != nil {
-			return err
+			return programResult{}, err
 		}
 		if p.SecondWait {
 			if _, err := work.Run(f, "mid", workIn{Block: true}, opts...); err != nil {
-				return err
+				return programResult{}, err
 			}
 			if _, err := f.WaitSignal("wait2", port.Topic(p.Topic), p.timeout(), nil); err != nil {
-				return err
+				return programResult{}, err
 			}
 		}
 	}
 	if p.SleepMs > 0 {
 		if err := f.Sleep("nap", time.Duration(p.SleepMs)*time.Millisecond); err != nil {
-			return err
+			return programResult{}, err
 		}
 	}
-	_, err := work.Run(f, "done", workIn{Payload: payload}, opts...)
-	return err
+	if _, err := work.Run(f, "done", workIn{Payload: payload}, opts...); err != nil {
+		return programResult{}, err
+	}
+	return programResult{Run: f.RunID(), Payload: payload}, nil
 }
 
 // bodies is the in-memory side of the work activity: the gates the test
@@ -211,6 +220,6 @@ func registry(b *bodies) (*port.Registry, error) {
 	}
 	err := reg.Register(port.Definition{Kind: kind, Version: 1, StepTimeout: time.Minute,
 		Retry:   port.RetryPolicy{MaxAttempts: 3, InitialInterval: 50 * time.Millisecond, MaxInterval: time.Second},
-		Handler: port.Handle(handle)})
+		Handler: port.HandleResult(handle)})
 	return reg, err
 }

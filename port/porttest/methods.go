@@ -24,6 +24,7 @@ var methods = []method{
 	{"Signal", checkSignal},
 	{"Cancel", checkCancel},
 	{"Get", checkGet},
+	{"Wait", checkWait},
 	{"ListRuns", checkListRuns},
 	{"Retry", checkRetry},
 	{"Start", checkStart},
@@ -66,7 +67,20 @@ func checkView(c *cell, v port.RunView) {
 	} else {
 		require.Equal(t, want[c.st.name], got, "view %+v", v)
 	}
+	checkOutput(c, v)
 	checkTimes(c, v)
+}
+
+// checkOutput asserts RunView.Output: the run's own result once it
+// succeeded, nil otherwise.
+func checkOutput(c *cell, v port.RunView) {
+	t := c.t
+	t.Helper()
+	if v.Status != port.StatusSucceeded {
+		require.Nil(t, v.Output, "a run that did not succeed has no result: %+v", v)
+		return
+	}
+	require.JSONEq(t, `{"run":"`+string(c.id)+`","payload":""}`, string(v.Output), "view %+v", v)
 }
 
 // checkTimes asserts the only order timestamps promise.
@@ -119,6 +133,66 @@ func checkGet(c *cell) {
 		checkView(c, c.get(c.id))
 	default:
 		c.unchanged(c.id, func() { checkView(c, c.get(c.id)) })
+	}
+}
+
+// checkWait asserts port.Wait and port.Result: a terminal run's view and
+// result at once, an open run's wait ending with its context, the errors
+// of Get for an id that is not this engine's run; none writes anything.
+func checkWait(c *cell) {
+	t := c.t
+	switch {
+	case c.st.other:
+		c.unchanged(c.id, func() {
+			_, err := port.Wait(ctx, c.eng, c.id)
+			requireErr(t, err, port.ErrOtherEngine)
+			_, err = port.Result[programResult](ctx, c.eng, c.id)
+			requireErr(t, err, port.ErrOtherEngine)
+		})
+	case !c.st.known():
+		for _, id := range unknownIDs() {
+			_, err := port.Wait(ctx, c.eng, id)
+			requireErr(t, err, port.ErrNotFound)
+			_, err = port.Result[programResult](ctx, c.eng, id)
+			requireErr(t, err, port.ErrNotFound)
+		}
+	case c.open():
+		// The run cannot end while the wait lasts (nothing releases or
+		// signals it): the wait ends with its context, having written
+		// nothing (a held run's row moves with its heartbeats).
+		wait := func() {
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			_, err := port.Wait(wctx, c.eng, c.id)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			_, err = port.Result[programResult](wctx, c.eng, c.id)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		}
+		if c.held() {
+			wait()
+		} else {
+			c.unchanged(c.id, wait)
+		}
+	default:
+		c.unchanged(c.id, func() {
+			v, err := port.Wait(ctx, c.eng, c.id)
+			require.NoError(t, err)
+			checkView(c, v)
+			got, err := port.Result[programResult](ctx, c.eng, c.id)
+			switch c.st.status {
+			case port.StatusSucceeded:
+				require.NoError(t, err)
+				require.Equal(t, programResult{Run: c.id}, got)
+			case port.StatusFailed:
+				var rf *port.RunFailedError
+				require.ErrorAs(t, err, &rf)
+				require.ErrorIs(t, err, port.ErrRunFailed)
+				require.Equal(t, failedMessage(), rf.Message)
+				require.Equal(t, c.id, rf.ID)
+			case port.StatusCanceled:
+				require.ErrorIs(t, err, port.ErrCanceled)
+			}
+		})
 	}
 }
 

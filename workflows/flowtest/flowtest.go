@@ -71,6 +71,9 @@ type Run struct {
 	Options map[string]port.StepOptions
 	// ContinuedAsNew counts the restarts; Input is the latest input.
 	ContinuedAsNew int
+	// Output is the encoded result of the last Execute that succeeded (nil
+	// for a kind without one, or after a failure).
+	Output json.RawMessage
 }
 
 // Wait is one wait the run parked in.
@@ -130,13 +133,15 @@ func (r *Run) LoseResult(step string) { r.lose[step] = true }
 func (r *Run) Input() json.RawMessage { return r.input }
 
 // Execute runs the handler from the start, replaying the recorded steps, and
-// returns its error. A ContinueAsNew restarts it at once with the new input
-// and an empty history.
+// returns its error; the result of a handler that succeeded is in Output.
+// A ContinueAsNew restarts it at once with the new input and an empty
+// history.
 func (r *Run) Execute(ctx context.Context) error {
 	for {
 		r.seq = enginekit.StepSequence{}
-		next, err := enginekit.ContinueAsNew(engineapi.Run(r.def.Handler, &flow{run: r, ctx: ctx}, r.input))
+		next, output, err := enginekit.Outcome(engineapi.Run(r.def.Handler, &flow{run: r, ctx: ctx}, r.input))
 		if next == nil {
+			r.Output = output
 			return err
 		}
 		r.input, r.history = next, nil

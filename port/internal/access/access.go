@@ -8,7 +8,7 @@ package access
 // Each holds a func of the type its comment gives (port's types, which this
 // package cannot name without an import cycle).
 var (
-	RunHandler any // func(port.Handler, port.Flow, json.RawMessage) error
+	RunHandler any // func(port.Handler, port.Flow, json.RawMessage) (any, error)
 	CheckInput any // func(port.Handler, json.RawMessage) error
 	Lookup     any // func(*port.Registry, port.Kind, int) (port.Definition, error)
 	Activity   any // func(*port.Registry, string) (port.ActivityBinding, error)

@@ -43,7 +43,7 @@ CREATE TABLE contract_decision (run_id text PRIMARY KEY, reason text NOT NULL);`
 
 // The effect kinds.
 const (
-	// Three runs steps s1, s2, s3.
+	// Three runs steps s1, s2, s3 and returns their names.
 	Three port.Kind = "ct.three"
 	// Wait checks its gate, waits for a signal (or the timeout) while it is
 	// closed, checks again, then runs "after" with what the last wait got.
@@ -300,7 +300,7 @@ const SilentHeartbeat = time.Second
 func Definitions(renamed bool) []port.Definition {
 	net := port.RetryPolicy{MaxAttempts: 5, InitialInterval: 50 * time.Millisecond, MaxInterval: 200 * time.Millisecond}
 	return []port.Definition{
-		{Kind: Three, Version: 1, Retry: net, Handler: port.Handle(three)},
+		{Kind: Three, Version: 1, Retry: net, Handler: port.HandleResult(three)},
 		{Kind: Wait, Version: 1, Retry: net, Handler: port.Handle(wait)},
 		{Kind: Hold, Version: 1, Retry: port.RetryPolicy{MaxAttempts: 1}, Handler: port.Handle(hold)},
 		// A short step timeout bounds how long a step lost in transit to a
@@ -363,13 +363,15 @@ func Register(reg *port.Registry, pool *pgxpool.Pool, defs ...port.Definition) e
 	return nil
 }
 
-func three(f port.Flow, _ TagIn) error {
-	for _, s := range []string{"s1", "s2", "s3"} {
+// three returns the names of the steps it ran, its result.
+func three(f port.Flow, _ TagIn) ([]string, error) {
+	steps := []string{"s1", "s2", "s3"}
+	for _, s := range steps {
 		if _, err := Effect.Run(f, s, EffectIn{Label: s}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return steps, nil
 }
 
 // wait is the ADR 2.2 wait: check the business DB, then wait for a signal
