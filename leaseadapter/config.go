@@ -99,7 +99,10 @@ type Metrics interface {
 	// FencedCommit: a commit was refused because its lease_token was stale;
 	// nothing of that attempt was written.
 	FencedCommit(kind port.Kind)
-	// QueueDepth: runs ready to be claimed now, sampled every PollInterval.
+	// QueueDepth: runs ready to be claimed now of the (kind, version) pairs
+	// this worker serves, sampled every PollInterval. Ready runs of a pair
+	// it does not serve (a retired version) are not counted: the gauge is
+	// what this worker could take, so a deployment scales on it.
 	QueueDepth(n int)
 }
 

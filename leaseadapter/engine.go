@@ -404,7 +404,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	}
 	return startstop.Start(ctx, &e.Base, func(ctx context.Context) error {
 		w := newWorker(e, opts)
-		if len(w.served) == 0 {
+		if len(w.served.kinds) == 0 {
 			return &port.FieldError{Field: "versions", Reason: "the worker serves no registered definition"}
 		}
 		w.start(ctx)

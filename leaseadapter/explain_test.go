@@ -110,11 +110,11 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 					RequireIndexed(t, name+" retention: run lag", "run_finished")
 				pgtest.Explain(t, tx, signalLagSQL, day).
 					RequireIndexed(t, name+" retention: signal lag", "task_signal_consumed", "task_signal_unconsumed_age")
-				pgtest.Explain(t, tx, queueDepthSQL).RequireIndexed(t, name+" queue depth", "run_ready")
+				pgtest.Explain(t, tx, queueDepthSQL, []string{"k"}, []int32{1}).RequireIndexed(t, name+" queue depth", "run_ready", "run_ready_kind")
 				if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
 					return err
 				}
-				pgtest.Explain(t, tx, claimSQL, []string{"k@1"}, 8, "w", int64(10000)).RequireIndexed(t, name+" claim", "run_ready")
+				pgtest.Explain(t, tx, claimSQL, []string{"k"}, 8, "w", int64(10000), []int32{1}).RequireIndexed(t, name+" claim", "run_ready", "run_ready_kind")
 				pgtest.Explain(t, tx, pruneSignalsSQL, day, 1000).
 					RequireIndexed(t, name+" retention: signals", "task_signal_consumed", "task_signal_unconsumed_age", "task_signal_pkey")
 				return nil
@@ -151,20 +151,41 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 // ready run, no scheduled one.
 func TestClaimReadsFewPagesWhateverTheScheduledBacklog(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
 	// Lease runs as Enqueue writes them with EnqueueOptions.AvailableAt
 	// (available_at and next_run_at alike, the kind's retry policy),
 	// sequential ids as UUIDv7 are, due a day and more ahead.
-	schedule := `
+	requireFewClaimPages(t, "scheduled", `
 INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, available_at, next_run_at, max_attempts,
   backoff_initial, backoff_max, backoff_coefficient)
 SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'lease', 'k', 1, 's' || g, '{}', a.at, a.at,
   3, '1s', '1m', 2
-FROM generate_series($1::int, $2::int) g, LATERAL (SELECT now() + interval '1 day' + g * interval '1 second' AS at) a`
+FROM generate_series($1::int, $2::int) g, LATERAL (SELECT now() + interval '1 day' + g * interval '1 second' AS at) a`)
+}
+
+// The same for ready runs that the worker does not serve (issue 28): a
+// version retired or not yet deployed (k@2) and another kind (z@1), at the
+// served run's priority and at others, due before it. Neither the claim
+// nor the queue depth reads them.
+func TestClaimReadsFewPagesWhateverTheUnservedBacklog(t *testing.T) {
+	t.Parallel()
+	requireFewClaimPages(t, "unserved ready", `
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, available_at, next_run_at, max_attempts,
+  backoff_initial, backoff_max, backoff_coefficient, priority)
+SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'lease', CASE WHEN g % 2 = 0 THEN 'k' ELSE 'z' END,
+  CASE WHEN g % 2 = 0 THEN 2 ELSE 1 END, 'u' || g, '{}', a.at, a.at, 3, '1s', '1m', 2, g % 3 - 1
+FROM generate_series($1::int, $2::int) g, LATERAL (SELECT now() - interval '1 day' + g * interval '1 millisecond' AS at) a`)
+}
+
+// requireFewClaimPages measures the pages of the queue depth and of the
+// claim of k@1 with one ready run of it beside 1,000 rows of backlog
+// (inserted by backlogSQL over ids $1..$2), then beside a million, and
+// requires the second within twice the first.
+func requireFewClaimPages(t *testing.T, what, backlogSQL string) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
 	_, err := pool.Exec(ctx, `ALTER TABLE taskport.run SET (autovacuum_enabled = off)`)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, schedule, 1, 1000)
+	_, err = pool.Exec(ctx, backlogSQL, 1, 1000)
 	require.NoError(t, err)
 	ready := uuid.New()
 	_, err = pool.Exec(ctx, `
@@ -183,15 +204,18 @@ VALUES ($1, 'lease', 'k', 1, 'ready', '{}', 3, '1s', '1m', 2)`, ready)
 			_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
 			require.NoError(t, err)
 			name := backlog + " " + mode + ": queue depth"
-			p := pgtest.ExplainAnalyze(t, tx, queueDepthSQL)
-			p.RequireIndexed(t, name, "run_ready")
+			var n int
+			require.NoError(t, tx.QueryRow(ctx, queueDepthSQL, []string{"k"}, []int32{1}).Scan(&n))
+			require.Equal(t, 1, n, "%s: the served ready run and only it is counted", name)
+			p := pgtest.ExplainAnalyze(t, tx, queueDepthSQL, []string{"k"}, []int32{1})
+			p.RequireIndexed(t, name, "run_ready", "run_ready_kind")
 			t.Logf("%s: %d pages", name, p.Root.Pages())
 			depth = max(depth, p.Root.Pages())
 			_, err = tx.Exec(ctx, claimPlanSQL)
 			require.NoError(t, err)
 			name = backlog + " " + mode + ": claim"
-			p = pgtest.ExplainAnalyze(t, tx, claimSQL, []string{"k@1"}, 8, "w", int64(10000))
-			p.RequireIndexed(t, name, "run_ready")
+			p = pgtest.ExplainAnalyze(t, tx, claimSQL, []string{"k"}, 8, "w", int64(10000), []int32{1})
+			p.RequireIndexed(t, name, "run_ready", "run_ready_kind")
 			var claimed uuid.UUID
 			require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM taskport.run WHERE status = 'running'`).Scan(&claimed))
 			require.Equal(t, ready, claimed, "%s: the ready run and only it is claimed", name)
@@ -203,9 +227,9 @@ VALUES ($1, 'lease', 'k', 1, 'ready', '{}', 3, '1s', '1m', 2)`, ready)
 		}
 		return depth, claim
 	}
-	smallDepth, smallClaim := pages("1,000 scheduled")
+	smallDepth, smallClaim := pages("1,000 " + what)
 	n := pgtest.BacklogRows(t)
-	_, err = pool.Exec(ctx, schedule, 1001, n)
+	_, err = pool.Exec(ctx, backlogSQL, 1001, n)
 	require.NoError(t, err)
 	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run")
 	for _, stats := range []string{"never analyzed", "analyzed"} {
@@ -213,7 +237,7 @@ VALUES ($1, 'lease', 'k', 1, 'ready', '{}', 3, '1s', '1m', 2)`, ready)
 			_, err = pool.Exec(ctx, `ANALYZE taskport.run`)
 			require.NoError(t, err)
 		}
-		depth, claim := pages(fmt.Sprintf("%d scheduled, %s", n, stats))
+		depth, claim := pages(fmt.Sprintf("%d %s, %s", n, what, stats))
 		require.LessOrEqual(t, depth, 2*smallDepth, "%s: queue depth pages", stats)
 		require.LessOrEqual(t, claim, 2*smallClaim, "%s: claim selection pages", stats)
 	}

@@ -48,7 +48,7 @@ func TestClaimLostByItsClientChargesNothing(t *testing.T) {
 	// The engine's claim transaction, committed, its answer discarded.
 	require.NoError(t, dbtx.BatchTx(ctx, pool, func(b *pgx.Batch) {
 		b.Queue(claimPlanSQL)
-		b.Queue(claimSQL, []string{"test.lostclaim@1"}, 10, "client-lost-the-answer", int64(1000))
+		b.Queue(claimSQL, []string{"test.lostclaim"}, 10, "client-lost-the-answer", int64(1000), []int32{1})
 	}))
 	var owner string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT lease_owner FROM taskport.run WHERE id = $1`, id).Scan(&owner))

@@ -67,25 +67,26 @@ WITH r AS (` + insert + `id, next_run_at
 SELECT id FROM r WHERE (SELECT count(*) FROM n) >= 0`
 	})
 
-// presentPrioritiesCTE and readyByPriority bound a read of the ready runs
-// to them. On next_run_at <= now() alone, the index run_ready (priority,
-// next_run_at) is bounded on its second column only, so a read that finds
-// fewer ready runs than it wants (a claim for all of an idle worker's free
-// slots, a count) reads on through every scheduled run: the whole index at
-// a backlog of runs scheduled ahead (issue 14: 3836 pages at a million).
-// With priority = ANY (the priorities present), the index scan descends
-// once per priority and stops each at its first scheduled entry, still in
-// (priority, next_run_at) order, so ORDER BY needs no sort and LIMIT with
-// SKIP LOCKED keeps its meaning: rows are locked one at a time as the scan
-// returns them, locked ones are skipped, and the scan stops after LIMIT.
-// present is a loose index scan of run_ready (the smallest priority, then
-// each next one, one descent each), so a read costs about two descents per
-// distinct priority of the open runs, whatever their number. It reads the
-// statement's snapshot: a run enqueued meanwhile at a new priority waits for
-// the next read, as it would with a plain scan. Both repeat run_ready's
-// predicate, so that the planner can use it; present is written as ORDER BY
-// ... LIMIT 1 rather than min(), which a planner without statistics on
-// taskport.run computed by reading every entry of run_ready.
+// presentPrioritiesCTE and readyOfPair bound a read of the ready runs to
+// the priorities present and the served (kind, version) pairs. On
+// next_run_at <= now() alone, an index ordered by next_run_at after other
+// columns is bounded on it only, so a read that finds fewer ready runs than
+// it wants (a claim for all of an idle worker's free slots, a count) reads
+// on through every scheduled run: the whole index at a backlog of runs
+// scheduled ahead (issue 14: 3836 pages at a million). With an equality on
+// kind, version and priority, each scan of run_ready_kind (kind, version,
+// priority, next_run_at) descends once and stops at its first scheduled
+// entry, in next_run_at order, so LIMIT with SKIP LOCKED keeps its meaning:
+// rows are locked one at a time as the scan returns them, locked ones are
+// skipped, and the scan stops after LIMIT. present is a loose index scan
+// of run_ready (the smallest priority, then each next one, one descent
+// each), so it costs about two descents per distinct priority of the open
+// runs, whatever their number. It reads the statement's snapshot: a run
+// enqueued meanwhile at a new priority waits for the next read, as it
+// would with a plain scan. Both repeat the indexes' predicate, so that the
+// planner can use them; present is written as ORDER BY ... LIMIT 1 rather
+// than min(), which a planner without statistics on taskport.run computed
+// by reading every entry of run_ready.
 const (
 	presentPrioritiesCTE = `
 WITH RECURSIVE present AS (
@@ -97,8 +98,10 @@ WITH RECURSIVE present AS (
           ORDER BY priority LIMIT 1)
   FROM present WHERE present.priority IS NOT NULL
 )`
-	readyByPriority = `engine = 'lease' AND status IN ('pending', 'waiting') AND next_run_at <= now()
-    AND priority = ANY (ARRAY(SELECT priority FROM present WHERE priority IS NOT NULL))`
+	// readyOfPair is a ready run of the pair s and the priority p, in
+	// run_ready_kind's predicate.
+	readyOfPair = `engine = 'lease' AND status IN ('pending', 'waiting') AND next_run_at <= now()
+      AND kind = s.kind AND version = s.version AND priority = p.priority`
 )
 
 // claimPlanSQL precedes claimSQL in its transaction. Without it the planner,
@@ -112,18 +115,29 @@ WITH RECURSIVE present AS (
 // backlog. The queue depth and the reaper run under the same pin.
 const claimPlanSQL = dbtx.PinOrderedScansSQL
 
-// claimSQL takes up to $2 ready runs of the served "<kind>@<version>" pairs
-// ($1; a filter, not a join, so that the rows keep the index order) in one
-// statement, marks them running under a fresh lease_token, and returns each
-// with its step history. Its scan of run_ready is bounded per priority
-// (readyByPriority).
+// claimSQL takes up to $2 ready runs of the served (kind, version) pairs
+// (the arrays $1 and $5) in one statement, marks them running under a
+// fresh lease_token, and returns each with its step history. Each served
+// pair and priority present (presentPrioritiesCTE) is one descent of
+// run_ready_kind in next_run_at order, locking as it goes (SKIP LOCKED, so
+// a run another worker is claiming is passed over, not waited for) and
+// stopping after $2 runs; the batch is the first $2 of them in (priority,
+// next_run_at) order. The ready runs of pairs this worker does not serve
+// are never read (migration 00019). Runs read but not in the batch, at
+// most $2 per pair and priority beyond the first, stay locked until the
+// claim commits, a moment in which another worker passes them over.
 const claimSQL = presentPrioritiesCTE + `, c AS (
-  SELECT id FROM taskport.run
-  WHERE ` + readyByPriority + `
-    AND kind || '@' || version = ANY($1::text[])
-  ORDER BY priority, next_run_at
+  SELECT r.id FROM unnest($1::text[], $5::int[]) AS s(kind, version)
+  CROSS JOIN (SELECT priority FROM present WHERE priority IS NOT NULL) AS p
+  CROSS JOIN LATERAL (
+    SELECT id, priority, next_run_at FROM taskport.run
+    WHERE ` + readyOfPair + `
+    ORDER BY next_run_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+  ) AS r
+  ORDER BY r.priority, r.next_run_at
   LIMIT $2
-  FOR UPDATE SKIP LOCKED
 ), t AS (
   UPDATE taskport.run r
   SET status = 'running', lease_owner = $3, lease_token = gen_random_uuid(),
@@ -400,11 +414,16 @@ SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status
 // a started step reported from which the reaper charges anyway.
 const unstartedLossesCharged = 3
 
-// queueDepthSQL counts the ready runs (Metrics.QueueDepth, every poll
-// interval), under claimPlanSQL: bounded per priority, it reads the ready
-// entries of run_ready, not the scheduled ones.
+// queueDepthSQL counts the ready runs of the served pairs ($1, $2), as
+// claimSQL reads them (Metrics.QueueDepth, every poll interval), under
+// claimPlanSQL: it reads the ready entries of run_ready_kind of those
+// pairs, neither the scheduled ones nor those of a pair nobody here serves:
+// one count per pair and priority, an aggregate the planner cannot turn
+// into a join that reads a pair's runs of every priority, due or not.
 const queueDepthSQL = presentPrioritiesCTE + `
-SELECT count(*) FROM taskport.run WHERE ` + readyByPriority
+SELECT coalesce(sum(r.n), 0)::int FROM unnest($1::text[], $2::int[]) AS s(kind, version)
+CROSS JOIN (SELECT priority FROM present WHERE priority IS NOT NULL) AS p
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM taskport.run WHERE ` + readyOfPair + `) AS r`
 
 // topicLockSQL serializes a topic's signal senders and waiters, so that a
 // signal is either seen by a waiter's check or finds the waiter registered.

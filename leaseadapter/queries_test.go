@@ -137,12 +137,13 @@ VALUES ($1, 'lease', 'k', 1, 'beat', '{}', 'running', 'w', $2, now() + interval 
 	require.True(t, leaseUntil().After(before), "renewed once the lock is gone")
 }
 
-// The claim bounds its scan per priority (readyByPriority): it must still
-// take the ready runs of the served versions in (priority, next_run_at)
-// order across priorities, skip the rows another transaction holds, and
-// leave scheduled runs, unserved versions, runs that are not open and the
-// Temporal engine's runs alone, whichever priority they have. The queue depth, bounded alike, counts the
-// ready runs of every priority.
+// The claim bounds its scan per served pair and priority (readyOfPair): it
+// must still take the ready runs of the served versions in (priority,
+// next_run_at) order across priorities, skip the rows another transaction
+// holds, and leave scheduled runs, unserved versions, runs that are not
+// open and the Temporal engine's runs alone, whichever priority they have.
+// The queue depth, bounded alike, counts the ready runs of the served
+// pairs, of every priority.
 func TestClaimTakesReadyRunsInPriorityOrderAcrossPriorities(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -184,8 +185,10 @@ VALUES ($1, $6, 'k', $2, $7, '{}', $3, $4, now() + $5::interval, 3, '1s', '1m', 
 	}
 
 	var depth int
-	require.NoError(t, pool.QueryRow(ctx, queueDepthSQL).Scan(&depth))
-	require.Equal(t, 7, depth, "the queue depth counts every ready lease run, served or not")
+	require.NoError(t, pool.QueryRow(ctx, queueDepthSQL, []string{"k"}, []int32{1}).Scan(&depth))
+	require.Equal(t, 6, depth, "the queue depth counts the ready lease runs of the served pairs")
+	require.NoError(t, pool.QueryRow(ctx, queueDepthSQL, []string{"k", "k"}, []int32{1, 2}).Scan(&depth))
+	require.Equal(t, 7, depth, "with version 2 served too")
 
 	lock, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -200,7 +203,7 @@ VALUES ($1, $6, 'k', $2, $7, '{}', $3, $4, now() + $5::interval, 3, '1s', '1m', 
 			if _, err := tx.Exec(ctx, claimPlanSQL); err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, claimSQL, []string{"k@1"}, n, "w", int64(time.Minute/time.Millisecond))
+			rows, err := tx.Query(ctx, claimSQL, []string{"k"}, n, "w", int64(time.Minute/time.Millisecond), []int32{1})
 			if err != nil {
 				return err
 			}

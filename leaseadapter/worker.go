@@ -36,7 +36,7 @@ type worker struct {
 	e           *Engine
 	opts        port.StartOptions
 	log         *slog.Logger
-	served      []string      // "<kind>@<version>" of every definition this worker runs
+	served      servedPairs   // every definition this worker runs
 	concurrency int           // steps at once (StartOptions.Concurrency)
 	activeRuns  int           // executors: runs executing at once, at most (Config.ActiveRuns)
 	baseRuns    int           // runs executing at once while steps wait for slots (runsWanted)
@@ -103,10 +103,18 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 	w.queue = make(chan queued, w.activeRuns+w.prefetch)
 	for _, d := range e.reg.Definitions() {
 		if enginekit.Serves(opts, d.Kind, d.Version) {
-			w.served = append(w.served, fmt.Sprintf("%s@%d", d.Kind, d.Version))
+			w.served.kinds = append(w.served.kinds, string(d.Kind))
+			w.served.versions = append(w.served.versions, int32(d.Version))
 		}
 	}
 	return w
+}
+
+// servedPairs are the (kind, version) pairs a worker serves, as the two
+// arrays of claimSQL and queueDepthSQL: kinds[i] at versions[i].
+type servedPairs struct {
+	kinds    []string
+	versions []int32
 }
 
 // start launches the loops. ctx is the engine's service context
@@ -353,7 +361,7 @@ func (w *worker) claim(ctx context.Context, n int) ([]*execution, error) {
 // transaction: claimPlanSQL holds until the transaction ends.
 func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
 	b.Queue(claimPlanSQL)
-	b.Queue(claimSQL, w.served, n, w.e.cfg.WorkerID, w.e.cfg.LeaseDuration.Milliseconds()).Query(func(rows pgx.Rows) error {
+	b.Queue(claimSQL, w.served.kinds, n, w.e.cfg.WorkerID, w.e.cfg.LeaseDuration.Milliseconds(), w.served.versions).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*execution, error) {
 			ex := &execution{}
 			var history []byte
@@ -568,7 +576,7 @@ func (w *worker) reaper(ctx context.Context) {
 		}
 		if sampleDepth {
 			var depth int
-			if err := dbtx.QueryRowPinned(ctx, w.e.pool, claimPlanSQL, queueDepthSQL, nil, &depth); err == nil {
+			if err := dbtx.QueryRowPinned(ctx, w.e.pool, claimPlanSQL, queueDepthSQL, []any{w.served.kinds, w.served.versions}, &depth); err == nil {
 				w.e.cfg.Metrics.QueueDepth(depth)
 			}
 		}

@@ -36,7 +36,7 @@ func newLeaseMetrics(r prometheus.Registerer) *leaseMetrics {
 			Help: "Claims this worker learned it had lost."}, []string{"kind"}),
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskport_lease_fenced_commits_total",
 			Help: "Commits refused because their lease_token was stale."}, []string{"kind"}),
-		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskport_lease_queue_depth", Help: "Runs ready to be claimed."}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskport_lease_queue_depth", Help: "Runs ready to be claimed, of the kinds and versions this worker serves."}),
 	}
 	r.MustRegister(m.claimed, m.finished, m.leaseLost, m.fenced, m.queueDepth)
 	return m
