@@ -18,6 +18,7 @@ import (
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/porttx"
 )
 
 // Engine is the Postgres lease-table engine. Enqueue, Signal, Cancel, Get
@@ -160,8 +161,10 @@ func (e *Engine) notifyLater() {
 // own worker, woken directly, ignores it.
 func (e *Engine) enqueueHint() string { return "e:" + e.cfg.WorkerID }
 
-// EnqueueTx is Enqueue inside the caller's transaction: the run exists (and
-// workers hear of it) only if tx commits.
+var _ porttx.Enqueuer = (*Engine)(nil)
+
+// EnqueueTx is Enqueue inside the caller's transaction (porttx.Enqueuer):
+// the run exists (and workers hear of it) only if tx commits.
 func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
 	p, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 	if err != nil {

@@ -53,6 +53,19 @@
 //	                           nothing of the batch written
 //	empty batch                nil, nil; nothing written
 //
+// # EnqueueTx(tx, kind, input, opts) (package porttx)
+//
+// Enqueue's table, with every write made through the caller's
+// transaction tx, and:
+//
+//	tx commits           the run exists for every caller; it starts once a
+//	                     worker of the engine serves, and runs as one that
+//	                     Enqueue recorded
+//	tx rolls back        nothing written; nothing runs
+//	a refusal            nothing written by it; tx stays usable
+//	the same key twice in one tx
+//	                     one run, the first call's input
+//
 // # Signal(topic, payload)
 //
 // delivered counts the runs of this engine parked in a WaitSignal on topic

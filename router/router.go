@@ -43,16 +43,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/porttx"
 )
 
 // Engine is what the router routes to: an engine that also serves
 // operators.
 type Engine interface {
-	port.TaskEngine
+	porttx.Enqueuer
 	port.Admin
 }
 
@@ -182,6 +184,25 @@ func (r *Router) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 		return id, err
 	}
 	run, ferr := runstore.FindByKey(ctx, r.pool, kind, opts.IdempotencyKey)
+	if ferr != nil {
+		return "", errors.Join(err, ferr)
+	}
+	return run.ID, nil
+}
+
+// EnqueueTx is Enqueue in the caller's transaction (porttx.Enqueuer), on
+// the active engine; a key another engine's run holds returns that run, as
+// Enqueue does, read in tx.
+func (r *Router) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+	_, e, _, err := r.activeEngine(ctx)
+	if err != nil {
+		return "", err
+	}
+	id, err := e.EnqueueTx(ctx, tx, kind, input, opts)
+	if !errors.Is(err, port.ErrOtherEngine) {
+		return id, err
+	}
+	run, ferr := runstore.FindByKey(ctx, tx, kind, opts.IdempotencyKey)
 	if ferr != nil {
 		return "", errors.Join(err, ferr)
 	}

@@ -66,6 +66,10 @@ type Config struct {
 	// a batch of open runs against Temporal. Default 30s; negative disables
 	// it in this process.
 	ReconcileInterval time.Duration
+	// StartPollInterval paces a started worker's check for runs EnqueueTx
+	// recorded whose workflow no worker started yet: commits it did not
+	// hear of (it listens for their NOTIFY). Default 1s.
+	StartPollInterval time.Duration
 	// ReconcileBatch is how many open runs one round describes at most.
 	// Default 100.
 	ReconcileBatch int
@@ -100,6 +104,7 @@ const (
 	DefaultStickyTimeout        = time.Second
 	DefaultWorkflowTaskTimeout  = 5 * time.Second
 	DefaultReconcileInterval    = 30 * time.Second
+	DefaultStartPollInterval    = time.Second
 	DefaultReconcileBatch       = 100
 	DefaultReconcileAfter       = time.Minute
 )
@@ -128,6 +133,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WorkflowTaskTimeout == 0 {
 		c.WorkflowTaskTimeout = DefaultWorkflowTaskTimeout
+	}
+	if c.StartPollInterval <= 0 {
+		c.StartPollInterval = DefaultStartPollInterval
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = DefaultReconcileInterval

@@ -118,6 +118,8 @@ type Engine struct {
 	// Set by Start and cleared by Stop, which startstop serializes.
 	worker worker.Worker
 	recon  *reconciler // nil unless started with ReconcileInterval > 0
+	// starter starts EnqueueTx's workflows; nil unless serving.
+	starter *starter
 }
 
 // New builds an engine over a connected client (see Dial), the Postgres pool

@@ -21,7 +21,8 @@ import (
 // the steps of an unbound one (unknownActivity), and starts polling. Concurrency sets
 // both the activity and the workflow-task slot counts (Config.DefaultConcurrency
 // when zero). It also starts the projection reconciler (see reconciler),
-// unless Config.ReconcileInterval is negative. The lifecycle rules are the
+// unless Config.ReconcileInterval is negative, and the starter of the
+// workflows EnqueueTx recorded (see starter). The lifecycle rules are the
 // port's (port.TaskEngine); a fatal worker error (OnFatalError) ends the
 // serving: Done closes and Err returns it.
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
@@ -67,6 +68,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		if e.cfg.ReconcileInterval > 0 {
 			e.recon = e.startReconciler(ctx)
 		}
+		e.starter = e.startStarter(ctx)
 		e.logger.InfoContext(ctx, "temporal worker started",
 			slog.String("task_queue", e.cfg.TaskQueue), slog.Int("concurrency", conc), slog.Any("workflow_types", served),
 			slog.String("deployment", e.cfg.Deployment.Name), slog.String("build_id", e.cfg.Deployment.BuildID))
@@ -110,7 +112,7 @@ func (e *Engine) onFatal(err error) {
 	startstop.Fail(&e.Base, fmt.Errorf("temporal worker on %s: %w", e.cfg.TaskQueue, err))
 }
 
-// Stop stops the projection reconciler and polling, and waits for in-flight
+// Stop stops the projection reconciler, the starter and polling, and waits for in-flight
 // activities up to Config.WorkerStopTimeout; the ones still running then are
 // canceled and handed back to Temporal, which retries them elsewhere. A
 // caller whose ctx ends first gets control back with an error while the SDK
@@ -121,6 +123,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 			e.recon.stop()
 			e.recon = nil
 		}
+		e.starter.stop()
+		e.starter = nil
 		w := e.worker
 		e.worker = nil
 		// worker.Stop blocks up to WorkerStopTimeout; a caller whose context

@@ -65,6 +65,9 @@ type NewRun struct {
 	Priority    int
 	Input       json.RawMessage
 	AvailableAt time.Time // zero: now
+	// StartWanted marks a run whose engine starts it once the inserting
+	// transaction commits (StartWanted, StartDone), not in the call.
+	StartWanted bool
 }
 
 // Run is a stored row: the authority's fields plus the projection.
@@ -95,7 +98,8 @@ func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err e
 	if !r.AvailableAt.IsZero() {
 		avail = r.AvailableAt
 	}
-	run, err = collectRun(q.Query(ctx, insertRunSQL, id, r.Engine, r.Kind, r.Version, r.Key, r.BusinessKey, r.Priority, r.Input, avail))
+	run, err = collectRun(q.Query(ctx, insertRunSQL, id, r.Engine, r.Kind, r.Version, r.Key, r.BusinessKey, r.Priority, r.Input, avail,
+		r.StartWanted))
 	if err == nil {
 		return run, true, nil
 	}
@@ -111,6 +115,34 @@ func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err e
 		return Run{}, false, fmt.Errorf("enqueue %s/%s: %w", r.Kind, r.Key, otherEngine(run.ID, run.Engine, r.Engine))
 	}
 	return run, false, nil
+}
+
+// StartWanted locks and returns up to limit runs inserted with
+// NewRun.StartWanted whose start is still wanted, oldest first; q is a
+// transaction, which holds them (SKIP LOCKED: another starter takes others)
+// until StartDone clears them in it.
+func StartWanted(ctx context.Context, q DBTX, limit int) ([]Run, error) {
+	runs, err := collectRuns(q.Query(ctx, startWantedSQL, limit))
+	if err != nil {
+		return nil, fmt.Errorf("read the runs to start: %w", err)
+	}
+	return runs, nil
+}
+
+// StartDone clears the wanted start of the runs ids.
+func StartDone(ctx context.Context, q DBTX, ids []port.RunID) error {
+	us := make([]uuid.UUID, len(ids))
+	for i, id := range ids {
+		u, err := ParseID(id)
+		if err != nil {
+			return err
+		}
+		us[i] = u
+	}
+	if _, err := q.Exec(ctx, startDoneSQL, us); err != nil {
+		return fmt.Errorf("clear the started runs: %w", InterpretError(err))
+	}
+	return nil
 }
 
 // OtherEngineKey is the refusal of an enqueue by engine self whose (kind,

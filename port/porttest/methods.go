@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/port/porttx"
 )
 
 // method is one table of the specification: check asserts the row of c's
@@ -21,6 +23,7 @@ type method struct {
 var methods = []method{
 	{"Enqueue", checkEnqueue},
 	{"EnqueueMany", checkEnqueueMany},
+	{"EnqueueTx", checkEnqueueTx},
 	{"Signal", checkSignal},
 	{"Cancel", checkCancel},
 	{"Get", checkGet},
@@ -294,6 +297,88 @@ func (c *cell) enqueueAgain() {
 	id, err := c.eng.Enqueue(ctx, kind, program{Note: "another input"}, port.EnqueueOptions{IdempotencyKey: c.key})
 	require.NoError(c.t, err)
 	require.Equal(c.t, c.id, id)
+}
+
+// checkEnqueueTx asserts porttx.Enqueuer: Enqueue's table, written only
+// through the caller's transaction. A new key's run exists once the
+// transaction commits and then runs its steps once; rolled back, nothing
+// was written and nothing runs; a refusal leaves the transaction usable.
+func checkEnqueueTx(c *cell) {
+	t := c.t
+	eng, ok := c.eng.(porttx.Enqueuer)
+	require.True(t, ok, "the engine does not implement porttx.Enqueuer")
+	// inTx runs fn in a transaction and commits it, or rolls it back.
+	inTx := func(commit bool, fn func(tx pgx.Tx)) {
+		t.Helper()
+		tx, err := c.h.Pool.Begin(ctx)
+		require.NoError(t, err)
+		fn(tx)
+		if commit {
+			require.NoError(t, tx.Commit(ctx))
+		} else {
+			require.NoError(t, tx.Rollback(ctx))
+		}
+	}
+	switch {
+	case c.st.other:
+		c.unchanged(c.id, func() {
+			inTx(true, func(tx pgx.Tx) {
+				_, err := eng.EnqueueTx(ctx, tx, kind, c.prog, port.EnqueueOptions{IdempotencyKey: c.key})
+				requireErr(t, err, port.ErrOtherEngine)
+			})
+		})
+	case !c.st.known():
+		n := c.count()
+		var rolledBack port.RunID
+		inTx(false, func(tx pgx.Tx) {
+			id, err := eng.EnqueueTx(ctx, tx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.bk})
+			require.NoError(t, err)
+			rolledBack = id
+		})
+		require.Equal(t, n, c.count(), "a rolled back EnqueueTx wrote a run")
+		_, err := c.eng.Get(ctx, rolledBack)
+		requireErr(t, err, port.ErrNotFound)
+
+		var id port.RunID
+		inTx(true, func(tx pgx.Tx) {
+			// A refusal first: the transaction goes on.
+			_, err := eng.EnqueueTx(ctx, tx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + "\x00"})
+			var fe *port.FieldError
+			require.ErrorAs(t, err, &fe)
+			id, err = eng.EnqueueTx(ctx, tx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.bk})
+			require.NoError(t, err)
+			again, err := eng.EnqueueTx(ctx, tx, kind, program{Note: "another input"}, port.EnqueueOptions{IdempotencyKey: c.key})
+			require.NoError(t, err)
+			require.Equal(t, id, again, "the same key in the same transaction is the same run")
+		})
+		require.Equal(t, n+1, c.count())
+		v := c.get(id)
+		require.Equal(t, port.RunView{ID: id, Kind: kind, Version: 1, BusinessKey: c.bk, Status: port.StatusPending,
+			CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Cursor: v.Cursor}, v)
+		c.start(port.StartOptions{})
+		rctx, cancel := context.WithTimeout(ctx, waitFor)
+		defer cancel()
+		got, err := port.Result[programResult](rctx, c.eng, id)
+		require.NoError(t, err)
+		require.Equal(t, programResult{Run: id}, got)
+		require.Equal(t, 1, c.executions(id, "work", 0), "the committed run's first step ran once")
+		require.Zero(t, c.executions(rolledBack, "work", 0), "the rolled back run never ran")
+	default:
+		again := func() {
+			inTx(true, func(tx pgx.Tx) {
+				id, err := eng.EnqueueTx(ctx, tx, kind, program{Note: "another input"}, port.EnqueueOptions{IdempotencyKey: c.key})
+				require.NoError(t, err)
+				require.Equal(t, c.id, id)
+			})
+		}
+		if !c.held() {
+			c.unchanged(c.id, again)
+			return
+		}
+		n := c.count()
+		again()
+		require.Equal(t, n, c.count())
+	}
 }
 
 func checkEnqueueMany(c *cell) {
