@@ -1,14 +1,11 @@
 package stack
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/port"
-	"github.com/taskport/taskport/retention"
 	"github.com/taskport/taskport/router"
 )
 
@@ -39,28 +36,4 @@ func openEngine(name string, pool *pgxpool.Pool, log *slog.Logger, lease, tempor
 		return nil, err
 	}
 	return router.New(pool, engines, router.Config{Logger: log})
-}
-
-// enginePruners are the retention pruners of the engine, or of each engine
-// behind the router.
-func enginePruners(e port.TaskEngine) ([]retention.Pruner, error) {
-	es := []port.TaskEngine{e}
-	if r, ok := e.(*router.Router); ok {
-		es = es[:0]
-		for _, x := range r.Engines() {
-			es = append(es, x)
-		}
-	}
-	var out []retention.Pruner
-	for _, x := range es {
-		p, ok := x.(interface{ Pruner() retention.Pruner })
-		if !ok {
-			return nil, errors.New("engine offers no retention pruner")
-		}
-		out = append(out, p.Pruner())
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no engine to prune")
-	}
-	return out, nil
 }

@@ -2,12 +2,10 @@ package stack
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/operatorservice/v1"
 
-	"github.com/taskport/taskport/internal/startstop"
+	"github.com/taskport/taskport/host"
 	"github.com/taskport/taskport/internal/testkit"
 	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
@@ -24,19 +22,21 @@ import (
 	"github.com/taskport/taskport/workflows"
 )
 
-// probe answers one probe of h: the status code and the body.
-func probe(t *testing.T, h *workerHealth, path string) (int, string) {
+// probe answers one probe of a host over s's business pool and engine
+// with services: the status code and the body.
+func probe(t *testing.T, s *Stack, path string, services ...host.Service) (int, string) {
 	t.Helper()
-	return probeLogged(t, h, path, slog.New(slog.DiscardHandler))
+	h, err := host.New(host.Config{Pool: s.bizPool, Engine: s.engine, Services: services})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec.Code, rec.Body.String()
 }
 
-func probeLogged(t *testing.T, h *workerHealth, path string, log *slog.Logger) (int, string) {
-	t.Helper()
-	mux := http.NewServeMux()
-	h.register(mux, log)
-	rec := httptest.NewRecorder()
-	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-	return rec.Code, rec.Body.String()
+// dispatcherService is the dispatcher as RunWorker hands it to the host,
+// for its readiness only.
+func dispatcherService(s *Stack) host.Service {
+	return host.Service{Name: "outbox dispatcher", Ready: s.dispatchWatch.healthy}
 }
 
 // testStack wires a real stack (Postgres, the chosen engine) the way the
@@ -52,25 +52,24 @@ func testStack(t *testing.T, engine, temporalAddr, namespace string) *Stack {
 	return s
 }
 
-// Each readiness and liveness rule, against a real Postgres and the real
-// lease engine: the engine serving, Postgres answering, the dispatcher
-// running and its last hand-over to the engine succeeding; not ready from
-// the stop on; neither live nor ready once the engine has stopped for good.
+// The worker's own readiness rules on top of package host's (host's tests
+// hold those), against a real Postgres and the real lease engine: the
+// dispatcher running and its last hand-over to the engine succeeding.
 func TestWorkerHealthRules(t *testing.T) {
 	ctx := context.Background()
 	s := testStack(t, "lease", "", "")
-	h := newWorkerHealth(s.engine, s.dispatchWatch, namedCheck{"postgres", s.bizPool.Ping})
+	d := dispatcherService(s)
 
-	code, body := probe(t, h, "/readyz")
+	code, body := probe(t, s, "/readyz", d)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "engine not serving")
 	require.NoError(t, s.engine.Start(ctx, port.StartOptions{}))
 	t.Cleanup(func() { _ = s.engine.Stop(ctx) }) // its pool is closed below: a failed hand-back is no news here
-	code, body = probe(t, h, "/readyz")
+	code, body = probe(t, s, "/readyz", d)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "outbox dispatcher not running")
 	s.dispatchWatch.setRunning(true)
-	code, _ = probe(t, h, "/readyz")
+	code, _ = probe(t, s, "/readyz", d)
 	require.Equal(t, http.StatusOK, code)
 
 	// A hand-over the engine refuses as invalid is the row's fault, not
@@ -78,88 +77,20 @@ func TestWorkerHealthRules(t *testing.T) {
 	_, err := s.dispatchWatch.EnqueueMany(context.Background(), []port.EnqueueItem{
 		{Kind: "no.such.kind", Input: struct{}{}, Options: port.EnqueueOptions{IdempotencyKey: "k"}}})
 	require.ErrorIs(t, err, port.ErrInvalidInput)
-	code, _ = probe(t, h, "/readyz")
+	code, _ = probe(t, s, "/readyz", d)
 	require.Equal(t, http.StatusOK, code)
 
 	// The engine unreachable (its database gone): the dispatcher cannot
-	// move rows, so the worker is not ready; Postgres itself fails too.
+	// move rows, so the worker is not ready, and the probe body names the
+	// dispatcher, not the driver's error.
 	s.enginePool.Close()
 	_, err = s.dispatchWatch.EnqueueMany(context.Background(), []port.EnqueueItem{{Kind: workflows.KindNotifyWebhook,
 		Input: workflows.NotifyInput{PlanID: uuid.NewString(), Event: "e", Status: "s"}, Options: port.EnqueueOptions{IdempotencyKey: "k"}}})
 	require.Error(t, err)
 	require.NotErrorIs(t, err, port.ErrInvalidInput)
-	code, body = probe(t, h, "/readyz")
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Contains(t, body, "last enqueue failed")
-	s.bizPool.Close()
-	h = newWorkerHealth(s.engine, nil, namedCheck{"postgres", s.bizPool.Ping})
-	code, body = probe(t, h, "/readyz")
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Equal(t, "postgres check failed\n", body)
-	code, _ = probe(t, h, "/healthz")
-	require.Equal(t, http.StatusOK, code, "a dependency down is not a reason to restart the process")
-
-	h = newWorkerHealth(s.engine, nil)
-	h.beginStop()
-	code, body = probe(t, h, "/readyz")
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Contains(t, body, "stopping")
-	code, _ = probe(t, h, "/healthz")
-	require.Equal(t, http.StatusOK, code, "a graceful stop must not be cut short by the liveness probe")
-
-	require.NoError(t, s.engine.Stop(ctx))
-	h = newWorkerHealth(s.engine, nil)
-	code, body = probe(t, h, "/readyz")
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Contains(t, body, "engine not serving")
-	code, _ = probe(t, h, "/healthz")
-	require.Equal(t, http.StatusOK, code, "a graceful stop is not a reason to restart the process")
-
-	// A fatal error, as the Temporal engine reports one (the lease engine
-	// has none; TestWorkerExitsWhenEngineStopsForGood has the real one):
-	// the same lifecycle code, failed.
-	var failed startstop.Base
-	require.NoError(t, startstop.Start(ctx, &failed, func(context.Context) error { return nil }))
-	startstop.Fail(&failed, errors.New("namespace gone"))
-	h = newWorkerHealth(&failed, nil)
-	for _, path := range []string{"/healthz", "/readyz"} {
-		code, body = probe(t, h, path)
-		require.Equal(t, http.StatusServiceUnavailable, code, path)
-		require.Equal(t, "engine stopped for good\n", body, path)
-	}
-}
-
-// A probe body names what failed and never carries the dependency's own
-// error (host names, users, SQL), which goes to the log instead: the probe
-// port answers anyone who reaches the pod.
-func TestProbeBodyNamesTheDependencyNotItsError(t *testing.T) {
-	ctx := context.Background()
-	raw := errors.New(`failed to connect to host=db.internal.example user=taskport: password authentication failed`)
-	var serving startstop.Base
-	require.NoError(t, startstop.Start(ctx, &serving, func(context.Context) error { return nil }))
-	var logged strings.Builder
-	log := slog.New(slog.NewTextHandler(&logged, nil))
-
-	h := newWorkerHealth(&serving, nil, namedCheck{"postgres", func(context.Context) error { return nil }},
-		namedCheck{"temporal", func(context.Context) error { return raw }})
-	code, body := probeLogged(t, h, "/readyz", log)
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Equal(t, "temporal check failed\n", body)
-	require.Contains(t, logged.String(), "password authentication failed", "the raw error is logged")
-
-	watch := &dispatchWatch{running: true, lastErr: raw}
-	code, body = probeLogged(t, newWorkerHealth(&serving, watch), "/readyz", log)
+	code, body = probe(t, s, "/readyz", d)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, "outbox dispatcher: last enqueue failed\n", body)
-
-	var failed startstop.Base
-	require.NoError(t, startstop.Start(ctx, &failed, func(context.Context) error { return nil }))
-	startstop.Fail(&failed, raw)
-	for _, path := range []string{"/healthz", "/readyz"} {
-		code, body = probeLogged(t, newWorkerHealth(&failed, nil), path, log)
-		require.Equal(t, http.StatusServiceUnavailable, code, path)
-		require.Equal(t, "engine stopped for good\n", body, path)
-	}
 }
 
 // stopProbe is the real engine, with a look at the worker's /readyz when
@@ -234,7 +165,7 @@ func TestWorkerExitsWhenEngineStopsForGood(t *testing.T) {
 	case <-time.After(5 * time.Minute):
 		t.Fatal("the worker kept running after its namespace was deleted")
 	}
-	require.ErrorContains(t, runErr, "temporal engine stopped")
-	require.Error(t, s.health.live())
-	require.Error(t, s.health.ready(context.Background()))
+	require.ErrorContains(t, runErr, "temporal worker: engine stopped")
+	require.Error(t, s.host.Live())
+	require.Error(t, s.host.Ready(context.Background()))
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app"
+	"github.com/taskport/taskport/host"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/outbox"
@@ -224,7 +225,7 @@ type Stack struct {
 	// dispatchWatch is the engine as the dispatcher sees it: it records
 	// the dispatcher's hand-overs for readiness.
 	dispatchWatch *dispatchWatch
-	health        *workerHealth // set by runWorker
+	host          *host.Host // set by RunWorker
 	plans         *plans.Service
 	metrics       *prometheus.Registry
 	tracing       Tracing
@@ -322,7 +323,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	policy := c.Retention.WithDefaults()
 	s.retention = policy.String()
 	if policy.Interval > 0 {
-		pruners, err := enginePruners(s.engine)
+		pruners, err := host.EnginePruners(s.engine)
 		if err != nil {
 			return nil, err
 		}

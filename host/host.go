@@ -1,0 +1,357 @@
+// Package host runs a worker process for any registry: the engine's worker,
+// the services beside it (a retention cleaner, an outbox dispatcher), the
+// probes a Kubernetes deployment asks and the metrics it scrapes, and the
+// graceful stop on SIGTERM. cmd/taskport's worker is one user of it; a
+// team's own binary is another:
+//
+//	eng, _ := leaseadapter.New(pool, reg, leaseadapter.Config{})
+//	h, _ := host.New(host.Config{Pool: pool, Engine: eng, Addr: ":9090", Retention: &retention.Policy{}})
+//	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+//	defer stop()
+//	err := h.Run(ctx)
+//
+// The probes:
+//
+//   - /healthz (liveness) fails once the engine has stopped for good (a
+//     fatal error, port.TaskEngine.Err), so the kubelet restarts a process
+//     that cannot recover;
+//   - /readyz (readiness) fails while stopping (from the moment Run's ctx
+//     ends, before anything begins to stop), while the engine does not
+//     serve (port.TaskEngine.Done closed), when Postgres does not answer,
+//     when the database's schema is not at the version this binary needs
+//     (migrations.CheckSchema: a worker on an unmigrated database is not
+//     ready), when a Config.Checks check fails and when a service reports
+//     itself unready.
+//
+// A failed probe's body names what failed; the dependency's own error,
+// which can carry host names, users and SQL, goes to the log only.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/taskport/taskport/internal/startstop"
+	"github.com/taskport/taskport/migrations"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/retention"
+	"github.com/taskport/taskport/router"
+)
+
+// Check is a readiness check of a dependency, e.g. the Temporal frontend.
+type Check struct {
+	Name string
+	Func func(context.Context) error
+}
+
+// Service runs beside the engine: started after it, stopped before it.
+type Service struct {
+	Name  string
+	Start func(ctx context.Context) error
+	Stop  func(ctx context.Context) error
+	// Ready, when set, is part of /readyz: an error makes the worker
+	// unready (a *ProbeError names what failed without its cause).
+	Ready func() error
+}
+
+// Config is a Host's setup. Pool and Engine are required.
+type Config struct {
+	// Pool is the engine's database: /readyz pings it and checks its schema
+	// version, and the retention cleaner takes its leader lock there.
+	Pool *pgxpool.Pool
+	// Engine serves the registry; Run starts it with Start.
+	Engine port.TaskEngine
+	Start  port.StartOptions
+	// Addr is where /healthz, /readyz and /metrics are served. Default
+	// DefaultAddr.
+	Addr string
+	// Gatherer is what /metrics serves; nil serves prometheus's default
+	// registry.
+	Gatherer prometheus.Gatherer
+	// Checks are more readiness checks, each bounded by CheckTimeout.
+	Checks []Check
+	// Services run beside the engine, in this order.
+	Services []Service
+	// Retention, when set, runs a retention cleaner of the engine's run
+	// tables (zero fields take package retention's defaults). The run
+	// tables grow until a cleaner runs: a finished run's row stays until
+	// it prunes it.
+	Retention *retention.Policy
+	// StopTimeout bounds the graceful stop: in-flight steps finish or are
+	// handed back within it. Default DefaultStopTimeout.
+	StopTimeout time.Duration
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultAddr        = ":9090"
+	DefaultStopTimeout = 30 * time.Second
+	// CheckTimeout bounds each dependency check of /readyz, well under the
+	// probes' default 1s timeout.
+	CheckTimeout = 800 * time.Millisecond
+)
+
+// Host is one worker process's run loop; see the package doc.
+type Host struct {
+	cfg Config
+
+	mu       sync.Mutex
+	stopping bool
+	addr     string // bound, once Run listens
+}
+
+// New checks cfg and returns a Host that Run runs.
+func New(cfg Config) (*Host, error) {
+	if cfg.Pool == nil || cfg.Engine == nil {
+		return nil, &port.FieldError{Field: "host", Reason: "a pool and an engine are required"}
+	}
+	if cfg.StopTimeout < 0 {
+		return nil, &port.FieldError{Field: "stop_timeout", Reason: "must not be negative"}
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.DefaultGatherer
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Retention != nil {
+		pruners, err := EnginePruners(cfg.Engine)
+		if err != nil {
+			return nil, err
+		}
+		cleaner, err := retention.New(cfg.Pool, pruners, retention.Config{Policy: *cfg.Retention, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Services = append(cfg.Services, Service{Name: "retention cleaner", Start: cleaner.Start, Stop: cleaner.Stop})
+	}
+	return &Host{cfg: cfg}, nil
+}
+
+// EnginePruners are the retention pruners of the engine, or of each engine
+// behind a router.
+func EnginePruners(e port.TaskEngine) ([]retention.Pruner, error) {
+	es := []port.TaskEngine{e}
+	if r, ok := e.(*router.Router); ok {
+		es = es[:0]
+		for _, x := range r.Engines() {
+			es = append(es, x)
+		}
+	}
+	var out []retention.Pruner
+	for _, x := range es {
+		p, ok := x.(interface{ Pruner() retention.Pruner })
+		if !ok {
+			return nil, errors.New("engine offers no retention pruner")
+		}
+		out = append(out, p.Pruner())
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no engine to prune")
+	}
+	return out, nil
+}
+
+// Addr is the address Run serves on, once it listens ("" before).
+func (h *Host) Addr() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.addr
+}
+
+// Handler serves /healthz, /readyz and /metrics.
+func (h *Host) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(h.cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { h.answer(w, r, h.Live()) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { h.answer(w, r, h.Ready(r.Context())) })
+	return mux
+}
+
+// Run starts the engine's worker and the services, serves the probes and
+// metrics, and stops gracefully when ctx ends: readiness turns off first,
+// then the services and the engine stop (within StopTimeout), and Run
+// returns nil. When the engine stops for good on its own, or the probe
+// server fails, it stops the rest and returns an error (the process exits
+// non-zero and is restarted).
+func (h *Host) Run(ctx context.Context) error {
+	// The engine and the services stop when told to (stop), not when ctx
+	// ends, so readiness is off before either begins to stop.
+	run := context.WithoutCancel(ctx)
+	if err := h.cfg.Engine.Start(run, h.cfg.Start); err != nil {
+		return fmt.Errorf("start the engine's worker: %w", err)
+	}
+	for i, s := range h.cfg.Services {
+		if err := s.Start(run); err != nil {
+			return errors.Join(fmt.Errorf("start %s: %w", s.Name, err), h.stop(h.cfg.Services[:i]))
+		}
+	}
+	// The probes outlive ctx: while the stop drains, /readyz answers 503
+	// instead of refusing connections, and /metrics can still be scraped.
+	serving, stopServing := context.WithCancel(run)
+	defer stopServing()
+	served, err := h.serve(serving)
+	if err != nil {
+		return errors.Join(err, h.stop(h.cfg.Services))
+	}
+	h.cfg.Logger.Info("worker running", slog.String("probes", "http://"+h.Addr()+"/readyz"))
+	select {
+	case <-ctx.Done():
+		h.beginStop()
+		h.cfg.Logger.Info("stop requested: not ready from now on")
+		return h.stop(h.cfg.Services)
+	case err := <-served:
+		h.beginStop()
+		return errors.Join(fmt.Errorf("probe server: %w", err), h.stop(h.cfg.Services))
+	case <-h.cfg.Engine.Done(): // stopped serving without a Stop: a fatal error
+		err := h.cfg.Engine.Err()
+		if err == nil {
+			err = errors.New("stopped serving without a Stop")
+		}
+		h.cfg.Logger.Error("engine stopped for good: exiting", slog.Any("err", err))
+		return errors.Join(fmt.Errorf("engine stopped: %w", err), h.stop(h.cfg.Services))
+	}
+}
+
+// stop stops services (in reverse order) and then the engine.
+func (h *Host) stop(services []Service) error {
+	bound := h.cfg.StopTimeout
+	h.cfg.Logger.Info("stopping: in-flight steps finish or are handed back", slog.Duration("bound", bound))
+	ctx, cancel := context.WithTimeout(context.Background(), bound+5*time.Second)
+	defer cancel()
+	var errs []error
+	for i := len(services) - 1; i >= 0; i-- {
+		if err := services[i].Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", services[i].Name, err))
+		}
+	}
+	if err := h.cfg.Engine.Stop(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop the engine: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	h.cfg.Logger.Info("stopped")
+	return nil
+}
+
+// serve listens on Config.Addr and serves Handler until ctx ends; the
+// channel reports why serving stopped.
+func (h *Host) serve(ctx context.Context) (<-chan error, error) {
+	l, err := net.Listen("tcp", h.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", h.cfg.Addr, err)
+	}
+	h.mu.Lock()
+	h.addr = l.Addr().String()
+	h.mu.Unlock()
+	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			done <- err
+		}
+		close(done)
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	return done, nil
+}
+
+// beginStop turns readiness off for good.
+func (h *Host) beginStop() {
+	h.mu.Lock()
+	h.stopping = true
+	h.mu.Unlock()
+}
+
+// Live is /healthz: nil unless the engine stopped for good.
+func (h *Host) Live() error {
+	if err := h.cfg.Engine.Err(); err != nil {
+		return &ProbeError{What: "engine stopped for good", Err: err}
+	}
+	return nil
+}
+
+// Ready is /readyz; see the package doc.
+func (h *Host) Ready(ctx context.Context) error {
+	h.mu.Lock()
+	stopping := h.stopping
+	h.mu.Unlock()
+	if stopping {
+		return errors.New("stopping")
+	}
+	if err := h.Live(); err != nil {
+		return err
+	}
+	if !startstop.Serving(h.cfg.Engine) {
+		return errors.New("engine not serving")
+	}
+	for _, s := range h.cfg.Services {
+		if s.Ready == nil {
+			continue
+		}
+		if err := s.Ready(); err != nil {
+			return err
+		}
+	}
+	// schema: a rollback of the database under a running worker (restored
+	// backup, migrate down) takes it out of service.
+	checks := append([]Check{
+		{"postgres", h.cfg.Pool.Ping},
+		{"schema", func(ctx context.Context) error { return migrations.CheckSchema(ctx, h.cfg.Pool) }},
+	}, h.cfg.Checks...)
+	for _, c := range checks {
+		cctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+		err := c.Func(cctx)
+		cancel()
+		if err != nil {
+			return &ProbeError{What: c.Name + " check failed", Err: err}
+		}
+	}
+	return nil
+}
+
+// ProbeError is a failed probe: What is the body, Err goes to the log only.
+type ProbeError struct {
+	What string
+	Err  error
+}
+
+func (f *ProbeError) Error() string { return f.What + ": " + f.Err.Error() }
+func (f *ProbeError) Unwrap() error { return f.Err }
+
+func (h *Host) answer(w http.ResponseWriter, r *http.Request, err error) {
+	if err == nil {
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
+	body := err.Error()
+	if f := (*ProbeError)(nil); errors.As(err, &f) {
+		body = f.What
+		h.cfg.Logger.Warn("probe failed", slog.String("path", r.URL.Path), slog.String("failed", f.What), slog.Any("err", f.Err))
+	}
+	http.Error(w, body, http.StatusServiceUnavailable)
+}

@@ -1,0 +1,197 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/host"
+	"github.com/taskport/taskport/internal/startstop"
+	"github.com/taskport/taskport/internal/testkit"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/leaseadapter"
+	"github.com/taskport/taskport/migrations"
+	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/retention"
+)
+
+// A user's own registry: one kind of one step, nothing of the media
+// application.
+var (
+	ping     = port.DeclareActivity[string, string]("user.ping")
+	pingKind = port.Definition{Kind: "user.ping", Version: 1, Retry: port.NetworkRetry(),
+		Handler: port.HandleResult(func(f port.Flow, in string) (string, error) { return ping.Run(f, "ping", in) })}
+)
+
+// userEngine is a lease engine of the user's registry; each ping's body
+// sends its input on pinged, when it is not nil.
+func userEngine(t *testing.T, pool *pgxpool.Pool, pinged chan<- string) port.TaskEngine {
+	t.Helper()
+	reg := port.NewRegistry()
+	require.NoError(t, reg.Register(pingKind))
+	require.NoError(t, reg.RegisterActivity(port.Bind(ping, func(_ context.Context, in string) (string, error) {
+		if pinged != nil {
+			pinged <- in
+		}
+		return "pong " + in, nil
+	})))
+	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{})
+	require.NoError(t, err)
+	return eng
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// A worker of a user's kinds on a database nobody migrated is not ready,
+// and its probe says why; once migrated, it is ready and runs the user's
+// kind's step; the retention cleaner the host runs prunes the finished run
+// (kept a millisecond here; days by default); on
+// SIGTERM (ctx ends) it is not ready before anything stops, and Run
+// returns nil.
+func TestHostOfAUsersKinds(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewEmptyDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	pinged := make(chan string, 1)
+	eng := userEngine(t, pool, pinged)
+	readyAtStop := make(chan int, 1)
+	addr := testkit.FreeAddr(t)
+	h, err := host.New(host.Config{
+		Pool: pool, Engine: eng, Addr: addr, StopTimeout: 5 * time.Second,
+		Retention: &retention.Policy{Interval: 50 * time.Millisecond, Completed: time.Millisecond},
+		Services: []host.Service{{Name: "stop probe",
+			Start: func(context.Context) error { return nil },
+			Stop: func(context.Context) error {
+				code, _ := get(t, "http://"+addr+"/readyz")
+				readyAtStop <- code
+				return nil
+			}}},
+	})
+	require.NoError(t, err)
+	run, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(run) }()
+
+	var body string
+	require.Eventually(t, func() bool {
+		var code int
+		code, body = get(t, "http://"+addr+"/readyz")
+		return code == http.StatusServiceUnavailable && body == "schema check failed\n"
+	}, 30*time.Second, 20*time.Millisecond, "an unmigrated database must make the worker unready, naming the schema; last: %q", body)
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	require.Eventually(t, func() bool {
+		code, _ := get(t, "http://"+addr+"/readyz")
+		return code == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "the worker never became ready once migrated")
+	code, body := get(t, "http://"+addr+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "go_goroutines", "the default registry is served")
+
+	id, err := eng.Enqueue(ctx, pingKind.Kind, "a", port.EnqueueOptions{IdempotencyKey: "ping:a"})
+	require.NoError(t, err)
+	require.Equal(t, "a", <-pinged, "the user's step ran")
+	require.Eventually(t, func() bool {
+		_, err := eng.Get(ctx, id)
+		return errors.Is(err, port.ErrNotFound)
+	}, 30*time.Second, 20*time.Millisecond, "the host's retention cleaner never pruned the finished run")
+
+	stop()
+	require.NoError(t, <-done)
+	require.Equal(t, http.StatusServiceUnavailable, <-readyAtStop, "readiness was still on when the services began to stop")
+	require.False(t, startstop.Serving(eng), "the engine was stopped")
+}
+
+// stateEngine is an engine whose lifecycle a test sets: a fatal error, as
+// the Temporal engine reports one (the lease engine has none; stack's
+// TestWorkerExitsWhenEngineStopsForGood has the real one).
+type stateEngine struct {
+	port.TaskEngine
+	base *startstop.Base
+}
+
+func (e stateEngine) Done() <-chan struct{} { return e.base.Done() }
+func (e stateEngine) Err() error            { return e.base.Err() }
+
+// A probe body names what failed and never carries the dependency's own
+// error (host names, users, SQL), which goes to the log instead: the probe
+// port answers anyone who reaches the pod. An engine stopped for good
+// fails both probes; a dependency down fails readiness only.
+func TestProbeBodiesNameWhatFailed(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	raw := errors.New(`failed to connect to host=db.internal.example user=taskport: password authentication failed`)
+	var serving startstop.Base
+	require.NoError(t, startstop.Start(ctx, &serving, func(context.Context) error { return nil }))
+	var logged strings.Builder
+	probe := func(cfg host.Config, path string) (int, string) {
+		cfg.Pool = pool
+		cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+		h, err := host.New(cfg)
+		require.NoError(t, err)
+		srv := httptest.NewServer(h.Handler())
+		defer srv.Close()
+		return get(t, srv.URL+path)
+	}
+
+	code, body := probe(host.Config{Engine: stateEngine{base: &serving},
+		Checks: []host.Check{{Name: "temporal", Func: func(context.Context) error { return raw }}}}, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "temporal check failed\n", body)
+	require.Contains(t, logged.String(), "password authentication failed", "the raw error is logged")
+	code, _ = probe(host.Config{Engine: stateEngine{base: &serving},
+		Checks: []host.Check{{Name: "temporal", Func: func(context.Context) error { return raw }}}}, "/healthz")
+	require.Equal(t, http.StatusOK, code, "a dependency down is not a reason to restart the process")
+
+	code, body = probe(host.Config{Engine: stateEngine{base: &serving},
+		Services: []host.Service{{Name: "s", Ready: func() error { return &host.ProbeError{What: "s: behind", Err: raw} }}}}, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "s: behind\n", body)
+
+	var failed startstop.Base
+	require.NoError(t, startstop.Start(ctx, &failed, func(context.Context) error { return nil }))
+	startstop.Fail(&failed, raw)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, body = probe(host.Config{Engine: stateEngine{base: &failed}}, path)
+		require.Equal(t, http.StatusServiceUnavailable, code, path)
+		require.Equal(t, "engine stopped for good\n", body, path)
+	}
+	var stopped startstop.Base
+	code, body = probe(host.Config{Engine: stateEngine{base: &stopped}}, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "engine not serving\n", body)
+}
+
+func TestNewRefusesABadConfig(t *testing.T) {
+	_, err := host.New(host.Config{})
+	require.ErrorIs(t, err, port.ErrInvalidInput)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), StopTimeout: -time.Second})
+	var fe *port.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "stop_timeout", fe.Field)
+}
