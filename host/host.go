@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -41,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/taskport/taskport/internal/httpserve"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/port"
@@ -253,30 +253,16 @@ func (h *Host) stop(services []Service) error {
 	return nil
 }
 
-// serve listens on Config.Addr and serves Handler until ctx ends; the
-// channel reports why serving stopped.
+// serve serves Handler on Config.Addr until ctx ends; the channel reports
+// why serving stopped.
 func (h *Host) serve(ctx context.Context) (<-chan error, error) {
-	l, err := net.Listen("tcp", h.cfg.Addr)
+	addr, done, err := httpserve.ListenAndServe(ctx, h.cfg.Addr, h.Handler())
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", h.cfg.Addr, err)
+		return nil, err
 	}
 	h.mu.Lock()
-	h.addr = l.Addr().String()
+	h.addr = addr
 	h.mu.Unlock()
-	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() {
-		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-			done <- err
-		}
-		close(done)
-	}()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
 	return done, nil
 }
 

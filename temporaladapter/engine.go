@@ -181,16 +181,7 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	if err != nil {
 		return "", err
 	}
-	run, created, err := runstore.Insert(ctx, e.pool, runstore.NewRun{
-		Engine:      runstore.EngineTemporal,
-		Kind:        kind,
-		Version:     prep.Definition.Version,
-		Key:         opts.IdempotencyKey,
-		BusinessKey: opts.BusinessKey,
-		Priority:    opts.Priority,
-		Input:       prep.Input,
-		AvailableAt: opts.AvailableAt,
-	})
+	run, created, err := runstore.Insert(ctx, e.pool, newRun(kind, prep, opts))
 	if err != nil {
 		return "", err
 	}
@@ -201,6 +192,20 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 		return "", err
 	}
 	return run.ID, nil
+}
+
+// newRun is the row Enqueue and EnqueueTx record for a prepared enqueue.
+func newRun(kind port.Kind, prep enginekit.PreparedEnqueue, opts port.EnqueueOptions) runstore.NewRun {
+	return runstore.NewRun{
+		Engine:      runstore.EngineTemporal,
+		Kind:        kind,
+		Version:     prep.Definition.Version,
+		Key:         opts.IdempotencyKey,
+		BusinessKey: opts.BusinessKey,
+		Priority:    opts.Priority,
+		Input:       prep.Input,
+		AvailableAt: opts.AvailableAt,
+	}
 }
 
 // startParallelism bounds the workflow starts one EnqueueMany has in flight:

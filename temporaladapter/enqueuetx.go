@@ -37,17 +37,9 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	if err != nil {
 		return "", err
 	}
-	run, created, err := runstore.Insert(ctx, tx, runstore.NewRun{
-		Engine:      runstore.EngineTemporal,
-		Kind:        kind,
-		Version:     prep.Definition.Version,
-		Key:         opts.IdempotencyKey,
-		BusinessKey: opts.BusinessKey,
-		Priority:    opts.Priority,
-		Input:       prep.Input,
-		AvailableAt: opts.AvailableAt,
-		StartWanted: true,
-	})
+	r := newRun(kind, prep, opts)
+	r.StartWanted = true
+	run, created, err := runstore.Insert(ctx, tx, r)
 	if err != nil {
 		return "", err
 	}

@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -32,6 +30,7 @@ import (
 	"github.com/taskport/taskport/admin"
 	"github.com/taskport/taskport/app"
 	"github.com/taskport/taskport/host"
+	"github.com/taskport/taskport/internal/httpserve"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/outbox"
@@ -403,7 +402,7 @@ func (s *Stack) Serve(ctx context.Context, addr string, access AdminAccess) (str
 	if err != nil {
 		return "", nil, err
 	}
-	return listenAndServe(ctx, addr, s.tracing.HTTP(h, "admin"))
+	return httpserve.ListenAndServe(ctx, addr, s.tracing.HTTP(h, "admin"))
 }
 
 // RunAdmin serves the admin handler on addr until ctx ends.
@@ -419,29 +418,4 @@ func (s *Stack) RunAdmin(ctx context.Context, addr string, access AdminAccess) e
 	case err := <-served:
 		return err
 	}
-}
-
-// listenAndServe serves h on addr until ctx ends and returns the bound
-// address (addr may use port 0) and a channel that reports why serving
-// stopped.
-func listenAndServe(ctx context.Context, addr string, h http.Handler) (string, <-chan error, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", nil, fmt.Errorf("listen %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() {
-		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-			done <- err
-		}
-		close(done)
-	}()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	return l.Addr().String(), done, nil
 }
