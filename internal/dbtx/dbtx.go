@@ -36,8 +36,13 @@ type DB interface {
 // after its LIMIT runs after it: without statistics (a table never
 // analyzed, or one that outgrew its last ANALYZE) the planner otherwise
 // prefers to read every matching row and sort them, which costs the size
-// of the backlog instead of the LIMIT.
-const PinIndexScansSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+// of the backlog instead of the LIMIT. It turns JIT off too: the planner
+// prices a node it was told not to use at 10^10, so a plan that still needs
+// one (the lease claim's sort of its few per-pair rows) is far above
+// jit_above_cost, and compiling it took 0.5 s of a 1 ms claim
+// (BenchmarkClaimBesideUnserved's first run, docs/benchmarks.md).
+const PinIndexScansSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
+  set_config('jit', 'off', true)`
 
 // PinOrderedScansSQL is PinIndexScansSQL that also turns off sorts, for a
 // statement whose rows two indexes can find: the one in the order it wants,
@@ -45,7 +50,7 @@ const PinIndexScansSQL = `SELECT set_config('enable_bitmapscan', 'off', true), s
 // statistics the planner may price the second as cheaper (it guesses few
 // rows), and that too costs the backlog instead of the LIMIT.
 const PinOrderedScansSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
-  set_config('enable_sort', 'off', true)`
+  set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 
 // InTx runs fn in a transaction on db and commits it when fn returns nil.
 // The rollback after a failed fn runs even when ctx is canceled, so the
