@@ -98,9 +98,10 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/taskport?sslmode=disable
 export DATABASE_URL
 
 .PHONY: bench
-bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M scheduled runs (TASKPORT_BACKLOG_SIZES), Temporal adapter vs raw SDK, outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS in closed and open loop, EnqueueMany vs Enqueue vs River InsertMany, EnqueueMany with keys already taken (prints tables)
+bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M scheduled runs (TASKPORT_BACKLOG_SIZES), claim and queue depth beside 1M ready runs nobody serves (TASKPORT_UNSERVED_ROWS), Temporal adapter vs raw SDK, outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS in closed and open loop, EnqueueMany vs Enqueue vs River InsertMany, EnqueueMany with keys already taken (prints tables)
 	$(GO) test -run '^$$' -bench 'Throughput|EnqueueToFirstStep|SignalToWake' -benchtime 2000x ./leaseadapter/
 	$(GO) test -run '^$$' -bench Backlog -benchtime 1x -timeout 30m ./leaseadapter/
+	$(GO) test -run '^$$' -bench ClaimBesideUnserved -benchtime 1x -timeout 20m ./leaseadapter/
 	$(GO) test -run '^$$' -bench 'AdapterVsRawSDK$$' -benchtime 7x ./temporaladapter/
 	$(GO) test -run '^$$' -bench CommitToRunStart -benchtime 200x ./outbox/ ./app/
 	$(GO) test -run '^$$' -bench SteadyRetention -benchtime 1x -timeout 60m ./retention/
