@@ -60,7 +60,13 @@ func (e *TakenError) Unwrap() error { return ErrConflict }
 const (
 	targetIndex = "plan_target_path_held"
 	hashIndex   = "plan_info_hash_active"
+	// createKeyIndex (migration 00021): a concurrent create with the same
+	// idempotency key won; CreatePlan returns its plan.
+	createKeyIndex = "plan_create_key"
 )
+
+// errCreateKeyTaken is interpretError's unique violation of createKeyIndex.
+var errCreateKeyTaken = fmt.Errorf("%w: a plan with this idempotency key was created meanwhile", ErrConflict)
 
 // The SQLSTATE codes interpretError maps.
 const (
@@ -99,6 +105,8 @@ func interpretError(err error) error {
 		return &TakenError{Field: "target_path"}
 	case pe.Code == uniqueViolation && pe.ConstraintName == hashIndex:
 		return &TakenError{Field: "info_hash"}
+	case pe.Code == uniqueViolation && pe.ConstraintName == createKeyIndex:
+		return errCreateKeyTaken
 	}
 	return err
 }

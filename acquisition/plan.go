@@ -152,8 +152,18 @@ func Wake(planID string, topic port.Topic, key string) outbox.Event {
 // info hash that another plan holds (Status.HoldsTarget, HoldsInfoHash) is
 // refused with a *TakenError naming that plan, and nothing is written. The
 // unique indexes of migration 00005 back the check, so of two concurrent
-// creates one loses, with the same *TakenError.
+// creates one loses, with the same *TakenError. A p.CreateKey already
+// recorded returns the plan created with it and writes nothing (the rest of
+// p is not compared), also when a concurrent create with that key won.
 func CreatePlan(ctx context.Context, db dbtx.DB, p Plan) (Plan, error) {
+	if p.CreateKey != "" {
+		// A retried create: the plan its first attempt created, and
+		// nothing written.
+		existing, err := queryOne(ctx, db, selectPlanByCreateKeyStmt(p.CreateKey), scanPlan)
+		if !errors.Is(err, port.ErrNotFound) {
+			return existing, err
+		}
+	}
 	var out Plan
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		if err := CheckFree(ctx, tx, p.TargetPath, p.InfoHash); err != nil {
@@ -166,6 +176,14 @@ func CreatePlan(ctx context.Context, db dbtx.DB, p Plan) (Plan, error) {
 		_, err = outbox.Write(ctx, tx, FirstRun(p.ID.String()))
 		return err
 	})
+	if err != nil && p.CreateKey != "" {
+		// A concurrent create with the same key won: its plan, whichever
+		// index (the key's, or its target's or hash's) refused this one.
+		existing, kerr := queryOne(ctx, db, selectPlanByCreateKeyStmt(p.CreateKey), scanPlan)
+		if kerr == nil {
+			return existing, nil
+		}
+	}
 	var taken *TakenError
 	if errors.As(err, &taken) && taken.PlanID == uuid.Nil {
 		// A concurrent create won the index after CheckFree passed; name it

@@ -121,10 +121,25 @@ const planColumns = `id, title, source_type, source, info_hash, target_path, exp
 
 func insertPlanStmt(p Plan) bob.Query {
 	return psql.Insert(
-		im.Into("plan", "id", "title", "source_type", "source", "info_hash", "target_path", "expected_size", "expected_sha256"),
-		im.Values(psql.Arg(p.ID, p.Title, p.SourceType, p.Source, p.InfoHash, p.TargetPath, p.ExpectedSize, p.ExpectedSHA256)),
+		im.Into("plan", "id", "title", "source_type", "source", "info_hash", "target_path", "expected_size", "expected_sha256",
+			"create_key"),
+		im.Values(psql.Arg(p.ID, p.Title, p.SourceType, p.Source, p.InfoHash, p.TargetPath, p.ExpectedSize, p.ExpectedSHA256,
+			nullIfEmpty(p.CreateKey))),
 		im.Returning(planColumns),
 	)
+}
+
+// nullIfEmpty is s, or SQL NULL for "".
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// selectPlanByCreateKeyStmt reads the plan a create with key recorded.
+func selectPlanByCreateKeyStmt(key string) bob.Query {
+	return psql.Select(sm.Columns(planColumns), sm.From("plan"), sm.Where(col("create_key").EQ(psql.Arg(key))))
 }
 
 // selectPlanStmt reads one plan; lock adds FOR UPDATE.

@@ -30,6 +30,9 @@ type Plan struct {
 	CancelRequestedBy string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	// CreateKey is the create request's idempotency key ("" for none):
+	// written by CreatePlan, never read back into a Plan.
+	CreateKey string
 }
 
 // CancelRequested reports whether the business cancel flag is set.

@@ -118,7 +118,15 @@ type NewPlan struct {
 	TargetPath     string // absolute, inside the library root
 	ExpectedSize   int64
 	ExpectedSHA256 string // 64 hex digits
+	// IdempotencyKey, when set, makes the create retryable: a create with
+	// a key already recorded returns the plan created with it and writes
+	// nothing (the rest of the request is not compared). Derive it from the
+	// request's meaning, never from time or randomness.
+	IdempotencyKey string
 }
+
+// MaxIdempotencyKey bounds NewPlan.IdempotencyKey, in characters.
+const MaxIdempotencyKey = 200
 
 func invalid(field, format string, args ...any) error {
 	return &port.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -150,7 +158,13 @@ func actor(field, by string) error {
 
 // validate checks np and returns the plan row to insert.
 func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
-	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize}
+	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize, CreateKey: np.IdempotencyKey}
+	if !utf8.ValidString(p.CreateKey) || strings.ContainsFunc(p.CreateKey, unicode.IsControl) {
+		return p, invalid("idempotency_key", "must be UTF-8 text without control characters")
+	}
+	if err := bounded("idempotency_key", p.CreateKey, MaxIdempotencyKey); err != nil {
+		return p, err
+	}
 	if p.Title == "" {
 		return p, invalid("title", "must not be empty")
 	}

@@ -260,6 +260,54 @@ func TestConcurrentPlansOnOneTarget(t *testing.T) {
 	require.Equal(t, 1, counts(t, w.Pool)["plan"])
 }
 
+// A create retried with its idempotency key gets the plan its first attempt
+// created and writes nothing, one after the other and when the retries race
+// (the unique index of migration 00021 decides; the losers read the
+// winner's plan). A key with a control character is refused.
+func TestCreatePlanWithAKeyIsRetryable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	a := apptest.NewAsset("keyed.mkv", 10)
+	np := plans.NewPlan{Title: "keyed", Magnet: a.Magnet(), TargetPath: w.Target(a), ExpectedSize: 10,
+		ExpectedSHA256: a.SHA256, IdempotencyKey: "import:keyed"}
+	first, err := w.Plans.CreatePlan(ctx, np)
+	require.NoError(t, err)
+	before := counts(t, w.Pool)
+	again, err := w.Plans.CreatePlan(ctx, np)
+	require.NoError(t, err)
+	require.Equal(t, first.ID, again.ID)
+	require.Equal(t, before, counts(t, w.Pool), "a retry writes nothing (no plan, no outbox row)")
+
+	b := apptest.NewAsset("raced.mkv", 10)
+	raced := plans.NewPlan{Title: "raced", Magnet: b.Magnet(), TargetPath: w.Target(b), ExpectedSize: 10,
+		ExpectedSHA256: b.SHA256, IdempotencyKey: "import:raced"}
+	const n = 8
+	ids := make([]uuid.UUID, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, err := w.Plans.CreatePlan(ctx, raced)
+			ids[i], errs[i] = p.ID, err
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, ids[0], ids[i], "every racing retry returns the one plan")
+	}
+	require.Equal(t, before["plan"]+1, counts(t, w.Pool)["plan"])
+	require.Equal(t, before["outbox_event"]+1, counts(t, w.Pool)["outbox_event"])
+
+	bad := np
+	bad.IdempotencyKey = "a\nb"
+	_, err = w.Plans.CreatePlan(ctx, bad)
+	var fe *port.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "idempotency_key", fe.Field)
+}
+
 // Defect 4: a second active plan on the same info hash is refused with an
 // error naming the plan that holds it, and nothing is written.
 // A plan created from a magnet or a torrent file without an info hash takes

@@ -89,6 +89,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	f.StringVar(&np.TargetPath, "target", "", "absolute path inside the library root")
 	f.Int64Var(&np.ExpectedSize, "size", 0, "expected size in bytes")
 	f.StringVar(&np.ExpectedSHA256, "sha256", "", "expected SHA-256, 64 hex digits")
+	f.StringVar(&np.IdempotencyKey, "idempotency-key", "", "makes the create retryable: a create with a key already recorded prints that plan and writes nothing")
 
 	var by, note, reason, contentPath, downloads string
 	var asJSON bool
