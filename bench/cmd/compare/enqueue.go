@@ -12,7 +12,9 @@ package main
 //     producer, batches of -batch, with River's defaults: no uniqueness;
 //   - river InsertMany unique: the same with UniqueOpts{ByArgs: true}, so
 //     that every job is checked against a unique key as every taskport run
-//     is (UNIQUE(kind, idempotency_key)).
+//     is (UNIQUE(kind, idempotency_key));
+//   - river InsertManyFast: River's COPY path, which returns a count, not
+//     a result per job, and has no uniqueness.
 //
 // With -ablate, diagnostic modes say what each part of a lease run's
 // insert costs (issue 14: EnqueueMany against River's InsertMany). Some
@@ -97,6 +99,7 @@ func runEnqueue(ctx context.Context, args []string) error {
 		{"lease Enqueue", "1 run, " + strconv.Itoa(*producers) + " prod.", leaseOne(*producers)},
 		{"river InsertMany", perBatch, riverMany(false)},
 		{"river InsertMany unique", perBatch, riverMany(true)},
+		{"river InsertManyFast", perBatch + ", COPY", riverManyFast},
 	}
 	if *ablate {
 		modes = append(modes,
@@ -276,28 +279,58 @@ type riverNoopWorker struct {
 
 func (riverNoopWorker) Work(context.Context, *river.Job[riverNoop]) error { return nil }
 
+// riverManyFast inserts with River's InsertManyFast, its COPY path: no
+// result per job (a count), no uniqueness.
+func riverManyFast(ctx context.Context, dsn string) (inserter, func(), error) {
+	client, closePool, err := riverClient(ctx, dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(lo, hi int) error {
+		params := make([]river.InsertManyParams, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			params = append(params, river.InsertManyParams{Args: riverNoop{I: i}})
+		}
+		n, err := client.InsertManyFast(ctx, params)
+		if err == nil && n != hi-lo {
+			err = fmt.Errorf("InsertManyFast inserted %d of %d", n, hi-lo)
+		}
+		return err
+	}, closePool, nil
+}
+
+// riverClient is an insert-only River client (no queues: nothing runs) on
+// a freshly migrated database, and the close of its pool.
+func riverClient(ctx context.Context, dsn string) (*river.Client[pgx.Tx], func(), error) {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open pool: %w", err)
+	}
+	driver := riverpgxv5.New(pool)
+	migrator, err := rivermigrate.New(driver, nil)
+	if err == nil {
+		_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	}
+	var client *river.Client[pgx.Tx]
+	if err == nil {
+		workers := river.NewWorkers()
+		river.AddWorker(workers, riverNoopWorker{})
+		client, err = river.NewClient(driver, &river.Config{Workers: workers})
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("river: %w", err)
+	}
+	return client, pool.Close, nil
+}
+
 // riverMany inserts with River's InsertMany on a migrated database, from
 // an insert-only client (no queues: nothing runs).
 func riverMany(unique bool) func(ctx context.Context, dsn string) (inserter, func(), error) {
 	return func(ctx context.Context, dsn string) (inserter, func(), error) {
-		pool, err := pgxpool.New(ctx, dsn)
+		client, closePool, err := riverClient(ctx, dsn)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open pool: %w", err)
-		}
-		driver := riverpgxv5.New(pool)
-		migrator, err := rivermigrate.New(driver, nil)
-		if err == nil {
-			_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-		}
-		var client *river.Client[pgx.Tx]
-		if err == nil {
-			workers := river.NewWorkers()
-			river.AddWorker(workers, riverNoopWorker{})
-			client, err = river.NewClient(driver, &river.Config{Workers: workers})
-		}
-		if err != nil {
-			pool.Close()
-			return nil, nil, fmt.Errorf("river: %w", err)
+			return nil, nil, err
 		}
 		var opts *river.InsertOpts
 		if unique {
@@ -310,6 +343,6 @@ func riverMany(unique bool) func(ctx context.Context, dsn string) (inserter, fun
 			}
 			_, err := client.InsertMany(ctx, params)
 			return err
-		}, pool.Close, nil
+		}, closePool, nil
 	}
 }
