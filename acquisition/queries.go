@@ -119,22 +119,17 @@ func now() psql.Expression { return psql.Raw("now()") }
 const planColumns = `id, title, source_type, source, info_hash, target_path, expected_size, expected_sha256,
 	status, cancel_requested_at, cancel_reason, cancel_requested_by, created_at, updated_at`
 
+// insertPlanStmt names create_key only for a plan created with one, so
+// that a create without a key also works on a schema before migration 00021
+// (this release's API beside a database not yet migrated, as the rolling
+// upgrade rehearsal runs it).
 func insertPlanStmt(p Plan) bob.Query {
-	return psql.Insert(
-		im.Into("plan", "id", "title", "source_type", "source", "info_hash", "target_path", "expected_size", "expected_sha256",
-			"create_key"),
-		im.Values(psql.Arg(p.ID, p.Title, p.SourceType, p.Source, p.InfoHash, p.TargetPath, p.ExpectedSize, p.ExpectedSHA256,
-			nullIfEmpty(p.CreateKey))),
-		im.Returning(planColumns),
-	)
-}
-
-// nullIfEmpty is s, or SQL NULL for "".
-func nullIfEmpty(s string) *string {
-	if s == "" {
-		return nil
+	cols := []string{"id", "title", "source_type", "source", "info_hash", "target_path", "expected_size", "expected_sha256"}
+	vals := []any{p.ID, p.Title, p.SourceType, p.Source, p.InfoHash, p.TargetPath, p.ExpectedSize, p.ExpectedSHA256}
+	if p.CreateKey != "" {
+		cols, vals = append(cols, "create_key"), append(vals, p.CreateKey)
 	}
-	return &s
+	return psql.Insert(im.Into("plan", cols...), im.Values(psql.Arg(vals...)), im.Returning(planColumns))
 }
 
 // selectPlanByCreateKeyStmt reads the plan a create with key recorded.
