@@ -31,9 +31,11 @@
 //	any status not final, not canceling -CancelRequest-> canceling -EndCanceled-> canceled
 //	                                                               -EndAbandoned-> abandoned
 //
-// Each main-chain status has one kind that runs while the plan is in it and
-// moves it on (Next); canceling runs plan.cancel; the final statuses
-// completed, canceled and abandoned are notified through notify.webhook.
+// Each main-chain status after awaiting_approval has one kind that runs
+// while the plan is in it and moves it on (Next); a plan awaiting approval
+// is moved on by the operator's decision itself (Decide); canceling runs
+// plan.cancel; the final statuses completed, canceled and abandoned are
+// notified through notify.webhook.
 // Repeating a transition that already happened (a step retried after its
 // commit) is not an error: Move changes nothing when the plan is already in
 // the target status, or further along the main chain.
@@ -104,9 +106,14 @@ type link struct {
 	kind   port.Kind
 }
 
-// chain is the main chain in order.
+// chain is the main chain in order. Nothing runs while a plan awaits
+// approval: the approval (Decide, in the plans API's transaction) moves it
+// on and hands it to download.submit, so no run waits for it.
+// approval.await, which did that wait, is retired: the kind stays
+// registered for the runs that a release before this one started, and is
+// not on the chain (its failure leaves the plan awaiting approval).
 var chain = []link{
-	{AwaitingApproval, workflows.KindApprovalAwait},
+	{AwaitingApproval, ""},
 	{Approved, workflows.KindDownloadSubmit},
 	{Downloading, workflows.KindDownloadAwait},
 	{Downloaded, workflows.KindAssetImport},
@@ -122,7 +129,8 @@ func chainIndex(s Status) int {
 
 // Next is the kind that runs while a plan is in s: the main chain's next
 // step, plan.cancel while canceling, and notify.webhook once the plan ended
-// completed, canceled or abandoned. It is empty where nothing runs: a
+// completed, canceled or abandoned. It is empty where nothing runs: a plan
+// awaiting approval (an operator decides, and Decide hands it on), a
 // rejected plan, and a failed one (its decision waits for an operator).
 func Next(s Status) port.Kind {
 	switch s {
@@ -142,7 +150,7 @@ func Next(s Status) port.Kind {
 // plan, and its retry resumes the plan in that status.
 func MainChain(kind port.Kind) (Status, bool) {
 	for _, c := range chain {
-		if c.kind == kind && !c.status.Final() {
+		if kind != "" && c.kind == kind && !c.status.Final() {
 			return c.status, true
 		}
 	}
@@ -211,6 +219,11 @@ var (
 // main-chain kind runs, when a decision on that kind is resolved as retry.
 func Retry(kind port.Kind) (Transition, bool) {
 	s, ok := MainChain(kind)
+	if kind == workflows.KindApprovalAwait {
+		// A plan that a retired approval.await run failed (a release before
+		// this one failed the plan with it) awaits its approval again.
+		s, ok = AwaitingApproval, true
+	}
 	if !ok {
 		return Transition{}, false
 	}

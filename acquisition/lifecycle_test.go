@@ -47,14 +47,15 @@ func TestNoTransitionLeavesAFinalStatus(t *testing.T) {
 	}
 }
 
-// Every status that is not final has a kind that moves it on, except failed
-// (an operator decides); the main chain's kinds map back to their status.
+// Every status that is not final has a kind that moves it on, except
+// awaiting_approval and failed (an operator decides); the main chain's kinds
+// map back to their status.
 func TestEveryLiveStatusHasAKind(t *testing.T) {
 	t.Parallel()
 	for _, s := range allStatuses {
 		kind := acquisition.Next(s)
 		switch {
-		case s == acquisition.Failed || s == acquisition.Rejected:
+		case s == acquisition.AwaitingApproval || s == acquisition.Failed || s == acquisition.Rejected:
 			require.Empty(t, kind, s)
 		case s.Final():
 			require.Equal(t, workflows.KindNotifyWebhook, kind, "%s is notified", s)
@@ -69,7 +70,16 @@ func TestEveryLiveStatusHasAKind(t *testing.T) {
 			}
 		}
 	}
-	_, chain := acquisition.MainChain(workflows.KindNotifyWebhook)
+	// The retired approval.await is off the chain: its failure (a run an
+	// older release started) leaves the plan awaiting approval, and a plan
+	// it failed before the upgrade goes back to awaiting approval on retry.
+	_, chain := acquisition.MainChain(workflows.KindApprovalAwait)
+	require.False(t, chain)
+	retry, ok := acquisition.Retry(workflows.KindApprovalAwait)
+	require.True(t, ok)
+	require.True(t, retry.Allows(acquisition.Failed))
+	require.Equal(t, acquisition.AwaitingApproval, retry.To())
+	_, chain = acquisition.MainChain(workflows.KindNotifyWebhook)
 	require.False(t, chain, "a notification never fails a plan")
 	_, chain = acquisition.MainChain(workflows.KindPlanCancel)
 	require.False(t, chain)

@@ -88,6 +88,42 @@ func HandOff(ctx context.Context, tx DBTX, id uuid.UUID, t Transition) (canceled
 	return false, nil
 }
 
+// Decide takes the operator's decision on a plan awaiting approval, once,
+// in the caller's transaction: it applies t (Approve or Reject), records a
+// (a.Decision must be t.To()) and writes the outbox row of the kind that
+// runs next (download.submit after an approval; nothing after a
+// rejection). A plan in any other status, a canceling one included, is
+// refused with a *TransitionError and nothing is written; so a plan that was
+// canceled or rejected never proceeds. No run waits for the decision: the
+// approval is taken here, and nowhere else. The caller locks the plan and
+// answers a repeated decision (GetApproval) before it calls Decide.
+func Decide(ctx context.Context, tx DBTX, t Transition, a Approval) error {
+	if t.To() != a.Decision || (t.To() != Approved && t.To() != Rejected) {
+		return fmt.Errorf("plan %s: decide %s with an approval that says %s", a.PlanID, t.name, a.Decision)
+	}
+	if s, err := queryOneSQL(ctx, tx, pgx.RowTo[Status], statusSQL, a.PlanID); err != nil {
+		return fmt.Errorf("plan %s: %s: %w", a.PlanID, t.name, err)
+	} else if s != AwaitingApproval {
+		// Move would take a repeat for a success; a decision is not
+		// repeated here (the caller answered a recorded one).
+		return &TransitionError{PlanID: a.PlanID, Actual: s, Transition: t}
+	}
+	if err := Move(ctx, tx, a.PlanID, t); err != nil {
+		return err
+	}
+	if inserted, err := InsertApproval(ctx, tx, a); err != nil {
+		return err
+	} else if !inserted {
+		return conflict("plan %s is already decided", a.PlanID)
+	}
+	if ev, ok := nextRun(a.PlanID.String(), t.To()); ok {
+		if _, err := outbox.Write(ctx, tx, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Enqueue is the outbox row that runs kind for a plan under key, recording
 // the kind's current version as the lowest that understands input.
 func Enqueue(kind port.Kind, key, planID string, input any) outbox.Event {
@@ -105,18 +141,11 @@ func nextRun(planID string, s Status) (outbox.Event, bool) {
 		return Enqueue(kind, in.IdempotencyKey(), planID, in), true
 	case workflows.KindPlanCancel:
 		return Compensation(planID, workflows.PlanKey(planID, kind), workflows.OutcomeCanceled), true
-	case workflows.KindApprovalAwait, workflows.KindDownloadAwait:
+	case workflows.KindDownloadAwait:
 		return Enqueue(kind, workflows.PlanKey(planID, kind), planID, workflows.WaitInput{PlanID: planID}), true
 	default:
 		return Enqueue(kind, workflows.PlanKey(planID, kind), planID, workflows.PlanRef{PlanID: planID}), true
 	}
-}
-
-// FirstRun is the outbox row of the kind that runs while a new plan awaits
-// approval.
-func FirstRun(planID string) outbox.Event {
-	ev, _ := nextRun(planID, AwaitingApproval)
-	return ev
 }
 
 // Compensation is the outbox row of plan.cancel, which compensates the plan
@@ -147,8 +176,8 @@ func Wake(planID string, topic port.Topic, key string) outbox.Event {
 	return outbox.Event{Action: outbox.ActionSignal, Topic: topic, IdempotencyKey: key, BusinessKey: planID}
 }
 
-// CreatePlan records a plan awaiting approval and the outbox row of its
-// first run (approval.await), in one transaction on db. A target path or
+// CreatePlan records a plan awaiting approval, in one transaction on db; no
+// run starts until it is approved (Decide). A target path or
 // info hash that another plan holds (Status.HoldsTarget, HoldsInfoHash) is
 // refused with a *TakenError naming that plan, and nothing is written. The
 // unique indexes of migration 00005 back the check, so of two concurrent
@@ -170,10 +199,7 @@ func CreatePlan(ctx context.Context, db dbtx.DB, p Plan) (Plan, error) {
 			return err
 		}
 		var err error
-		if out, err = InsertPlan(ctx, tx, p); err != nil {
-			return err
-		}
-		_, err = outbox.Write(ctx, tx, FirstRun(p.ID.String()))
+		out, err = InsertPlan(ctx, tx, p)
 		return err
 	})
 	if err != nil && p.CreateKey != "" {

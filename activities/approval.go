@@ -12,7 +12,9 @@ import (
 )
 
 // CheckApproval reads the decision on a plan from the business DB, the only
-// truth (ADR 2.2).
+// truth (ADR 2.2). It serves approval.await, which is retired (the plans
+// API's approval hands the plan on itself, acquisition.Decide): only the
+// runs that a release before this one started still call it.
 func (a *Activities) CheckApproval(ctx context.Context, ref workflows.PlanRef) (workflows.ApprovalState, error) {
 	p, err := a.plan(ctx, ref.PlanID)
 	if err != nil {
@@ -28,9 +30,14 @@ func (a *Activities) CheckApproval(ctx context.Context, ref workflows.PlanRef) (
 	return workflows.ApprovalState{Decided: found, Approved: found && ap.Decision == acquisition.Approved}, nil
 }
 
-// HandOffApproved writes the outbox row of download.submit for an approved
-// plan (plans.Approve moved it to approved). It is a plain idempotent DB
-// write (the outbox key is unique), so it needs no ledger row.
+// HandOffApproved is the hand-off of a retired approval.await run (started
+// by a release before this one). A plan that an older release's API
+// approved is still approved, waiting for it: it writes the outbox row of
+// download.submit, keyed as the approval's own, so that writing it twice
+// enqueues once. A plan anywhere else was handed on already (this
+// release's approval does it in its own transaction), or was canceled:
+// nothing is written. It is a plain idempotent DB write, so it needs no
+// ledger row.
 func (a *Activities) HandOffApproved(ctx context.Context, ref workflows.PlanRef) (workflows.Outcome, error) {
 	id, err := parsePlanID(ref.PlanID)
 	if err != nil {
@@ -38,6 +45,14 @@ func (a *Activities) HandOffApproved(ctx context.Context, ref workflows.PlanRef)
 	}
 	var out workflows.Outcome
 	err = dbtx.InTx(ctx, a.pool, func(tx pgx.Tx) error {
+		p, err := acquisition.LockPlan(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if p.Status != acquisition.Approved || p.CancelRequested() {
+			out.Canceled = p.CancelRequested()
+			return nil
+		}
 		out.Canceled, err = acquisition.HandOff(ctx, tx, id, acquisition.Approve)
 		return err
 	})

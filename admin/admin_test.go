@@ -178,11 +178,11 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT decided_by FROM approval WHERE plan_id = $1`, p.ID).Scan(&by))
 	require.Equal(t, "ann", by)
 
-	// The hand-off of approval.await, once dispatched, links to its run in
-	// the engine's UI.
+	// The approval's hand-off to download.submit, once dispatched, links
+	// to its run in the engine's UI.
 	_, err := w.Dispatcher.DispatchOnce(ctx)
 	require.NoError(t, err)
-	runs, err := w.Engine.(port.Admin).ListRuns(ctx, port.RunFilter{BusinessKey: p.ID.String(), Kind: "approval.await"})
+	runs, err := w.Engine.(port.Admin).ListRuns(ctx, port.RunFilter{BusinessKey: p.ID.String(), Kind: "download.submit"})
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 	_, body = ann.get("/admin/plans/" + p.ID.String())

@@ -13,46 +13,56 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/plans"
+	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
 )
 
-// parkedPlan is a world on an engine with a plan whose approval.await run is
-// parked in its wait, and the business API as another process holds it.
+// parkedPlan is a world on an engine with an approved plan whose
+// download.await run is parked in its wait, and the business API as another
+// process holds it.
 func parkedPlan(t *testing.T, build engineBuilder, name string) (*apptest.World, *plans.Service, string) {
 	t.Helper()
 	w := engineWorld(t, build, apptest.Options{})
 	id := w.CreatePlan(t, apptest.NewAsset(name, 10_000)).ID.String()
+	api := apiProcess(t, w)
+	apptest.Acked(t)(api.Approve(context.Background(), id, "ann", ""))
 	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, w.Pool.QueryRow(context.Background(), `SELECT count(*) FROM taskport.waiter WHERE topic = $1`,
-			workflows.ApprovalTopic(id)).Scan(&n))
+			workflows.DownloadTopic(id)).Scan(&n))
 		return n == 1
-	}, 60*time.Second, 20*time.Millisecond, "approval.await never waited")
-	return w, apiProcess(t, w), id
+	}, 60*time.Second, 20*time.Millisecond, "download.await never waited")
+	return w, api, id
 }
 
-// Defect 11: the approval's wake-up is not lost when the API process dies
+// Defect 11: the approval's hand-off is not lost when the API process dies
 // (or loses its connection) right after the commit: the plans API calls no
-// engine after its commit at all, the wake-up is an outbox row of the
-// approval's transaction. approval.await waits 5 minutes between checks, so
-// only the signal can move the plan within the test's deadline.
-func TestApproveWakesParkedRunAfterCommit(t *testing.T) {
+// engine after its commit at all, the enqueue of download.submit is an
+// outbox row of the approval's transaction. No run waits for the approval
+// (issue 25): no wake-up is sent, and a repeated approve writes nothing.
+func TestApproveHandsOnAfterCommit(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			w, api, id := parkedPlan(t, e.new, "wake.mkv")
+			w := engineWorld(t, e.new, apptest.Options{})
+			id := w.CreatePlan(t, apptest.NewAsset("wake.mkv", 10_000)).ID.String()
+			api := apiProcess(t, w)
 
 			ack := apptest.Acked(t)(api.Approve(ctx, id, "ann", ""))
 			require.False(t, ack.Already)
 			require.Eventually(t, func() bool { return w.Plan(t, id).Status == acquisition.Downloading },
-				60*time.Second, 20*time.Millisecond, "approval.await was never woken")
-			require.Equal(t, []string{"signal approval:" + id + " dispatched"}, w.Actions(t, id))
+				60*time.Second, 20*time.Millisecond, "the approved plan was never submitted")
+			require.Contains(t, w.Outbox(t, id), "download.submit dispatched plan:"+id+":download.submit")
+			require.Empty(t, w.Actions(t, id), "no wake-up: nothing waits for the approval")
 
 			again := apptest.Acked(t)(api.Approve(ctx, id, "bob", ""))
 			require.True(t, again.Already, "a repeated approve says it changed nothing: %s", again)
 			require.Contains(t, again.Message, "already approved by ann")
-			require.Len(t, w.Actions(t, id), 1, "and sends no second wake-up")
+			require.Empty(t, w.Actions(t, id))
+			runs, err := w.Engine.(port.Admin).ListRuns(ctx, port.RunFilter{BusinessKey: id, Kind: workflows.KindDownloadSubmit})
+			require.NoError(t, err)
+			require.Len(t, runs, 1, "and enqueues nothing twice")
 		})
 	}
 }

@@ -60,7 +60,6 @@ func TestFullAcquisition(t *testing.T) {
 		ledger.OpSubmit: true, ledger.OpImport: true, ledger.OpVerify: true, ledger.OpCleanup: true,
 	}, w.Operations(t, id))
 	require.Equal(t, []string{
-		"approval.await dispatched plan:" + id + ":approval.await",
 		"download.submit dispatched plan:" + id + ":download.submit",
 		"download.await dispatched plan:" + id + ":download.await",
 		"asset.import dispatched plan:" + id + ":asset.import",

@@ -139,7 +139,7 @@ func fullAcquisition(t *testing.T, w *apptest.World) {
 				dispatched++
 			}
 		}
-		return len(rows) == 7 && dispatched == 7
+		return len(rows) == 6 && dispatched == 6
 	}, 30*time.Second, 20*time.Millisecond, "outbox rows: %v", w.Outbox(t, id))
 	require.Equal(t, 1, w.QBT.AddRequests())
 }

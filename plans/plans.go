@@ -5,8 +5,8 @@
 // Each call validates its input first and writes nothing on bad input or on
 // a state that refuses it. A state change is written to the business DB
 // together with the outbox rows of what must follow it (ADR 2.1): the kind
-// that acts on it, the wake-up signal of a waiting run (ADR 2.2), the cancel
-// of the plan's runs (ADR 2.4). Nothing is called after the commit, so a
+// that acts on it (download.submit after an approval), the wake-up signal of
+// a waiting run (ADR 2.2), the cancel of the plan's runs (ADR 2.4). Nothing is called after the commit, so a
 // process that dies right after it loses nothing; the outbox dispatcher
 // carries the rows out.
 //
@@ -324,8 +324,8 @@ func inside(dir, path string) bool {
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
-// CreatePlan records a plan awaiting approval and enqueues approval.await
-// through the outbox. A target path or info hash that another plan holds
+// CreatePlan records a plan awaiting approval; nothing runs until it is
+// approved (Approve hands it to download.submit). A target path or info hash that another plan holds
 // (acquisition.Status.HoldsTarget, HoldsInfoHash) is refused with an
 // *acquisition.TakenError naming that plan, and nothing is written; a unique
 // index backs the check, so two concurrent creates cannot both pass it.
@@ -352,15 +352,16 @@ func parseID(field, s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// Approve records the approval of a plan awaiting it, and the wake-up of its
-// approval.await run. Approving an approved plan again changes nothing and
-// says so.
+// Approve records the approval of a plan awaiting it and, in the same
+// transaction, the outbox row of download.submit: the approval is taken
+// here, once (acquisition.Decide), and no run waits for it. Approving an
+// approved plan again changes nothing and says so.
 func (s *Service) Approve(ctx context.Context, planID, by, note string) (Ack, error) {
 	return s.decide(ctx, planID, acquisition.Approve, by, note)
 }
 
-// Reject records the rejection of a plan awaiting approval, and the wake-up
-// of its approval.await run, which then ends.
+// Reject records the rejection of a plan awaiting approval; nothing runs
+// after it.
 func (s *Service) Reject(ctx context.Context, planID, by, note string) (Ack, error) {
 	return s.decide(ctx, planID, acquisition.Reject, by, note)
 }
@@ -392,19 +393,15 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 		case found:
 			return fmt.Errorf("plan was %s by %s: %w", prev.Decision, prev.DecidedBy, ErrConflict)
 		}
-		if err := acquisition.Move(ctx, tx, id, t); err != nil {
-			return err
-		}
 		aid, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("new approval id: %w", err)
 		}
-		if _, err := acquisition.InsertApproval(ctx, tx, acquisition.Approval{ID: aid, PlanID: id, Decision: decision, DecidedBy: by, Note: note}); err != nil {
+		if err := acquisition.Decide(ctx, tx, t, acquisition.Approval{ID: aid, PlanID: id, Decision: decision, DecidedBy: by, Note: note}); err != nil {
 			return err
 		}
-		_, err = outbox.Write(ctx, tx, acquisition.Wake(id.String(), workflows.ApprovalTopic(id.String()), "approval:"+aid.String()))
 		ack = Ack{Message: fmt.Sprintf("plan %s %s by %s", id, decision, by)}
-		return err
+		return nil
 	})
 	if err != nil {
 		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,7 +96,7 @@ func TestCreatePlanRejectsBadInputAndWritesNothing(t *testing.T) {
 	p, err := w.Plans.CreatePlan(context.Background(), good)
 	require.NoError(t, err)
 	require.Equal(t, acquisition.AwaitingApproval, p.Status)
-	require.Equal(t, []string{"approval.await pending plan:" + p.ID.String() + ":approval.await"}, w.Outbox(t, p.ID.String()))
+	require.Empty(t, w.Outbox(t, p.ID.String()), "nothing runs until the plan is approved")
 
 	// The longest names that pass are ones the import can create, with its
 	// temporary file beside them.
@@ -151,11 +152,15 @@ func TestStateConflictsWriteNothing(t *testing.T) {
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.Approve(ctx, id, "", "")), port.ErrInvalidInput)
 	require.ErrorIs(t, apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, id, "")), plans.ErrConflict, "not submitted yet")
 	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
-	require.Equal(t, []string{"signal approval:" + id + " pending"}, w.Actions(t, id), "the wake-up is committed with the approval")
-	require.Empty(t, w.Recorder.Signals(), "and sent by the dispatcher, not by the API")
+	require.Equal(t, []string{"download.submit pending plan:" + id + ":download.submit"}, w.Outbox(t, id),
+		"the hand-off is committed with the approval")
+	require.Empty(t, w.Actions(t, id), "and no wake-up: no run waits for the approval")
+	require.Empty(t, w.Recorder.Enqueued(), "the dispatcher enqueues it, not the API")
 	_, err := w.Dispatcher.DispatchOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []port.Topic{workflows.ApprovalTopic(id)}, w.Recorder.Signals())
+	require.Len(t, w.Recorder.Enqueued(), 1)
+	require.Equal(t, workflows.KindDownloadSubmit, w.Recorder.Enqueued()[0].Kind)
+	require.Empty(t, w.Recorder.Signals())
 
 	before := counts(t, w.Pool)
 	again := apptest.Acked(t)(w.Plans.Approve(ctx, id, "bob", ""))
@@ -173,8 +178,9 @@ func TestCancelWritesFlagThenCancelsRuns(t *testing.T) {
 	w := apptest.NewWorld(t, apptest.Options{})
 	p := w.CreatePlan(t, apptest.NewAsset("c.mkv", 10))
 	id := p.ID.String()
-	w.Drive(t) // approval.await parks, waiting
-	runs := w.Recorder.Enqueued()
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", ""))
+	w.Drive(t) // download.submit adds the torrent; download.await parks, waiting
+	runs := slices.DeleteFunc(w.Recorder.Enqueued(), func(e apptest.Enqueued) bool { return e.Kind != workflows.KindDownloadAwait })
 	require.Len(t, runs, 1)
 
 	apptest.Acked(t)(w.Plans.Cancel(ctx, id, "tester", "no longer wanted"))
@@ -298,7 +304,7 @@ func TestCreatePlanWithAKeyIsRetryable(t *testing.T) {
 		require.Equal(t, ids[0], ids[i], "every racing retry returns the one plan")
 	}
 	require.Equal(t, before["plan"]+1, counts(t, w.Pool)["plan"])
-	require.Equal(t, before["outbox_event"]+1, counts(t, w.Pool)["outbox_event"])
+	require.Equal(t, before["outbox_event"], counts(t, w.Pool)["outbox_event"], "a plan awaiting approval runs nothing")
 
 	bad := np
 	bad.IdempotencyKey = "a\nb"
@@ -423,5 +429,62 @@ func TestListPlansSearchesAndPages(t *testing.T) {
 		var fe *port.FieldError
 		require.ErrorAs(t, err, &fe, field)
 		require.Equal(t, field, fe.Field)
+	}
+}
+
+// The approval is taken once, by the API (issue 25): one approval row, the
+// plan approved and download.submit's outbox row in the approval's
+// transaction, no wake-up and no run waiting for it. A rejection runs
+// nothing. A plan canceled first refuses the approval with nothing written,
+// and one approved first and then canceled never proceeds: its
+// download.submit sees the cancel flag and adds no torrent.
+func TestApprovalIsTakenOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	approvals := func(id string) int {
+		var n int
+		require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM approval WHERE plan_id = $1`, id).Scan(&n))
+		return n
+	}
+
+	approved := w.CreatePlan(t, apptest.NewAsset("approved.mkv", 10)).ID.String()
+	apptest.Acked(t)(w.Plans.Approve(ctx, approved, "ann", ""))
+	again := apptest.Acked(t)(w.Plans.Approve(ctx, approved, "ann", ""))
+	require.True(t, again.Already)
+	require.Equal(t, 1, approvals(approved))
+	require.Equal(t, acquisition.Approved, w.Plan(t, approved).Status)
+	require.Equal(t, []string{"download.submit pending plan:" + approved + ":download.submit"}, w.Outbox(t, approved))
+	require.Empty(t, w.Actions(t, approved))
+
+	rejected := w.CreatePlan(t, apptest.NewAsset("rejected.mkv", 10)).ID.String()
+	apptest.Acked(t)(w.Plans.Reject(ctx, rejected, "ann", "no"))
+	require.ErrorIs(t, apptest.ErrOf(w.Plans.Approve(ctx, rejected, "bob", "")), plans.ErrConflict)
+	require.Equal(t, 1, approvals(rejected))
+	require.Equal(t, acquisition.Rejected, w.Plan(t, rejected).Status)
+	require.Empty(t, w.Outbox(t, rejected), "a rejected plan runs nothing")
+	require.Empty(t, w.Actions(t, rejected))
+
+	canceledFirst := w.CreatePlan(t, apptest.NewAsset("canceled-first.mkv", 10)).ID.String()
+	apptest.Acked(t)(w.Plans.Cancel(ctx, canceledFirst, "tester", "changed my mind"))
+	err := apptest.ErrOf(w.Plans.Approve(ctx, canceledFirst, "ann", ""))
+	var te *acquisition.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, acquisition.Canceling, te.Actual)
+	require.Zero(t, approvals(canceledFirst), "nothing written")
+	require.Empty(t, kindRows(t, w, canceledFirst, workflows.KindDownloadSubmit))
+
+	canceledAfter := apptest.NewAsset("canceled-after.mkv", 10)
+	after := w.CreatePlan(t, canceledAfter).ID.String()
+	apptest.Acked(t)(w.Plans.Approve(ctx, after, "ann", ""))
+	apptest.Acked(t)(w.Plans.Cancel(ctx, after, "tester", "too late"))
+
+	w.Drive(t)
+	require.Equal(t, acquisition.Canceled, w.Plan(t, canceledFirst).Status)
+	require.Equal(t, acquisition.Canceled, w.Plan(t, after).Status)
+	require.Zero(t, w.QBT.Added("tp-"+after), "a plan canceled before its download.submit ran adds no torrent")
+	require.Equal(t, 1, w.QBT.Added("tp-"+approved))
+	for _, e := range w.Recorder.Enqueued() {
+		require.NotEqual(t, workflows.KindApprovalAwait, e.Kind, "no run waits for an approval")
 	}
 }

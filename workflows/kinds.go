@@ -101,7 +101,13 @@ func failed(f port.Flow, planID string, input any, err error) error {
 }
 
 // approvalAwait waits until the plan is decided (ADR 2.2): the business DB is
-// the truth, the approval signal only shortens the wait.
+// the truth, the approval signal only shortens the wait. It is retired: no
+// run of it is started any more (the plans API's approval hands the plan on
+// to download.submit in its own transaction, acquisition.Decide), and it
+// stays registered, unchanged, so that the runs a release before this one
+// started end: such a run sees an approval at its next check (the current
+// API sends no wake-up), at most ApprovalWait after it, and finds the plan
+// handed on already.
 func approvalAwait(f port.Flow, in WaitInput) error {
 	ref := PlanRef{PlanID: in.PlanID}
 	for i := in.Iteration; ; i++ {

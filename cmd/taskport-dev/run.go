@@ -300,7 +300,7 @@ func demo(ctx context.Context, svc *plans.Service, c stack.Config, rc runConfig,
 	if err != nil {
 		return err
 	}
-	log.Info("demo plan created; approval.await is waiting for approval", slog.String("plan", p.ID.String()),
+	log.Info("demo plan created, awaiting approval", slog.String("plan", p.ID.String()),
 		slog.Duration("auto_approve_in", rc.ApproveAfter))
 	select {
 	case <-ctx.Done():

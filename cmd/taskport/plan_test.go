@@ -71,7 +71,8 @@ func TestPlanCommands(t *testing.T) {
 	out, err = run("plan", "timeline", id)
 	require.NoError(t, err)
 	require.Contains(t, out, "approved")
-	require.Contains(t, out, "signal approval:"+id, "the wake-up is in the plan's outbox")
+	require.Contains(t, out, "download.submit", "the approval's hand-off is in the plan's outbox")
+	require.NotContains(t, out, "signal approval:", "and no wake-up: nothing waits for the approval")
 
 	out, err = run("plan", "cancel", id, "--reason", "changed my mind", "--as", "carol")
 	require.NoError(t, err)
@@ -113,8 +114,10 @@ func TestBusinessCommandsNeedOnlyTheDatabase(t *testing.T) {
 	var status, firstRun string
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status FROM plan WHERE id = $1`, id).Scan(&status))
 	require.Equal(t, "awaiting_approval", status)
+	_, err = execute([]string{"plan", "approve", id, "--by", "ann"}, "--database-url", db, "--log-level", "error")
+	require.NoError(t, err)
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT kind FROM outbox_event WHERE business_key = $1`, id).Scan(&firstRun))
-	require.Equal(t, "approval.await", firstRun)
+	require.Equal(t, "download.submit", firstRun, "the approval hands the plan on, with no engine reachable")
 	_, err = execute([]string{"decision", "list"}, "--database-url", db, "--log-level", "error")
 	require.NoError(t, err)
 

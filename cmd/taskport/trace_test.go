@@ -99,7 +99,7 @@ func TestPlanApproveIsTraced(t *testing.T) {
 	traceparent := func(id string) string {
 		var tp string
 		require.NoError(t, pool.QueryRow(context.Background(),
-			`SELECT traceparent FROM outbox_event WHERE business_key = $1 AND action = 'signal'`, id).Scan(&tp))
+			`SELECT traceparent FROM outbox_event WHERE business_key = $1 AND kind = 'download.submit'`, id).Scan(&tp))
 		return tp
 	}
 
@@ -120,10 +120,10 @@ func TestPlanApproveIsTraced(t *testing.T) {
 	_, err = execute([]string{"plan", "approve", refused, "--by", "ann", "--otlp-endpoint", "collector:4317"},
 		"--database-url", db, "--log-level", "error", "--library-root", lib)
 	require.ErrorContains(t, err, "--otlp-endpoint")
-	var signals int
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event WHERE business_key = $1 AND action = 'signal'`,
-		refused).Scan(&signals))
-	require.Zero(t, signals, "a refused command writes nothing")
+	var rows int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event WHERE business_key = $1`,
+		refused).Scan(&rows))
+	require.Zero(t, rows, "a refused command writes nothing")
 }
 
 // An approval through /admin runs in the admin server's span, a child of
@@ -194,7 +194,7 @@ func TestAdminApproveIsTraced(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	var tp string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT traceparent FROM outbox_event WHERE business_key = $1 AND action = 'signal'`,
+	require.NoError(t, pool.QueryRow(ctx, `SELECT traceparent FROM outbox_event WHERE business_key = $1 AND kind = 'download.submit'`,
 		p.ID.String()).Scan(&tp))
 	require.Equal(t, "00-"+callerTrace+"-"+hex.EncodeToString(span.GetSpanId())+"-01", tp)
 }

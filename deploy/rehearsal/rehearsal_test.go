@@ -305,12 +305,9 @@ type plan struct {
 	id, hash, target, sha256, name string
 }
 
-// createPlan creates and approves a plan for payload through the CLI. It
-// approves once approval.await waits on the plan's topic: the approval is
-// written to Postgres first and the signal is only a wake-up hint (ADR
-// 2.2), so one sent before the run registers as a waiter is dropped and the
-// run sees the approval at its next check, up to ApprovalWait (5 minutes)
-// later; the rehearsal does not wait for that.
+// createPlan creates and approves a plan for payload through the CLI: the
+// approval's transaction hands the plan to download.submit itself, so no
+// run waits for it and it may come at once.
 func createPlan(t *testing.T, cli func(...string) string, pool *pgxpool.Pool, name string, payload []byte) plan {
 	t.Helper()
 	hashBytes := make([]byte, 20)
@@ -323,7 +320,6 @@ func createPlan(t *testing.T, cli func(...string) string, pool *pgxpool.Pool, na
 		"--target", p.target, "--size", fmt.Sprint(len(payload)), "--sha256", p.sha256)
 	p.id = strings.TrimSpace(lastLine(out))
 	require.Len(t, p.id, 36, "plan create printed %q", out)
-	waitWaiter(t, pool, workflows.ApprovalTopic(p.id))
 	cli("plan", "approve", p.id, "--by", "rehearsal")
 	return p
 }
