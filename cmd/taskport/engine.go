@@ -54,7 +54,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			})
 		},
 	}
-	status.Flags().BoolVar(&asJSON, jsonFlag, false, jsonUsage)
+	bindJSON(status, &asJSON)
 
 	var to, as, reason string
 	switchCmd := &cobra.Command{
@@ -66,7 +66,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 				return err
 			}
 			if as == "" {
-				return usageError{errors.New("--as: who switches must not be empty")}
+				return usageError{Err: errors.New("--as: who switches must not be empty")}
 			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
 				s, err := r.SwitchTo(cmd.Context(), to, as, reason)
@@ -94,7 +94,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 				return err
 			}
 			if as == "" {
-				return usageError{errors.New("--as: who evacuates must not be empty")}
+				return usageError{Err: errors.New("--as: who evacuates must not be empty")}
 			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
 				rep, err := r.Evacuate(cmd.Context(), from, as)
@@ -117,7 +117,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 	}
 	evacuate.Flags().StringVar(&from, "from", "", "the engine to evacuate: lease or temporal (not the active one)")
 	evacuate.Flags().StringVar(&as, "as", osUser(), "who evacuates, recorded in each moved run's cancel reason; default: the OS user")
-	evacuate.Flags().BoolVar(&asJSON, jsonFlag, false, jsonUsage)
+	bindJSON(evacuate, &asJSON)
 
 	cmd.AddCommand(status, switchCmd, evacuate)
 	return cmd
@@ -127,7 +127,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 // command line the CLI refuses (exit 2), before anything is dialed.
 func engineFlag(name, value string) error {
 	if value != "lease" && value != "temporal" {
-		return usageError{fmt.Errorf("%s must be lease or temporal, got %q", name, value)}
+		return usageError{Err: fmt.Errorf("%s must be lease or temporal, got %q", name, value)}
 	}
 	return nil
 }

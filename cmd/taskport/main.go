@@ -6,11 +6,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/taskport/taskport/runscmd"
 )
 
 // version is the revision the binary was built from; the image build sets
@@ -30,13 +31,7 @@ func main() {
 // exitCode is 2 for a command line the CLI refuses (an unknown command or
 // flag, a missing subcommand, a flag value that does not parse), as most
 // Unix tools do, and 1 for a command that ran and failed.
-func exitCode(err error) int {
-	var u usageError
-	if errors.As(err, &u) {
-		return 2
-	}
-	return 1
-}
+func exitCode(err error) int { return runscmd.ExitCode(err) }
 
 func run(ctx context.Context, args []string) error {
 	root := newRootCmd()

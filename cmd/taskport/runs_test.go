@@ -16,8 +16,16 @@ import (
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/runscmd"
 	"github.com/taskport/taskport/temporaladapter"
 	"github.com/taskport/taskport/workflows"
+)
+
+// The --json shapes of the runs commands (package runscmd).
+type (
+	runJSON = runscmd.RunJSON
+	runPage = runscmd.PageJSON
+	retried = runscmd.RetryJSON
 )
 
 // runsEngine is an engine the runs commands are tested on: how the test's

@@ -1,0 +1,302 @@
+// Package runscmd is the `runs` command of a binary that administers
+// taskport runs: list, get, cancel, retry and signal, on whatever engine the
+// binary opens. cmd/taskport mounts it for the media application; a team's
+// own binary mounts it for its own kinds (ExampleNew): New takes a function
+// that opens the engine, and returns the cobra command to add to the
+// binary's root.
+//
+// The commands are a client of the engine: they never start it, so the
+// engine needs no activity, and no handler either except for a retry (see
+// Engine). The package imports the task layer only, never the media
+// application.
+//
+// # Conventions
+//
+// The commands keep cmd/taskport's conventions, which its tests hold every
+// command to:
+//
+//   - the read commands (list, get) take --json (a persistent flag of runs,
+//     so every subcommand prints JSON with it), and the JSON shapes are
+//     RunJSON, PageJSON and RetryJSON, snake_case keys;
+//   - a command line the commands refuse (a flag that does not parse, the
+//     wrong arguments, runs without a subcommand) is a UsageError, on which
+//     ExitCode is 2 (RefuseUsage applies the same rule to the rest of a
+//     binary's tree);
+//   - the flags are arguments of one invocation (a filter, a reason, who
+//     acts), so none falls back to the environment; what chooses and reaches
+//     the engine is the binary's, added to the returned command's persistent
+//     flags with the fallbacks the binary defines (cmd/taskport: --engine
+//     and ENGINE, ...), and read by Config.Open, which runs after the flags
+//     are parsed;
+//   - each subcommand's help lists its own flags and the ones it inherits,
+//     nothing of another subcommand.
+//
+// Output goes to the command's OutOrStdout: a binary redirects it with
+// SetOut on its root. What an operator did (a cancel, a retry, with who
+// asked) goes to Client.Log.
+package runscmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/user"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskport/taskport/port"
+)
+
+// Engine is what the commands call: the run operations of a
+// port.TaskEngine and the operator's port.Admin. Both adapters and the
+// router satisfy it.
+//
+// Retry starts the new run through the engine's Enqueue, which checks the
+// input against the kind's current definition in the engine's registry:
+// today an engine whose registry lacks the failed run's kind refuses the
+// retry with port.ErrUnknownKind, so a binary that retries its kinds opens
+// the engine with a registry holding their definitions (their activities
+// are not needed: nothing runs here).
+type Engine interface {
+	Get(ctx context.Context, id port.RunID) (port.RunView, error)
+	Cancel(ctx context.Context, id port.RunID, reason string) error
+	Signal(ctx context.Context, topic port.Topic, payload any) (delivered int, err error)
+	port.Admin
+}
+
+// Client is an engine opened for one command.
+type Client struct {
+	// Engine is the engine the command acts on. Required.
+	Engine Engine
+	// Log records what an operator did (who canceled or retried which
+	// run); nil: slog.Default().
+	Log *slog.Logger
+	// Close, when not nil, is called once the command is done with the
+	// engine (closing its pool or its Temporal connection).
+	Close func()
+	// CheckRetry, when not nil, is asked before a retry and refuses one
+	// the binary's own rules forbid, writing nothing; its error is the
+	// command's. cmd/taskport refuses a run whose retry belongs to an open
+	// business decision.
+	CheckRetry func(ctx context.Context, id port.RunID) error
+}
+
+// Config is what New needs from the binary.
+type Config struct {
+	// Open opens the engine for one command, under the command's context,
+	// after the command line is parsed (so it may read the flags the binary
+	// added to the runs command). Required: without it every command fails.
+	Open func(ctx context.Context) (Client, error)
+}
+
+// with opens the client, runs fn with it and closes it.
+func (c Config) with(cmd *cobra.Command, fn func(Client) error) error {
+	if c.Open == nil {
+		return errors.New("runs: the binary opens no engine (runscmd.Config.Open is nil)")
+	}
+	cl, err := c.Open(cmd.Context())
+	if err != nil {
+		return err
+	}
+	if cl.Close != nil {
+		defer cl.Close()
+	}
+	if cl.Engine == nil {
+		return errors.New("runs: the binary opened no engine (runscmd.Client.Engine is nil)")
+	}
+	if cl.Log == nil {
+		cl.Log = slog.Default()
+	}
+	return fn(cl)
+}
+
+// New returns the `runs` command with its subcommands list, get, cancel,
+// retry and signal, each acting on the engine cfg.Open opens. Every refusal
+// of its command line is a UsageError (RefuseUsage).
+func New(cfg Config) *cobra.Command {
+	var (
+		asJSON bool
+		as     string
+	)
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List, inspect, cancel, retry and signal runs (a client of the engine: runs no worker)",
+	}
+	cmd.PersistentFlags().BoolVar(&asJSON, JSONFlag, false, jsonUsage)
+	out := func(cmd *cobra.Command, v any, text func() error) error {
+		if asJSON {
+			return WriteJSON(cmd.OutOrStdout(), v)
+		}
+		return text()
+	}
+
+	var (
+		f        port.RunFilter
+		statuses []string
+	)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first, one page at a time (--after the cursor the previous page printed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, s := range statuses {
+				f.Statuses = append(f.Statuses, port.Status(s))
+			}
+			return cfg.with(cmd, func(cl Client) error {
+				page, err := cl.Engine.ListRuns(cmd.Context(), f)
+				if err != nil {
+					return err
+				}
+				next := ""
+				if len(page) > 0 && len(page) == pageSize(f) {
+					next = page[len(page)-1].Cursor
+				}
+				return out(cmd, PageJSON{Runs: jsonRuns(page), Next: next}, func() error { return printRuns(cmd.OutOrStdout(), page, next) })
+			})
+		},
+	}
+	lf := list.Flags()
+	lf.StringVar((*string)(&f.Kind), "kind", "", "only runs of this kind")
+	lf.StringSliceVar(&statuses, "status", nil, "only runs in these statuses: pending, running, waiting, succeeded, failed, canceled (repeat or comma-separate)")
+	lf.StringVar(&f.BusinessKey, "business-key", "", "only runs enqueued with this business key (a plan id)")
+	lf.IntVar(&f.Version, "version", 0, "only runs of this handler version")
+	lf.IntVar(&f.BelowVersion, "below-version", 0, "only runs of versions lower than this one")
+	lf.StringVar(&f.After, "after", "", "the cursor the previous page printed: list the runs after it")
+	lf.IntVar(&f.Limit, "limit", 0, fmt.Sprintf("page size, 1 to %d; 0: %d", port.MaxRunsPerPage, port.DefaultRunsPerPage))
+
+	get := &cobra.Command{
+		Use: "get RUN", Short: "Show one run as its engine reports it", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cfg.with(cmd, func(cl Client) error {
+				v, err := cl.Engine.Get(cmd.Context(), port.RunID(args[0]))
+				if err != nil {
+					return err
+				}
+				return out(cmd, jsonRun(v), func() error { return printRun(cmd.OutOrStdout(), v) })
+			})
+		},
+	}
+
+	var reason string
+	cancel := &cobra.Command{
+		Use:   "cancel RUN",
+		Short: "Cancel a run: the request is recorded first (with who asked, in the run's cancel reason), then the engine stops the run",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if as == "" {
+				return errors.New("--as: who cancels must not be empty")
+			}
+			id := port.RunID(args[0])
+			return cfg.with(cmd, func(cl Client) error {
+				// A finished run never changes again, and the engines' Cancel
+				// leaves it as it is: the command says so rather than report
+				// a cancel it did not request.
+				v, err := cl.Engine.Get(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				if v.Status.Terminal() {
+					return out(cmd, jsonRun(v), func() error {
+						_, err := fmt.Fprintf(cmd.OutOrStdout(), "run %s already finished: status %s; nothing changed\n", id, v.Status)
+						return err
+					})
+				}
+				if err := cl.Engine.Cancel(cmd.Context(), id, cancelReason(reason, as)); err != nil {
+					return err
+				}
+				cl.Log.Info("run cancel requested", slog.String("run_id", string(id)), slog.String("by", as), slog.String("reason", reason))
+				if v, err = cl.Engine.Get(cmd.Context(), id); err != nil {
+					return err
+				}
+				return out(cmd, jsonRun(v), func() error {
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "run %s: cancel requested by %s; status %s\n", id, as, v.Status)
+					return err
+				})
+			})
+		},
+	}
+	cancel.Flags().StringVar(&reason, "reason", "canceled from the CLI", "why")
+
+	retry := &cobra.Command{
+		Use: "retry RUN",
+		Short: "Retry a failed run: a new run with its kind, input and business key; retrying the same run again " +
+			"returns the same new run, and the failed run stays listed as failed",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if as == "" {
+				return errors.New("--as: who retries must not be empty")
+			}
+			id := port.RunID(args[0])
+			return cfg.with(cmd, func(cl Client) error {
+				if cl.CheckRetry != nil {
+					if err := cl.CheckRetry(cmd.Context(), id); err != nil {
+						return err
+					}
+				}
+				next, err := cl.Engine.Retry(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				cl.Log.Info("run retried", slog.String("run_id", string(id)), slog.String("new_run_id", string(next)), slog.String("by", as))
+				return out(cmd, RetryJSON{RunID: id, NewRunID: next, By: as}, func() error {
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "run %s retried by %s as run %s\n", id, as, next)
+					return err
+				})
+			})
+		},
+	}
+	for _, sub := range []*cobra.Command{cancel, retry} {
+		sub.Flags().StringVar(&as, "as", DefaultActor(), "who acts, recorded in the log (and in the cancel reason); default: the OS user")
+	}
+
+	var payload string
+	signal := &cobra.Command{
+		Use: "signal TOPIC", Short: "Send a wake-up hint to the runs waiting on a topic (e.g. approval:<plan id>)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cfg.with(cmd, func(cl Client) error {
+				var p any
+				if payload != "" {
+					p = json.RawMessage(payload)
+				}
+				n, err := cl.Engine.Signal(cmd.Context(), port.Topic(args[0]), p)
+				if err != nil {
+					return err
+				}
+				return out(cmd, map[string]int{"delivered": n}, func() error {
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "signal %s delivered to %d run(s)\n", args[0], n)
+					return err
+				})
+			})
+		},
+	}
+	signal.Flags().StringVar(&payload, "payload", "", "JSON payload of the signal")
+
+	cmd.AddCommand(list, get, cancel, retry, signal)
+	RefuseUsage(cmd)
+	return cmd
+}
+
+// pageSize is the number of runs a full page of f holds.
+func pageSize(f port.RunFilter) int {
+	if f.Limit == 0 {
+		return port.DefaultRunsPerPage
+	}
+	return f.Limit
+}
+
+// cancelReason records who asked in the run's cancel reason, the one place
+// the run store keeps about a cancel.
+func cancelReason(reason, by string) string { return reason + " (by " + by + ")" }
+
+// DefaultActor is the default of the commands' --as (who acts): the OS
+// user's name, else $USER. A binary's own commands that record who acts
+// take the same default.
+func DefaultActor() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}

@@ -1,0 +1,58 @@
+package runscmd
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+// UsageError is a command line a command refuses; ExitCode is 2 on it.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() + " (see --help)" }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// ExitCode is the exit status for what a command returned: 0 for nil, 2 for
+// a command line it refused (a UsageError: an unknown command or flag, a
+// missing subcommand, a flag value that does not parse), as most Unix tools
+// do, and 1 for a command that ran and failed.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, new(UsageError)):
+		return 2
+	}
+	return 1
+}
+
+// RefuseUsage makes every refusal of a command line at or below cmd a
+// UsageError: a flag that does not parse, arguments a command does not
+// take, and a group command called without one of its subcommands, which
+// cobra would otherwise answer with its help and exit 0. New applies it to
+// the runs commands; a binary applies it to its root once its tree is
+// built. Applying it again to a tree is harmless.
+func RefuseUsage(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	if cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil {
+		cmd.Args = cobra.NoArgs
+		cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+			return UsageError{fmt.Errorf("%s needs a subcommand", cmd.CommandPath())}
+		}
+	}
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(cmd *cobra.Command, a []string) error { return usage(args(cmd, a)) }
+	}
+	for _, sub := range cmd.Commands() {
+		RefuseUsage(sub)
+	}
+}
+
+// usage is err as a UsageError, once.
+func usage(err error) error {
+	if err == nil || errors.As(err, new(UsageError)) {
+		return err
+	}
+	return UsageError{err}
+}
