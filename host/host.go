@@ -66,9 +66,12 @@ type Service struct {
 
 // Config is a Host's setup. Pool and Engine are required.
 type Config struct {
-	// Pool is the engine's database: /readyz pings it and checks its schema
-	// version, and the retention cleaner takes its leader lock there.
+	// Pool is the engine's database: /readyz pings it and checks the engine
+	// set's version (migrations.CheckEngineSchema) in Schema, and the
+	// retention cleaner takes its leader lock there.
 	Pool *pgxpool.Pool
+	// Schema is the engine's schema, as in its Config. Default "taskport".
+	Schema string
 	// Engine serves the registry; Run starts it with Start.
 	Engine port.TaskEngine
 	Start  port.StartOptions
@@ -307,7 +310,7 @@ func (h *Host) Ready(ctx context.Context) error {
 	// backup, migrate down) takes it out of service.
 	checks := append([]Check{
 		{"postgres", h.cfg.Pool.Ping},
-		{"schema", func(ctx context.Context) error { return migrations.CheckSchema(ctx, h.cfg.Pool) }},
+		{"schema", func(ctx context.Context) error { return migrations.CheckEngineSchema(ctx, h.cfg.Pool, h.cfg.Schema) }},
 	}, h.cfg.Checks...)
 	for _, c := range checks {
 		cctx, cancel := context.WithTimeout(ctx, CheckTimeout)

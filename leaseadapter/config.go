@@ -15,6 +15,10 @@ import (
 // Config tunes an Engine. The zero value of every field means its documented
 // default; New applies the defaults, then validates.
 type Config struct {
+	// Schema is the Postgres schema the engine's tables were migrated into
+	// (migrations.UpEngine). Default "taskport", where the lease tables are
+	// in taskport_lease, as databases migrated by earlier releases have them.
+	Schema string
 	// WorkerID is written as lease_owner. Default: "<hostname>-<pid>-<random>".
 	WorkerID string
 	// LeaseDuration is how long a claim lives without renewal. Default 10s.

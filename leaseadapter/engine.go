@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/startstop"
@@ -29,7 +30,7 @@ import (
 type Engine struct {
 	startstop.Base
 
-	pool   *pgxpool.Pool
+	pool   *dbtx.Pool // statements name cfg.Schema
 	reg    *port.Registry
 	cfg    Config
 	tracer trace.Tracer
@@ -58,7 +59,11 @@ func New(pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("lease engine config: %w", err)
 	}
-	return &Engine{pool: pool, reg: reg, cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider, "github.com/taskport/taskport/leaseadapter")}, nil
+	schema, err := dbtx.ParseSchema(cfg.Schema)
+	if err != nil {
+		return nil, &port.FieldError{Field: "schema", Reason: err.Error()}
+	}
+	return &Engine{pool: dbtx.NewPool(pool, schema), reg: reg, cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider, "github.com/taskport/taskport/leaseadapter")}, nil
 }
 
 // Enqueue starts a run, or returns the run already recorded for
@@ -150,7 +155,7 @@ func (e *Engine) notifyLater() {
 		e.notifyMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.PollInterval)
 		defer cancel()
-		if _, err := e.pool.Exec(ctx, notifySQL, notifyChannel, e.enqueueHint()); err != nil {
+		if _, err := e.pool.Exec(ctx, notifySQL, e.channel(), e.enqueueHint()); err != nil {
 			// Workers find the runs at their next poll.
 			e.cfg.Logger.Warn("trailing notify failed", slog.Any("error", err))
 		}
@@ -177,6 +182,7 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	var got *uuid.UUID
 	var ready, notified int
 	var owner *string
+	tx = e.pool.Schema().Tx(tx)
 	if err := tx.QueryRow(ctx, enqueueSQL, args...).Scan(&got, &ready, &notified, &owner); err != nil {
 		return "", fmt.Errorf("enqueue %s: %w", kind, err)
 	}
@@ -224,7 +230,7 @@ func (e *Engine) enqueueArgs(ctx context.Context, kind port.Kind, p enginekit.Pr
 	tc := tracing.FromContext(ctx)
 	return []any{id, kind, p.Definition.Version, opts.IdempotencyKey, opts.BusinessKey,
 		opts.Priority, p.Input, avail, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
-		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, notifyChannel, hint, notify, tc.Parent, tc.State}, nil
+		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, e.channel(), hint, notify, tc.Parent, tc.State}, nil
 }
 
 // EnqueueMany enqueues a batch (port.TaskEngine) in one statement, which
@@ -245,7 +251,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 	}
 	tc := tracing.FromContext(ctx)
 	ids, created, err := runstore.InsertManyWith(ctx, e.pool, runstore.NewRuns(runstore.EngineLease, prep), enqueueManySQL,
-		p.kinds, p.versions, p.maxAttempts, p.initial, p.max, p.coeff, notifyChannel, e.enqueueHint(), tc.Parent, tc.State)
+		p.kinds, p.versions, p.maxAttempts, p.initial, p.max, p.coeff, e.channel(), e.enqueueHint(), tc.Parent, tc.State)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
 	}
@@ -312,7 +318,7 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 		if delivered == 0 {
 			return nil
 		}
-		_, err := tx.Exec(ctx, notifySQL, notifyChannel, "")
+		_, err := tx.Exec(ctx, notifySQL, e.channel(), "")
 		return err
 	})
 	if err != nil {
@@ -345,7 +351,7 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 		if old != "running" {
 			return nil
 		}
-		_, err = tx.Exec(ctx, notifySQL, notifyChannel, "c:"+u.String())
+		_, err = tx.Exec(ctx, notifySQL, e.channel(), "c:"+u.String())
 		return err
 	})
 	if err != nil {
@@ -437,3 +443,6 @@ func (e *Engine) Stop(ctx context.Context) error {
 		return w.stop(ctx)
 	})
 }
+
+// channel is notifyChannel in the engine's schema.
+func (e *Engine) channel() string { return e.pool.Schema().Channel(notifyChannel) }

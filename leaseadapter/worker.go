@@ -603,7 +603,7 @@ func (w *worker) listenOnce(ctx context.Context) error {
 		return fmt.Errorf("listen connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{notifyChannel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.e.channel()}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	w.poke() // whatever was notified while we were not listening

@@ -68,7 +68,7 @@ func TestMigrationBench(t *testing.T) {
 		only[n] = true
 	}
 
-	names, err := fs.Glob(migrations.FS(), "*.sql")
+	names, err := fs.Glob(migrations.SetFS(migrations.SetLegacy), "*.sql")
 	require.NoError(t, err)
 	var results []benchResult
 	for _, name := range names {
@@ -96,14 +96,14 @@ func benchEnvInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// gooseProvider is a goose provider over the embedded migrations, with the
-// table name migrations.New gives it; the benchmark needs UpTo and
-// UpByOne, which Migrator does not offer.
+// gooseProvider is a goose provider over the legacy set, with the table
+// name the application's flow gives it; the benchmark and the legacy set's
+// tests need UpTo, UpByOne and DownTo on it, which Migrator does not offer.
 func gooseProvider(t *testing.T, pool *pgxpool.Pool) *goose.Provider {
 	t.Helper()
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { _ = db.Close() })
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithTableName("taskport_schema_migrations"))
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.SetFS(migrations.SetLegacy), goose.WithTableName("taskport_schema_migrations"))
 	require.NoError(t, err)
 	return p
 }

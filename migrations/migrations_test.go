@@ -12,8 +12,9 @@ import (
 	"github.com/taskport/taskport/migrations"
 )
 
-// Up, down to zero, then up again on a fresh database: every down section
-// must undo its up section exactly, or the second up fails.
+// Up, down to zero, then up again on a fresh database, with the
+// application's flow: every set's down must undo its up exactly, or the
+// second up fails.
 func TestUpDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -21,24 +22,32 @@ func TestUpDownUp(t *testing.T) {
 
 	applied, err := m.Up(ctx)
 	require.NoError(t, err)
-	require.NotEmpty(t, applied)
+	require.Equal(t, []migrations.Applied{{Set: "engine", Version: 1}, {Set: "media", Version: 1}}, applied,
+		"a new database gets the engine and media sets, never the legacy one")
 	status, err := m.Status(ctx)
 	require.NoError(t, err)
 	require.Len(t, status, len(applied))
 	for _, s := range status {
-		require.True(t, s.Applied, "migration %d %s not applied", s.Version, s.Name)
+		require.True(t, s.Applied, "migration %s %d %s not applied", s.Set, s.Version, s.Name)
 	}
 	requireTables(t, pool, true)
+	var legacy bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('taskport_schema_migrations') IS NOT NULL`).Scan(&legacy))
+	require.False(t, legacy)
 
-	rolledBack, err := m.DownTo(ctx, 0)
+	media, err := m.DownTo(ctx, "media", 0)
 	require.NoError(t, err)
-	require.Len(t, rolledBack, len(applied))
+	engine, err := m.DownTo(ctx, "engine", 0)
+	require.NoError(t, err)
+	require.Len(t, append(media, engine...), len(applied))
 	requireTables(t, pool, false)
 	status, err = m.Status(ctx)
 	require.NoError(t, err)
 	for _, s := range status {
-		require.False(t, s.Applied, "migration %d still applied after down", s.Version)
+		require.False(t, s.Applied, "migration %s %d still applied after down", s.Set, s.Version)
 	}
+	_, err = m.DownTo(ctx, "legacy", 0)
+	require.ErrorContains(t, err, `no migration set "legacy" here: engine, media`)
 
 	again, err := m.Up(ctx)
 	require.NoError(t, err)
@@ -50,8 +59,8 @@ func TestUpDownUp(t *testing.T) {
 	require.Empty(t, none, "a second up must be a no-op")
 }
 
-// emptyDatabase is a fresh database with no migration applied, and its
-// migrator, closed when t ends.
+// emptyDatabase is a fresh database with no migration applied, and the
+// application's migrator, closed when t ends.
 func emptyDatabase(t *testing.T) (*pgxpool.Pool, *migrations.Migrator) {
 	t.Helper()
 	pool := pgtest.Connect(t, pgtest.NewEmptyDatabase(t))
@@ -61,8 +70,8 @@ func emptyDatabase(t *testing.T) (*pgxpool.Pool, *migrations.Migrator) {
 	return pool, m
 }
 
-// requireTables checks a table from each migration: the shared run store,
-// the business ledger and the lease engine.
+// requireTables checks a table from each set: the shared run store, the
+// business ledger and the lease engine.
 func requireTables(t *testing.T, pool *pgxpool.Pool, want bool) {
 	t.Helper()
 	for _, table := range []string{"taskport.run", "taskport.waiter", "public.plan", "public.asset_operation",
@@ -113,7 +122,8 @@ SELECT id, g, 's' || g, '1' FROM r, generate_series(0, 2) g`, fmt.Sprint(i))
 func TestLeaseStateMovesIntoTheRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, m := emptyDatabase(t)
+	pool := pgtest.Connect(t, pgtest.NewEmptyDatabase(t))
+	m := gooseProvider(t, pool)
 	_, err := m.Up(ctx)
 	require.NoError(t, err)
 	_, err = m.DownTo(ctx, 13)
@@ -214,36 +224,43 @@ VALUES (gen_random_uuid(), $1, 'k', $2, $3, '{}', $4)`
 	require.ErrorContains(t, err, "run_row_check")
 }
 
-// A database migrated to the version before the newest is refused, naming
-// both versions; one never migrated is at 0; the newest schema passes, and
+// A database never migrated is behind at 0; a set one migration behind is
+// refused, naming the set and both versions; the newest schema passes, and
 // so does one with a migration this binary does not know (the next release
-// migrated it during a rolling upgrade).
+// migrated it during a rolling upgrade). The engine's own check reads only
+// its set, in its schema.
 func TestCheckSchemaNamesBothVersions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, m := emptyDatabase(t)
-	n := migrations.Latest()
+	engine, media := migrations.Latest("engine"), migrations.Latest("media")
 
 	var behind *migrations.BehindError
 	require.ErrorAs(t, migrations.CheckSchema(ctx, pool), &behind)
-	require.Equal(t, migrations.BehindError{Applied: 0, Need: n}, *behind)
+	require.Equal(t, migrations.BehindError{Set: "engine", Applied: 0, Need: engine}, *behind)
+	require.ErrorAs(t, migrations.CheckEngineSchema(ctx, pool, ""), &behind)
 
 	_, err := m.Up(ctx)
 	require.NoError(t, err)
 	require.NoError(t, migrations.CheckSchema(ctx, pool))
+	require.NoError(t, migrations.CheckEngineSchema(ctx, pool, "taskport"))
+	require.ErrorAs(t, migrations.CheckEngineSchema(ctx, pool, "elsewhere"), &behind, "another schema has no engine")
 
-	_, err = m.DownTo(ctx, n-1)
+	_, err = m.DownTo(ctx, "media", media-1)
 	require.NoError(t, err)
 	err = migrations.CheckSchema(ctx, pool)
 	require.ErrorAs(t, err, &behind)
-	require.Equal(t, migrations.BehindError{Applied: n - 1, Need: n}, *behind)
-	require.ErrorContains(t, err, fmt.Sprintf("at version %d, this binary needs version %d", n-1, n))
+	require.Equal(t, migrations.BehindError{Set: "media", Applied: media - 1, Need: media}, *behind)
+	require.ErrorContains(t, err, fmt.Sprintf("the media migrations are at version %d, this binary needs version %d", media-1, media))
+	require.NoError(t, migrations.CheckEngineSchema(ctx, pool, ""), "the engine does not need the media tables")
 
 	_, err = m.Up(ctx)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO taskport_schema_migrations (version_id, is_applied) VALUES ($1, true)`, n+1)
+	_, err = pool.Exec(ctx, `INSERT INTO taskport.taskport_engine_migrations (version_id, is_applied) VALUES ($1, true)`, engine+1)
 	require.NoError(t, err)
 	require.NoError(t, migrations.CheckSchema(ctx, pool))
+
+	require.ErrorContains(t, migrations.CheckEngineSchema(ctx, pool, "Bad-Name"), "a schema name is a lower-case identifier")
 }
 
 // 00006 numbers the runs there are in id order (UUIDv7: creation order)
@@ -252,7 +269,8 @@ func TestCheckSchemaNamesBothVersions(t *testing.T) {
 func TestFencingGenerationNumbersEarlierRunsFirst(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, m := emptyDatabase(t)
+	pool := pgtest.Connect(t, pgtest.NewEmptyDatabase(t))
+	m := gooseProvider(t, pool)
 	_, err := m.Up(ctx)
 	require.NoError(t, err)
 	_, err = m.DownTo(ctx, 5)
@@ -269,7 +287,7 @@ INSERT INTO taskport_lease.task (id, kind, handler_version, input, max_attempts,
 SELECT id, 'k', 1, '{}', 1, '0', '0', 1 FROM r WHERE engine = 'lease'`)
 	require.NoError(t, err)
 
-	_, err = gooseProvider(t, pool).UpTo(ctx, 6)
+	_, err = m.UpTo(ctx, 6)
 	require.NoError(t, err)
 	rows, err := pool.Query(ctx, `SELECT r.seq, coalesce(t.run_seq, -1) FROM taskport.run r
 LEFT JOIN taskport_lease.task t USING (id) ORDER BY r.id`)

@@ -57,7 +57,7 @@ func TestSchemaAfterEachMigration(t *testing.T) {
 // columns in their order (type, collation, nullability, default, identity,
 // generation), constraints (with whether they are validated), indexes (with
 // whether they are valid), functions, triggers, sequences' definitions (not
-// their values) and extensions. goose's own version table is left out.
+// their values) and extensions. goose's version tables are left out.
 var schemaQueries = []string{
 	`SELECT format('column %s.%s %s %s collate=%s notnull=%s default=%s identity=%s generated=%s',
 	        n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
@@ -69,19 +69,19 @@ var schemaQueries = []string{
 	 LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 0
 	 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 	 WHERE n.nspname IN ('public', 'taskport', 'taskport_lease') AND c.relkind IN ('r', 'p', 'v', 'm')
-	   AND c.relname <> 'taskport_schema_migrations' AND a.attnum > 0 AND NOT a.attisdropped
+	   AND c.relname !~ '^taskport_(schema|engine|media)_migrations$' AND a.attnum > 0 AND NOT a.attisdropped
 	 ORDER BY n.nspname, c.relname, a.attnum`,
 	`SELECT format('constraint %s.%s %s %s validated=%s', n.nspname, c.relname, k.conname, pg_get_constraintdef(k.oid), k.convalidated)
 	 FROM pg_constraint k
 	 JOIN pg_class c ON c.oid = k.conrelid
 	 JOIN pg_namespace n ON n.oid = c.relnamespace
-	 WHERE n.nspname IN ('public', 'taskport', 'taskport_lease') AND c.relname <> 'taskport_schema_migrations'
+	 WHERE n.nspname IN ('public', 'taskport', 'taskport_lease') AND c.relname !~ '^taskport_(schema|engine|media)_migrations$'
 	 ORDER BY 1`,
 	`SELECT format('index %s valid=%s', pg_get_indexdef(i.indexrelid), i.indisvalid)
 	 FROM pg_index i
 	 JOIN pg_class c ON c.oid = i.indrelid
 	 JOIN pg_namespace n ON n.oid = c.relnamespace
-	 WHERE n.nspname IN ('public', 'taskport', 'taskport_lease') AND c.relname <> 'taskport_schema_migrations'
+	 WHERE n.nspname IN ('public', 'taskport', 'taskport_lease') AND c.relname !~ '^taskport_(schema|engine|media)_migrations$'
 	 ORDER BY 1`,
 	`SELECT format('function %s', pg_get_functiondef(p.oid))
 	 FROM pg_proc p
@@ -104,7 +104,7 @@ var schemaQueries = []string{
 	                  WHERE dep.objid = format('%I.%I', schemaname, sequencename)::regclass
 	                    AND dep.classid = 'pg_class'::regclass AND dep.refobjsubid > 0), '-'))
 	 FROM pg_sequences
-	 WHERE schemaname IN ('public', 'taskport', 'taskport_lease') AND sequencename NOT LIKE 'taskport_schema_migrations%'
+	 WHERE schemaname IN ('public', 'taskport', 'taskport_lease') AND sequencename !~ '^taskport_(schema|engine|media)_migrations_'
 	 ORDER BY 1`,
 	`SELECT format('extension %s', extname) FROM pg_extension WHERE extname <> 'plpgsql' ORDER BY 1`,
 	`SELECT format('schema %s', nspname) FROM pg_namespace WHERE nspname IN ('public', 'taskport', 'taskport_lease') ORDER BY 1`,

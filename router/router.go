@@ -46,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/port/porttx"
@@ -70,11 +71,14 @@ type Config struct {
 	// evacuates, which may be gone; zero means 5s.
 	CancelTimeout time.Duration
 	Logger        *slog.Logger
+	// Schema is the engines' schema (their Config.Schema; all of them share
+	// one run store). Default "taskport".
+	Schema string
 }
 
 // Router is a port.TaskEngine and port.Admin over the engines it was given.
 type Router struct {
-	pool    *pgxpool.Pool
+	pool    *dbtx.Pool // statements name cfg.Schema
 	engines map[runstore.Engine]Engine
 	cfg     Config
 	log     *slog.Logger
@@ -96,7 +100,11 @@ func New(pool *pgxpool.Pool, engines map[string]Engine, cfg Config) (*Router, er
 	if len(engines) == 0 {
 		return nil, errors.New("router: no engine")
 	}
-	r := &Router{pool: pool, engines: map[runstore.Engine]Engine{}, cfg: cfg, log: cfg.Logger, done: closed()}
+	schema, err := dbtx.ParseSchema(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	r := &Router{pool: dbtx.NewPool(pool, schema), engines: map[runstore.Engine]Engine{}, cfg: cfg, log: cfg.Logger, done: closed()}
 	for name, e := range engines {
 		if err := runstore.ValidEngine("engine", runstore.Engine(name)); err != nil {
 			return nil, fmt.Errorf("router: %w", err)
@@ -202,7 +210,7 @@ func (r *Router) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	if !errors.Is(err, port.ErrOtherEngine) {
 		return id, err
 	}
-	run, ferr := runstore.FindByKey(ctx, tx, kind, opts.IdempotencyKey)
+	run, ferr := runstore.FindByKey(ctx, r.pool.Schema().Tx(tx), kind, opts.IdempotencyKey)
 	if ferr != nil {
 		return "", errors.Join(err, ferr)
 	}
@@ -534,12 +542,16 @@ func (s *Status) UnmarshalJSON(b []byte) error {
 // Status reads the active engine (from the database, not the cache) and
 // the open runs.
 func (r *Router) Status(ctx context.Context) (Status, error) {
-	return ReadStatus(ctx, r.pool)
+	return readStatus(ctx, r.pool)
 }
 
 // ReadStatus is Status for a process that routes nothing (the admin, which
-// shows it): what it reads is all in the database.
+// shows it): what it reads is all in the database, in the default schema.
 func ReadStatus(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
+	return readStatus(ctx, pool)
+}
+
+func readStatus(ctx context.Context, pool runstore.DBTX) (Status, error) {
 	s, err := runstore.ActiveEngine(ctx, pool)
 	if err != nil {
 		return Status{}, err

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
@@ -16,6 +15,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
@@ -165,7 +165,7 @@ func (h heartbeat) Beat(ctx context.Context, progress any) error {
 // bookkeeping is the adapter's own Postgres work, run by workflows as local
 // activities (cheap: no task-queue round trip) and by activities inline.
 type bookkeeping struct {
-	pool   *pgxpool.Pool
+	pool   *dbtx.Pool
 	client client.Client // hands kept signals to the runs that wait (addWaiter)
 	logger *slog.Logger
 }

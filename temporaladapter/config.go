@@ -23,6 +23,9 @@ import (
 // Config tunes an Engine. The zero value is usable; New fills every default
 // listed on the fields, then validates.
 type Config struct {
+	// Schema is the Postgres schema the engine's tables were migrated into
+	// (migrations.UpEngine). Default "taskport".
+	Schema string
 	// TaskQueue the workers poll and runs are started on. Default "taskport".
 	TaskQueue string
 	// WorkerStopTimeout bounds Stop: in-flight activities get this long to

@@ -39,6 +39,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/startstop"
@@ -107,7 +108,7 @@ type Engine struct {
 	startstop.Base
 
 	client client.Client
-	pool   *pgxpool.Pool
+	pool   *dbtx.Pool // statements name cfg.Schema
 	reg    *port.Registry
 	cfg    Config
 	logger *slog.Logger
@@ -132,6 +133,11 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 	if c == nil || pool == nil || reg == nil {
 		return nil, errors.New("temporaladapter: client, pool and registry are required")
 	}
+	schema, err := dbtx.ParseSchema(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("temporaladapter: %w", err)
+	}
+	db := dbtx.NewPool(pool, schema)
 	parents, err := newParentTracer()
 	if err != nil {
 		return nil, fmt.Errorf("temporaladapter: tracer: %w", err)
@@ -139,11 +145,11 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 	return &Engine{
 		parents: parents,
 		client:  c,
-		pool:    pool,
+		pool:    db,
 		reg:     reg,
 		cfg:     cfg,
 		logger:  cfg.Logger,
-		books:   &bookkeeping{pool: pool, client: c, logger: cfg.Logger},
+		books:   &bookkeeping{pool: db, client: c, logger: cfg.Logger},
 	}, nil
 }
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
@@ -39,12 +39,13 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 	}
 	r := newRun(kind, prep, opts)
 	r.StartWanted = true
+	tx = e.pool.Schema().Tx(tx)
 	run, created, err := runstore.Insert(ctx, tx, r)
 	if err != nil {
 		return "", err
 	}
 	if created {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, startChannel); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, e.pool.Schema().Channel(startChannel)); err != nil {
 			return "", fmt.Errorf("enqueue %s: notify the starter: %w", kind, err)
 		}
 	}
@@ -154,7 +155,7 @@ func (s *starter) round(ctx context.Context) (int, error) {
 // interval, and the poll covers the gap.
 func (s *starter) listen(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := listenOnce(ctx, s.e.pool, startChannel, s.poke)
+		err := listenOnce(ctx, s.e.pool, s.e.pool.Schema().Channel(startChannel), s.poke)
 		if ctx.Err() != nil {
 			return
 		}
@@ -168,7 +169,7 @@ func (s *starter) listen(ctx context.Context) {
 
 // listenOnce listens on channel over a connection of its own until an
 // error, calling wake once listening and at every notification.
-func listenOnce(ctx context.Context, pool *pgxpool.Pool, channel string, wake func()) error {
+func listenOnce(ctx context.Context, pool *dbtx.Pool, channel string, wake func()) error {
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("listen connect: %w", err)

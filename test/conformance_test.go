@@ -46,6 +46,32 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestConformanceInANamedSchema runs the specification on both adapters as
+// a library user has them: a database holding only the engine set, in a
+// schema the user named (migrations.UpEngine). No taskport schema exists
+// there, so a statement of either engine that still names the default
+// layout fails its row.
+func TestConformanceInANamedSchema(t *testing.T) {
+	const schema = "jobs"
+	lease, temporal := leaseEngineIn(schema), temporalEngineIn(devTarget(), schema)
+	for _, cell := range []struct{ eng, other contract.Engine }{{lease, temporal}, {temporal, lease}} {
+		t.Run(cell.eng.Name, func(t *testing.T) {
+			t.Parallel()
+			porttest.Run(t, func(t *testing.T) porttest.Harness {
+				pool := pgtest.NewEnginePool(t, schema)
+				return porttest.Harness{
+					Pool:      pool,
+					RunSchema: schema,
+					New:       factory(cell.eng, pool),
+					Other: func(t *testing.T, reg *port.Registry) port.TaskEngine {
+						return factory(cell.other, pool)(t, reg)
+					},
+				}
+			})
+		})
+	}
+}
+
 // TestConformanceOfTheRouter runs the specification on the router over both
 // adapters (package router, --engine both), once with each engine active:
 // new runs go to the active one, and everything else is routed by the

@@ -22,10 +22,13 @@ import (
 // prints them itself.
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-func leaseEngine() contract.Engine {
+func leaseEngine() contract.Engine { return leaseEngineIn("") }
+
+// leaseEngineIn is leaseEngine on tables migrated into schema.
+func leaseEngineIn(schema string) contract.Engine {
 	return contract.Engine{Name: "lease", Open: func(t *testing.T, pool *pgxpool.Pool) contract.Factory {
 		return func(t *testing.T, reg *port.Registry) port.TaskEngine {
-			e, err := leaseadapter.New(pool, reg, leaseadapter.Config{
+			e, err := leaseadapter.New(pool, reg, leaseadapter.Config{Schema: schema,
 				LeaseDuration: 3 * time.Second, PollInterval: 200 * time.Millisecond, StopTimeout: 5 * time.Second, Logger: quiet()})
 			require.NoError(t, err)
 			return e
@@ -72,7 +75,10 @@ func pgTarget() temporalTarget {
 // lose a task polled as a worker stops is asked of the server (the
 // namespace capability and the task queue's partitions), not configured,
 // once, by the first cell that reads the features.
-func temporalEngine(tgt temporalTarget) contract.Engine {
+func temporalEngine(tgt temporalTarget) contract.Engine { return temporalEngineIn(tgt, "") }
+
+// temporalEngineIn is temporalEngine on tables migrated into schema.
+func temporalEngineIn(tgt temporalTarget, schema string) contract.Engine {
 	var (
 		once    sync.Once
 		handoff temporaladapter.StopHandoff
@@ -82,7 +88,7 @@ func temporalEngine(tgt temporalTarget) contract.Engine {
 		conn := tgt.connect(t)
 		queue := scenarioQueue(pool)
 		return func(t *testing.T, reg *port.Registry) port.TaskEngine {
-			e, err := temporaladapter.New(conn.client, pool, reg, temporaladapter.Config{
+			e, err := temporaladapter.New(conn.client, pool, reg, temporaladapter.Config{Schema: schema,
 				TaskQueue: queue, WorkerStopTimeout: 5 * time.Second, Logger: quiet()})
 			require.NoError(t, err)
 			return e

@@ -61,6 +61,7 @@ func jsonDecisions(ds []acquisition.Decision) []decisionJSON {
 }
 
 type migrationJSON struct {
+	Set     string `json:"set"`
 	Version int64  `json:"version"`
 	Name    string `json:"name"`
 	Applied bool   `json:"applied"`
@@ -69,7 +70,7 @@ type migrationJSON struct {
 func jsonMigrations(st []migrations.Status) []migrationJSON {
 	out := make([]migrationJSON, len(st))
 	for i, s := range st {
-		out[i] = migrationJSON{Version: s.Version, Name: s.Name, Applied: s.Applied}
+		out[i] = migrationJSON{Set: s.Set, Version: s.Version, Name: s.Name, Applied: s.Applied}
 	}
 	return out
 }

@@ -14,7 +14,7 @@ import (
 func newMigrateCmd(g *stack.Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Apply, roll back or list the schema migrations (business, ledger, outbox and both engines' tables)",
+		Short: "Apply, roll back or list the schema migrations: the engine set (both engines' tables, schema taskport) and the media set (business, ledger, outbox)",
 	}
 	// withMigrator opens the database, runs fn on a migrator over it and
 	// closes both.
@@ -50,18 +50,22 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 	})
 	var (
 		to     int64
+		set    string
 		asJSON bool
 	)
 	down := &cobra.Command{
 		Use:   "down",
-		Short: "Roll back every migration above --to (default 0: everything)",
+		Short: "Roll back every migration of --set above --to (default 0: the whole set)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if to < 0 {
-				return fmt.Errorf("--to must not be negative, got %d", to)
+				return usageError{Err: fmt.Errorf("--to must not be negative, got %d", to)}
+			}
+			if set != migrations.SetEngine && set != migrations.SetMedia {
+				return usageError{Err: fmt.Errorf("--set must be %s or %s, got %q", migrations.SetEngine, migrations.SetMedia, set)}
 			}
 			return withMigrator(cmd, func(m *migrations.Migrator) error {
-				rolled, err := m.DownTo(cmd.Context(), to)
+				rolled, err := m.DownTo(cmd.Context(), set, to)
 				if err != nil {
 					return err
 				}
@@ -71,6 +75,7 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 		},
 	}
 	down.Flags().Int64Var(&to, "to", 0, "version to roll back to")
+	down.Flags().StringVar(&set, "set", migrations.SetMedia, "the migration set to roll back: media or engine (roll back media before engine)")
 	cmd.AddCommand(down)
 	status := &cobra.Command{
 		Use:   "status",
@@ -90,7 +95,7 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 					if s.Applied {
 						state = "applied"
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%05d  %-8s %s\n", s.Version, state, s.Name)
+					fmt.Fprintf(cmd.OutOrStdout(), "%-7s %05d  %-8s %s\n", s.Set, s.Version, state, s.Name)
 				}
 				return nil
 			})

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io/fs"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,19 +29,29 @@ func TestMigrateCommands(t *testing.T) {
 	db := pgtest.NewEmptyDatabase(t)
 	common := []string{"--database-url", db, "--log-level", "error"}
 
-	require.Contains(t, runCLI(t, append([]string{"migrate", "status"}, common...)...), "00001  pending")
-	total, err := fs.Glob(migrations.FS(), "*.sql")
-	require.NoError(t, err)
-	require.Contains(t, runCLI(t, append([]string{"migrate", "up"}, common...)...), fmt.Sprintf("applied %d migration(s)", len(total)))
-	require.NotContains(t, runCLI(t, append([]string{"migrate", "status"}, common...)...), "pending")
-	require.Contains(t, runCLI(t, append([]string{"migrate", "down", "--to", "1"}, common...)...), fmt.Sprintf("rolled back %d migration(s)", len(total)-1))
 	status := runCLI(t, append([]string{"migrate", "status"}, common...)...)
-	require.Contains(t, status, "00001  applied")
-	require.Contains(t, status, "00003  pending")
+	require.Contains(t, status, "engine  00001  pending  baseline")
+	require.Contains(t, status, "media   00001  pending  baseline")
+	require.NotContains(t, status, "legacy", "a new database never gets the legacy set")
+	require.Contains(t, runCLI(t, append([]string{"migrate", "up"}, common...)...), "applied 2 migration(s): [engine 1 media 1]")
+	require.NotContains(t, runCLI(t, append([]string{"migrate", "status"}, common...)...), "pending")
+	require.Contains(t, runCLI(t, append([]string{"migrate", "down", "--to", "0"}, common...)...), "rolled back 1 migration(s): [media 1]")
+	status = runCLI(t, append([]string{"migrate", "status"}, common...)...)
+	require.Contains(t, status, "engine  00001  applied")
+	require.Contains(t, status, "media   00001  pending")
+	require.Contains(t, runCLI(t, append([]string{"migrate", "status", "--json"}, common...)...), `"set": "media"`)
 
-	root := newRootCmd()
-	root.SetArgs(append([]string{"migrate", "down", "--to", "-1"}, common...))
-	require.ErrorContains(t, root.ExecuteContext(context.Background()), "--to must not be negative")
+	for args, want := range map[string]string{
+		"--to -1":      "--to must not be negative",
+		"--set legacy": `--set must be engine or media, got "legacy"`,
+	} {
+		root := newRootCmd()
+		root.SetArgs(append(append([]string{"migrate", "down"}, strings.Fields(args)...), common...))
+		err := root.ExecuteContext(context.Background())
+		require.ErrorContains(t, err, want)
+		var u usageError
+		require.ErrorAs(t, err, &u, "a usage error exits 2")
+	}
 }
 
 // The worker (with and without its dispatcher) and admin refuse to start on
@@ -52,11 +62,11 @@ func TestStartRefusesASchemaBehindTheBinary(t *testing.T) {
 	m, err := migrations.New(pool, nil)
 	require.NoError(t, err)
 	defer m.Close()
-	n := migrations.Latest()
-	_, err = m.DownTo(context.Background(), n-1)
+	n := migrations.Latest(migrations.SetMedia)
+	_, err = m.DownTo(context.Background(), migrations.SetMedia, n-1)
 	require.NoError(t, err)
 
-	want := fmt.Sprintf("database schema is at version %d, this binary needs version %d", n-1, n)
+	want := fmt.Sprintf("the media migrations are at version %d, this binary needs version %d", n-1, n)
 	for _, args := range [][]string{
 		{"worker", "--engine", "lease", "--metrics-addr", "127.0.0.1:0"},
 		{"worker", "--engine", "lease", "--metrics-addr", "127.0.0.1:0", "--dispatch=false"},

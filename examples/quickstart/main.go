@@ -61,13 +61,15 @@ func chargeCard(ctx context.Context, o Order) (Charge, error) {
 	return Charge{Amount: o.Total, Attempt: info.Attempt}, nil
 }
 
+const schema = "shop"
+
 func main() {
 	engine := flag.String("engine", "lease", "lease or temporal")
 	flag.Parse()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	check(err)
-	check(migrations.Up(ctx, pool))
+	check(migrations.UpEngine(ctx, pool, schema)) // the engine's tables alone, in a schema of their own
 
 	reg := port.NewRegistry()
 	check(reg.Register(orderKind))
@@ -77,10 +79,10 @@ func main() {
 		c, err := temporaladapter.Dial(ctx, temporaladapter.ClientConfig{HostPort: os.Getenv("TEMPORAL_ADDRESS"), Namespace: "default"})
 		check(err)
 		defer c.Close()
-		eng, err = temporaladapter.New(c, pool, reg, temporaladapter.Config{})
+		eng, err = temporaladapter.New(c, pool, reg, temporaladapter.Config{Schema: schema})
 		check(err)
 	} else {
-		eng, err = leaseadapter.New(pool, reg, leaseadapter.Config{})
+		eng, err = leaseadapter.New(pool, reg, leaseadapter.Config{Schema: schema})
 		check(err)
 	}
 	check(eng.Start(ctx, port.StartOptions{}))

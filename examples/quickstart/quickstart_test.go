@@ -55,21 +55,25 @@ func TestQuickstartFromTheREADME(t *testing.T) {
 	lines := strings.Count(string(block), "\n")
 	t.Logf("built the quickstart (%d lines) as module example.com/quickstart", lines)
 
+	// Each engine gets an empty database, as a new user has: the quickstart
+	// migrates the engine's tables alone into its schema, shop.
 	t.Run("lease", func(t *testing.T) {
-		pool := pgtest.NewPool(t)
+		pool := pgtest.Connect(t, pgtest.NewEmptyDatabase(t))
 		env := []string{"DATABASE_URL=" + pool.Config().ConnString()}
 		require.Equal(t, wantOutput, run(t, dir, env, "./quickstart", "-engine", "lease"))
 		require.Equal(t, wantOutput, run(t, dir, env, "./quickstart", "-engine", "lease"),
 			"run again, the same runs come back, finished")
-		var n int
-		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM taskport.run`).Scan(&n))
+		var n, elsewhere int
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM shop.run),
+  (SELECT count(*) FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname IN ('public', 'taskport', 'taskport_lease'))`).Scan(&n, &elsewhere))
 		require.Equal(t, 3, n, "three orders, three runs")
+		require.Zero(t, elsewhere, "the engine's tables are in shop only")
 	})
 	t.Run("temporal", func(t *testing.T) {
 		s, err := devserver.Launch(context.Background(), devserver.Options{SearchAttributes: temporaladapter.SearchAttributes()})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Stop() })
-		pool := pgtest.NewPool(t)
+		pool := pgtest.Connect(t, pgtest.NewEmptyDatabase(t))
 		out := run(t, dir, []string{"DATABASE_URL=" + pool.Config().ConnString(), "TEMPORAL_ADDRESS=" + s.HostPort},
 			"./quickstart", "-engine", "temporal")
 		require.Equal(t, wantOutput, out)

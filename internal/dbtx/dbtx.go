@@ -24,6 +24,20 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// Pooled is a pool that sends batches: *pgxpool.Pool, or Pool (the same in
+// a named schema). Stat is there only to keep a lone connection out: see
+// BatchTx.
+type Pooled interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Stat() *pgxpool.Stat
+}
+
+// PoolDB is a pool to query and to send batches on: *pgxpool.Pool or Pool.
+type PoolDB interface {
+	DB
+	Pooled
+}
+
 // DB is a DBTX that also opens transactions of its own: *pgxpool.Pool and
 // *pgx.Conn, not a pgx.Tx.
 type DB interface {
@@ -73,7 +87,7 @@ func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 // QueryRowPinned scans the one row sql returns into dest, after pin
 // (PinIndexScansSQL or PinOrderedScansSQL), in a transaction of its own on
 // db (pinnedTx).
-func QueryRowPinned(ctx context.Context, db *pgxpool.Pool, pin, sql string, args []any, dest ...any) error {
+func QueryRowPinned(ctx context.Context, db Pooled, pin, sql string, args []any, dest ...any) error {
 	return pinnedTx(ctx, db, pin, func(b *pgx.Batch) {
 		b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
 	})
@@ -83,7 +97,7 @@ func QueryRowPinned(ctx context.Context, db *pgxpool.Pool, pin, sql string, args
 // its own on db (pinnedTx), and returns the number of rows it affected: a
 // batch that must read its index in order and stop after its LIMIT, e.g. a
 // retention delete.
-func ExecPinned(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) (int64, error) {
+func ExecPinned(ctx context.Context, db Pooled, sql string, args ...any) (int64, error) {
 	var n int64
 	err := pinnedTx(ctx, db, PinIndexScansSQL, func(b *pgx.Batch) {
 		b.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error {
@@ -95,7 +109,7 @@ func ExecPinned(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) 
 }
 
 // pinnedTx is BatchTx with pin run first.
-func pinnedTx(ctx context.Context, db *pgxpool.Pool, pin string, queue func(b *pgx.Batch)) error {
+func pinnedTx(ctx context.Context, db Pooled, pin string, queue func(b *pgx.Batch)) error {
 	return BatchTx(ctx, db, func(b *pgx.Batch) {
 		b.Queue(pin)
 		queue(b)
@@ -108,7 +122,7 @@ func pinnedTx(ctx context.Context, db *pgxpool.Pool, pin string, queue func(b *p
 // its connection inside the transaction: db is a pool because a pool
 // closes such a connection as it takes it back, which rolls the
 // transaction back (a lone connection would stay in it).
-func BatchTx(ctx context.Context, db *pgxpool.Pool, queue func(b *pgx.Batch)) error {
+func BatchTx(ctx context.Context, db Pooled, queue func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	queue(b)

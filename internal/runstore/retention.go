@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/retention"
 )
@@ -62,14 +60,14 @@ func lag(ctx context.Context, q DBTX, what, sql string, args ...any) (time.Durat
 
 // PruneWaiters deletes up to limit waiters older than p.Completed whose run
 // ended, in a transaction of its own (under dbtx.PinIndexScansSQL).
-func PruneWaiters(ctx context.Context, db *pgxpool.Pool, p retention.Policy, limit int) (int64, error) {
+func PruneWaiters(ctx context.Context, db dbtx.PoolDB, p retention.Policy, limit int) (int64, error) {
 	return prunePinned(ctx, db, "waiters", pruneWaitersSQL, p, limit)
 }
 
 // prunePinned runs a prune statement of what, which takes the completed age
 // and the batch limit, in a transaction of its own under
 // dbtx.PinIndexScansSQL.
-func prunePinned(ctx context.Context, db *pgxpool.Pool, what, sql string, p retention.Policy, limit int) (int64, error) {
+func prunePinned(ctx context.Context, db dbtx.PoolDB, what, sql string, p retention.Policy, limit int) (int64, error) {
 	n, err := dbtx.ExecPinned(ctx, db, sql, AgeArg(p.Completed), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune %s: %w", what, InterpretError(err))
@@ -88,7 +86,7 @@ func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, 
 // of its own under dbtx.PinIndexScansSQL: unpinned, the planner deletes the
 // batch by hashing the whole table and, without statistics, sorts every old
 // signal not taken for the LIMIT.
-func PruneEarlySignals(ctx context.Context, db *pgxpool.Pool, p retention.Policy, limit int) (int64, error) {
+func PruneEarlySignals(ctx context.Context, db dbtx.PoolDB, p retention.Policy, limit int) (int64, error) {
 	return prunePinned(ctx, db, "early signals", pruneEarlySignalsSQL, p, limit)
 }
 
@@ -101,12 +99,12 @@ func EarlySignalLag(ctx context.Context, q DBTX, p retention.Policy) (time.Durat
 // other rows (Temporal: the projection follows the Policy's ages; the
 // namespace's own retention stays Temporal's): its runs, orphaned waiters
 // and the early signals SignalTargets kept, taken or expired.
-func Pruner(db *pgxpool.Pool, engine Engine) retention.Pruner {
+func Pruner(db dbtx.PoolDB, engine Engine) retention.Pruner {
 	return runPruner{q: db, engine: engine}
 }
 
 type runPruner struct {
-	q      *pgxpool.Pool
+	q      dbtx.PoolDB
 	engine Engine
 }
 

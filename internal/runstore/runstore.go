@@ -20,7 +20,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
@@ -202,7 +201,7 @@ func NewRuns(engine Engine, prep []enginekit.PreparedEnqueue) []NewRun {
 // batches racing on overlapping keys wait on each other's unique-index
 // entries in the same order and never deadlock
 // (TestInsertManyRacingBatches deadlocks without it).
-func InsertMany(ctx context.Context, pool *pgxpool.Pool, rs []NewRun) (runs []Run, created []bool, err error) {
+func InsertMany(ctx context.Context, pool dbtx.PoolDB, rs []NewRun) (runs []Run, created []bool, err error) {
 	b, err := newBatch(rs)
 	if err != nil {
 		return nil, nil, err
@@ -247,7 +246,7 @@ func InsertMany(ctx context.Context, pool *pgxpool.Pool, rs []NewRun) (runs []Ru
 // engine sets its retry policy and first claim time so. Reading back only
 // ids spares the server writing, and the client decoding, every column of
 // every run it already has.
-func InsertManyWith(ctx context.Context, pool *pgxpool.Pool, rs []NewRun, ins BatchInsert, args ...any) (ids []port.RunID, created []bool, err error) {
+func InsertManyWith(ctx context.Context, pool dbtx.PoolDB, rs []NewRun, ins BatchInsert, args ...any) (ids []port.RunID, created []bool, err error) {
 	b, err := newBatch(rs)
 	if err != nil {
 		return nil, nil, err
@@ -303,7 +302,7 @@ func InsertManyWith(ctx context.Context, pool *pgxpool.Pool, rs []NewRun, ins Ba
 // vacuum. pool runs each statement in a transaction of its own, so that
 // the failed one aborts nothing of the caller's; that is why the batch
 // inserts take a pool, not a DBTX.
-func insertBatch[T any](ctx context.Context, pool *pgxpool.Pool, ins BatchInsert, args []any, collect func(pgx.Rows) ([]T, error)) ([]T, error) {
+func insertBatch[T any](ctx context.Context, pool dbtx.PoolDB, ins BatchInsert, args []any, collect func(pgx.Rows) ([]T, error)) ([]T, error) {
 	rows, err := pool.Query(ctx, ins.Fresh, args...)
 	if err != nil {
 		return nil, InterpretError(err)

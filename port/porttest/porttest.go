@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -46,8 +47,12 @@ type Harness struct {
 	// the suite can enqueue "a run of another engine" through it. Nil skips
 	// the rows of state "other".
 	Other func(t *testing.T, reg *port.Registry) port.TaskEngine
-	// Rows reads the stored form of a run; nil reads taskport.run.
+	// Rows reads the stored form of a run; nil reads the run table of this
+	// module's engines, <RunSchema>.run.
 	Rows RowReader
+	// RunSchema is the schema of that run table (the engines'
+	// Config.Schema); "" is taskport.
+	RunSchema string
 	// Known lists the rows ("Method/state") this engine is known to fail,
 	// each with why. Such a row is skipped with a message that says it
 	// fails and why, so that the failure stays in the output and in the
@@ -64,18 +69,28 @@ type RowReader interface {
 	Count(ctx context.Context) (int, error)
 }
 
-// runTable reads taskport.run, where this module's engines keep every run.
-type runTable struct{ pool *pgxpool.Pool }
+// runTable reads <schema>.run, where this module's engines keep every run.
+type runTable struct {
+	pool  *pgxpool.Pool
+	table string // quoted
+}
+
+func newRunTable(pool *pgxpool.Pool, schema string) runTable {
+	if schema == "" {
+		schema = "taskport"
+	}
+	return runTable{pool: pool, table: pgx.Identifier{schema, "run"}.Sanitize()}
+}
 
 func (r runTable) Row(ctx context.Context, id port.RunID) (string, error) {
 	var row string
-	err := r.pool.QueryRow(ctx, `SELECT coalesce((SELECT to_jsonb(r)::text FROM taskport.run r WHERE r.id::text = $1), '')`, string(id)).Scan(&row)
+	err := r.pool.QueryRow(ctx, `SELECT coalesce((SELECT to_jsonb(r)::text FROM `+r.table+` r WHERE r.id::text = $1), '')`, string(id)).Scan(&row)
 	return row, err
 }
 
 func (r runTable) Count(ctx context.Context) (int, error) {
 	var n int
-	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run`).Scan(&n)
+	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM `+r.table).Scan(&n)
 	return n, err
 }
 

@@ -52,7 +52,7 @@ func newCell(t *testing.T, h Harness, s state) *cell {
 	require.NoError(t, err)
 	rows := h.Rows
 	if rows == nil {
-		rows = runTable{pool: h.Pool}
+		rows = newRunTable(h.Pool, h.RunSchema)
 	}
 	name := t.Name()
 	c := &cell{t: t, h: h, st: s, bodies: b, reg: reg, rows: rows,

@@ -33,7 +33,6 @@ package model
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -71,7 +70,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	oldBin := proc.BuildAt(t, prev, "github.com/taskport/taskport/cmd/taskport")
 	newBin := workerBinary(t)
-	t.Logf("upgrading from %s to this checkout (schema version %d)", prev[:12], migrations.Latest())
+	t.Logf("upgrading from %s to this checkout (engine set %d, media set %d)", prev[:12], migrations.Latest(migrations.SetEngine), migrations.Latest(migrations.SetMedia))
 
 	n := envInt(t, "TASKPORT_UPGRADE_SEEDS", 1)
 	first := envInt(t, "TASKPORT_MODEL_FIRST_SEED", 1)
@@ -97,16 +96,14 @@ func TestRollingUpgrade(t *testing.T) {
 }
 
 // previousRelease is the parent of the commit that added the newest
-// migration file: the last commit whose binary needs the schema before it.
+// migration file of any set (or the sets' baselines): the last commit
+// whose binary needs the schema before it.
 func previousRelease(t *testing.T) string {
-	entries, err := fs.ReadDir(migrations.FS(), ".")
-	require.NoError(t, err)
-	newest := entries[len(entries)-1].Name() // ReadDir sorts by name, and the names start with the version
-	out, err := exec.Command("git", "log", "-1", "--format=%H", "--diff-filter=A", "--",
-		filepath.Join("..", "..", "migrations", "sql", newest)).Output()
-	require.NoError(t, err, "git log of %s", newest)
+	const files = ":(glob)migrations/*/*.sql"
+	out, err := exec.Command("git", "-C", filepath.Join("..", ".."), "log", "-1", "--format=%H", "--diff-filter=A", "--", files).Output()
+	require.NoError(t, err, "git log of %s", files)
 	added := strings.TrimSpace(string(out))
-	require.NotEmpty(t, added, "no commit adds migrations/sql/%s in this checkout's history (a shallow clone? git fetch --unshallow)", newest)
+	require.NotEmpty(t, added, "no commit adds a migration in this checkout's history (a shallow clone? git fetch --unshallow)")
 	out, err = exec.Command("git", "rev-parse", added+"^").Output()
 	require.NoError(t, err, "git rev-parse %s^", added)
 	return strings.TrimSpace(string(out))
@@ -157,7 +154,8 @@ func rehearseUpgrade(t *testing.T, eng engine, seed uint64, oldBin, newBin strin
 			row.inFlight++
 		}
 	}
-	w.note(fmt.Sprintf("migrate to version %d under %d old workers, %d plans in flight", migrations.Latest(), len(w.workers), row.inFlight))
+	w.note(fmt.Sprintf("migrate to engine set %d, media set %d under %d old workers, %d plans in flight",
+		migrations.Latest(migrations.SetEngine), migrations.Latest(migrations.SetMedia), len(w.workers), row.inFlight))
 	migrate(t, newBin, dbURL, "current")
 	w.bin, w.label = newBin, ""
 	w.startWorker()

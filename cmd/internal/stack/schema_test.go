@@ -49,14 +49,14 @@ func TestWorkerNotReadyWhenTheSchemaRegresses(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, string(body)
 	}
-	n := migrations.Latest()
-	_, err := s.bizPool.Exec(ctx, `DELETE FROM taskport_schema_migrations WHERE version_id = $1`, n)
+	n := migrations.Latest(migrations.SetMedia)
+	_, err := s.bizPool.Exec(ctx, `DELETE FROM taskport_media_migrations WHERE version_id = $1`, n)
 	require.NoError(t, err)
 	code, body := readyz()
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.True(t, strings.HasPrefix(body, "schema"), body)
 
-	_, err = s.bizPool.Exec(ctx, `INSERT INTO taskport_schema_migrations (version_id, is_applied) VALUES ($1, true)`, n)
+	_, err = s.bizPool.Exec(ctx, `INSERT INTO taskport_media_migrations (version_id, is_applied) VALUES ($1, true)`, n)
 	require.NoError(t, err)
 	code, _ = readyz()
 	require.Equal(t, http.StatusOK, code)

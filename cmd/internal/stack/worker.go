@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/host"
+	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/port"
 )
 
@@ -17,7 +18,9 @@ import (
 // (readiness off first). When the engine's worker stops for good on its
 // own, it returns an error (the process exits non-zero and is restarted).
 func (s *Stack) RunWorker(ctx context.Context, c Config, metricsAddr string, dispatch bool) error {
-	var checks []host.Check
+	// The host checks the engine's tables; the media application needs its
+	// own as well.
+	checks := []host.Check{{Name: "schema", Func: func(ctx context.Context) error { return migrations.CheckSchema(ctx, s.bizPool) }}}
 	if s.temporal != nil {
 		checks = append(checks, host.Check{Name: "temporal", Func: func(ctx context.Context) error {
 			_, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})

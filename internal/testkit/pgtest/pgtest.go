@@ -232,6 +232,21 @@ func NewPool(tb testing.TB) *pgxpool.Pool {
 	return Connect(tb, NewDatabase(tb))
 }
 
+// NewEnginePool returns a pool on a fresh database that holds the engine's
+// tables alone, in schema (migrations.UpEngine): what a library user has.
+// No taskport schema is there unless schema is "", so a statement that
+// still names the default layout fails.
+func NewEnginePool(tb testing.TB, schema string) *pgxpool.Pool {
+	tb.Helper()
+	pool := Connect(tb, NewEmptyDatabase(tb))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := migrations.UpEngine(ctx, pool, schema); err != nil {
+		tb.Fatalf("pgtest: migrate the engine into %q: %v", schema, err)
+	}
+	return pool
+}
+
 // Connect opens a pool on url, closed when tb ends.
 func Connect(tb testing.TB, url string) *pgxpool.Pool {
 	tb.Helper()
