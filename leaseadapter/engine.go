@@ -393,9 +393,42 @@ func (e *Engine) ListRuns(ctx context.Context, filter port.RunFilter) ([]port.Ru
 }
 
 // Retry starts a new run for a failed one (port.Admin): the shared
-// runstore.Retry over this engine's Get and Enqueue.
+// runstore.RetryStored over this engine's Get and Enqueue, or enqueueStored when
+// this process does not register the kind.
 func (e *Engine) Retry(ctx context.Context, id port.RunID) (port.RunID, error) {
-	return runstore.Retry(ctx, e.pool, e, id)
+	return runstore.RetryStored(ctx, e.pool, e, e.enqueueStored, id)
+}
+
+// enqueueStored is a retry's new run when this process does not register
+// the failed run's kind (a client that only administers runs): a copy of
+// the failed run's row, at its version, with its input, business key,
+// priority and retry policy, due now, under key.
+func (e *Engine) enqueueStored(ctx context.Context, failed runstore.Run, key string) (port.RunID, error) {
+	tc := tracing.FromContext(ctx)
+	// A concurrent retry of the same run may insert the key between this
+	// statement's snapshot and its insert: the next statement sees it.
+	for range 2 {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return "", fmt.Errorf("enqueue %s: new run id: %w", failed.Kind, err)
+		}
+		var got *uuid.UUID
+		var notified int
+		var owner *string
+		err = e.pool.QueryRow(ctx, enqueueStoredSQL, id, string(failed.ID), key, tc.Parent, tc.State, e.channel(), e.enqueueHint()).
+			Scan(&got, &notified, &owner)
+		if err != nil {
+			return "", fmt.Errorf("enqueue %s: %w", failed.Kind, err)
+		}
+		if err := foreignKey(failed.Kind, key, got, owner); err != nil {
+			return "", err
+		}
+		if got != nil {
+			e.pokeLocal()
+			return port.RunID(got.String()), nil
+		}
+	}
+	return "", fmt.Errorf("enqueue %s: the run of key %s was neither inserted nor found", failed.Kind, key)
 }
 
 // Start makes this process a worker: it claims runs of the (kind, version)

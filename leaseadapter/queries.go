@@ -46,6 +46,31 @@ SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = $2
   (SELECT count(*) FROM r WHERE next_run_at <= now()), (SELECT count(*) FROM n),
   (SELECT engine FROM taskport.run WHERE kind = $2 AND idempotency_key = $4)`
 
+// enqueueStoredSQL is Retry's new run for a kind this process does not
+// register: the failed run's ($2) kind, version, business key, priority,
+// input and retry policy, under the key $3 and the retrier's trace context
+// ($4, $5), due now, with a notification ($6, $7) when it is inserted. It
+// returns the run of the key (NULL when a concurrent insert is not yet
+// visible), whether it notified, and the key's engine.
+const enqueueStoredSQL = `
+WITH f AS (
+  SELECT kind, version, business_key, priority, input, max_attempts, backoff_initial, backoff_max, backoff_coefficient
+  FROM taskport.run WHERE id = $2
+), r AS (
+  INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at,
+    next_run_at, max_attempts, backoff_initial, backoff_max, backoff_coefficient, traceparent, tracestate)
+  SELECT $1, 'lease', f.kind, f.version, $3, f.business_key, f.priority, f.input, now(), now(),
+    f.max_attempts, f.backoff_initial, f.backoff_max, f.backoff_coefficient, $4, $5
+  FROM f
+  ON CONFLICT (kind, idempotency_key) DO NOTHING
+  RETURNING id
+), n AS (
+  SELECT pg_notify($6, $7) FROM r
+)
+SELECT coalesce((SELECT id FROM r), (SELECT id FROM taskport.run WHERE kind = (SELECT kind FROM f) AND idempotency_key = $3)),
+  (SELECT count(*) FROM n),
+  (SELECT engine FROM taskport.run WHERE kind = (SELECT kind FROM f) AND idempotency_key = $3)`
+
 // enqueueManySQL is EnqueueMany in one statement: runstore's batch insert of
 // the runs ($1-$9), each with the retry policy of its (kind, version)
 // ($10-$15) and the enqueuer's trace context ($18, $19: the batch is one

@@ -291,7 +291,9 @@ type Admin interface {
 	// Retry starts a new run for a failed run (a dead letter): the same
 	// kind, input and business key, at the kind's current version, whose
 	// input must still be accepted (the failed run's version is the input's
-	// MinVersion). Its idempotency key is derived from the failed run's id
+	// MinVersion). An engine whose registry lacks the kind (a process that
+	// only administers runs) starts it at the failed run's version with the
+	// stored input, as stored. Its idempotency key is derived from the failed run's id
 	// (RetryKey), so a repeated Retry returns the same new run. The failed
 	// run stays as it is, listed as failed. A run of another engine is
 	// refused with ErrOtherEngine (whatever its status), a run that is not

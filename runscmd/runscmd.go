@@ -54,12 +54,11 @@ import (
 // port.TaskEngine and the operator's port.Admin. Both adapters and the
 // router satisfy it.
 //
-// Retry starts the new run through the engine's Enqueue, which checks the
-// input against the kind's current definition in the engine's registry:
-// today an engine whose registry lacks the failed run's kind refuses the
-// retry with port.ErrUnknownKind, so a binary that retries its kinds opens
-// the engine with a registry holding their definitions (their activities
-// are not needed: nothing runs here).
+// Retry needs no definition of the failed run's kind: an engine whose
+// registry holds it starts the new run at the kind's current version (its
+// input checked again); one whose registry lacks it (a binary that only
+// administers runs) starts it at the failed run's version with the stored
+// input (port.Admin.Retry).
 type Engine interface {
 	Get(ctx context.Context, id port.RunID) (port.RunView, error)
 	Cancel(ctx context.Context, id port.RunID, reason string) error

@@ -138,6 +138,7 @@ var clients = []struct {
 	kinds []port.Definition
 }{
 	{"own_kinds", []port.Definition{invoiceKind}},
+	{"admin_only", nil},
 }
 
 // A user's binary mounts the runs commands for its own kind, on each

@@ -187,7 +187,13 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	if err != nil {
 		return "", err
 	}
-	run, created, err := runstore.Insert(ctx, e.pool, newRun(kind, prep, opts))
+	return e.insertAndStart(ctx, newRun(kind, prep, opts))
+}
+
+// insertAndStart records the run r, or finds the one of its key, and
+// starts its workflow unless it has ended.
+func (e *Engine) insertAndStart(ctx context.Context, r runstore.NewRun) (port.RunID, error) {
+	run, created, err := runstore.Insert(ctx, e.pool, r)
 	if err != nil {
 		return "", err
 	}
@@ -198,6 +204,16 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 		return "", err
 	}
 	return run.ID, nil
+}
+
+// enqueueStored is a retry's new run when this process does not register
+// the failed run's kind (a client that only administers runs): the failed
+// run's kind, version, input, business key and priority, under key. Its
+// workflow type is the failed run's (kind@version); the start needs no
+// definition.
+func (e *Engine) enqueueStored(ctx context.Context, failed runstore.Run, key string) (port.RunID, error) {
+	return e.insertAndStart(ctx, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: failed.Kind, Version: failed.Version,
+		Key: key, BusinessKey: failed.BusinessKey, Priority: failed.Priority, Input: failed.Input})
 }
 
 // newRun is the row Enqueue and EnqueueTx record for a prepared enqueue.
@@ -471,10 +487,10 @@ func (e *Engine) ListRuns(ctx context.Context, f port.RunFilter) ([]port.RunView
 }
 
 // Retry starts a new run, with a workflow of its own, for a failed one
-// (port.Admin): the shared runstore.Retry over this engine's Get and
-// Enqueue.
+// (port.Admin): the shared runstore.RetryStored over this engine's Get and
+// Enqueue, or enqueueStored when this process does not register the kind.
 func (e *Engine) Retry(ctx context.Context, id port.RunID) (port.RunID, error) {
-	return runstore.Retry(ctx, e.pool, e, id)
+	return runstore.RetryStored(ctx, e.pool, e, e.enqueueStored, id)
 }
 
 // OpenRunsOnVersion asks Temporal's visibility for the runs of kind@version

@@ -2,6 +2,7 @@ package runstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/taskport/taskport/port"
@@ -16,6 +17,19 @@ import (
 // the same run. A failed run never moves back to an open status, so once
 // checked it stays retryable.
 func Retry(ctx context.Context, q DBTX, eng port.TaskEngine, id port.RunID) (port.RunID, error) {
+	return RetryStored(ctx, q, eng, nil, id)
+}
+
+// RetryStored is Retry for a process whose registry may lack the failed
+// run's kind (a client that only administers runs: `runs retry` in a
+// binary that does not run the kind). Its Enqueue refuses with
+// port.ErrUnknownKind, having no definition to check the input against;
+// the new run is then stored, not enqueued: the failed run as it was (kind,
+// version, input, business key, priority) under the same key, through the
+// engine's stored, which needs no definition. A nil stored leaves the
+// refusal as it is.
+func RetryStored(ctx context.Context, q DBTX, eng port.TaskEngine, stored func(ctx context.Context, failed Run, key string) (port.RunID, error),
+	id port.RunID) (port.RunID, error) {
 	view, err := eng.Get(ctx, id)
 	if err != nil {
 		return "", fmt.Errorf("retry run %s: %w", id, err)
@@ -36,6 +50,9 @@ func Retry(ctx context.Context, q DBTX, eng port.TaskEngine, id port.RunID) (por
 		// with only older code must not start it.
 		MinVersion: run.Version,
 	})
+	if errors.Is(err, port.ErrUnknownKind) && stored != nil {
+		next, err = stored(ctx, run, port.RetryKey(id))
+	}
 	if err != nil {
 		return "", fmt.Errorf("retry run %s: %w", id, err)
 	}
