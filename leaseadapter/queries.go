@@ -561,29 +561,5 @@ const openTarget = `EXISTS (SELECT 1 FROM taskport.run r
 // without statistics sorts every old unconsumed signal for the LIMIT, or
 // hashes the whole run table for the open-run check, instead of walking
 // task_signal_unconsumed_age in order and probing run_pkey per row.
-const pruneSignalsSQL = `
-WITH c AS (
-  SELECT id FROM taskport_lease.task_signal
-  WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond'
-  ORDER BY consumed_at LIMIT $2 FOR UPDATE SKIP LOCKED
-), u AS (
-  SELECT s.id FROM taskport_lease.task_signal s
-  WHERE s.consumed_by IS NULL AND s.created_at < now() - $1 * interval '1 millisecond'
-    AND NOT ` + openTarget + `
-  ORDER BY s.created_at LIMIT $2 FOR UPDATE SKIP LOCKED
-), x AS MATERIALIZED (
-  SELECT id FROM c UNION ALL SELECT id FROM u
-)
-DELETE FROM taskport_lease.task_signal WHERE id IN (SELECT id FROM x)`
-
-// signalLagSQL is pruneSignalsSQL's lag in ms, 0 when nothing is prunable.
-const signalLagSQL = `
-SELECT coalesce(max(extract(epoch FROM now() - at) * 1000 - $1), 0)::bigint FROM (
-  SELECT (SELECT min(consumed_at) FROM taskport_lease.task_signal
-          WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond')
-  UNION ALL
-  SELECT (SELECT s.created_at FROM taskport_lease.task_signal s
-          WHERE s.consumed_by IS NULL AND s.created_at < now() - $1 * interval '1 millisecond'
-            AND NOT ` + openTarget + `
-          ORDER BY s.created_at LIMIT 1)
-) x(at)`
+// signalLagSQL is its lag in ms, 0 when nothing is prunable.
+var pruneSignalsSQL, signalLagSQL = runstore.SignalRetentionSQL("taskport_lease.task_signal", "NOT "+openTarget)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/runretention"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/retention"
 )
@@ -24,7 +25,8 @@ func (e *Engine) Pruner() retention.Pruner { return leasePruner{e: e} }
 type leasePruner struct{ e *Engine }
 
 func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (retention.Deleted, error) {
-	s, c, f := runstore.RunAgeArgs(p)
+	a := runretention.Ages(p)
+	s, c, f := runstore.RunAgeArgs(a)
 	var runs, steps int64
 	err := l.e.pool.QueryRow(ctx, pruneRunsSQL, runstore.EngineLease, s, c, f, limit).Scan(&runs, &steps)
 	if err != nil {
@@ -34,7 +36,7 @@ func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("prune signals: %w", runstore.InterpretError(err))
 	}
-	waiters, err := runstore.PruneWaiters(ctx, l.e.pool, p, limit)
+	waiters, err := runstore.PruneWaiters(ctx, l.e.pool, a, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +47,8 @@ func (l leasePruner) Prune(ctx context.Context, p retention.Policy, limit int) (
 // Lag reports the run lag for the run and step_result tables alike: a
 // run's step results go with it.
 func (l leasePruner) Lag(ctx context.Context, p retention.Policy) (map[string]time.Duration, error) {
-	runs, err := runstore.RunLag(ctx, l.e.pool, runstore.EngineLease, p)
+	a := runretention.Ages(p)
+	runs, err := runstore.RunLag(ctx, l.e.pool, runstore.EngineLease, a)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +56,7 @@ func (l leasePruner) Lag(ctx context.Context, p retention.Policy) (map[string]ti
 	if err := l.e.pool.QueryRow(ctx, signalLagSQL, runstore.AgeArg(p.Completed)).Scan(&ms); err != nil {
 		return nil, fmt.Errorf("signal retention lag: %w", runstore.InterpretError(err))
 	}
-	waiters, err := runstore.WaiterLag(ctx, l.e.pool, p)
+	waiters, err := runstore.WaiterLag(ctx, l.e.pool, a)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package temporaladapter
 
 import (
+	"github.com/taskport/taskport/internal/runretention"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/retention"
 )
@@ -11,4 +12,6 @@ import (
 // taken or expired go. The
 // histories themselves follow the namespace's retention, which stays
 // Temporal's.
-func (e *Engine) Pruner() retention.Pruner { return runstore.Pruner(e.pool, runstore.EngineTemporal) }
+func (e *Engine) Pruner() retention.Pruner {
+	return runretention.Pruner(e.pool, runstore.EngineTemporal)
+}

@@ -121,7 +121,7 @@ func Owners() map[string][]string {
 
 var (
 	adapters       = []string{"leaseadapter", "temporaladapter"}
-	runstores      = []string{"runstore", "internal/runstore"}
+	runstores      = []string{"runstore", "internal/runstore", "internal/runretention"}
 	enginesRouter  = "router"
 	migrationsPkg  = "migrations"
 	production     = "cmd/taskport"

@@ -266,28 +266,40 @@ WHERE id = $1 AND consumed_by IS NULL`
 // up to $2 that no wait took within $1 ms of being sent: an early signal
 // expires, as the lease engine's untargeted ones do. Each reads its own
 // index of migration 00013 in age order, skipping rows another transaction
-// holds (a wait taking the signal).
-const pruneEarlySignalsSQL = `
+// holds (a wait taking the signal). earlySignalLagSQL is its lag.
+var pruneEarlySignalsSQL, earlySignalLagSQL = SignalRetentionSQL("taskport.early_signal", "")
+
+// SignalRetentionSQL is the retention of a signal table (the run store's
+// early signals, the lease engine's task signals; columns id, created_at,
+// consumed_by, consumed_at): prune deletes up to $2 signals consumed more
+// than $1 ms ago and up to $2 never consumed and sent more than $1 ms ago
+// that also meet unconsumed (a condition on alias s; "" for none), each
+// set walked in age order skipping rows another transaction holds; lag is
+// the age in ms beyond $1 of the oldest such row, 0 when there is none.
+// Each side of lag is one probe of its index.
+func SignalRetentionSQL(table, unconsumed string) (prune, lag string) {
+	if unconsumed != "" {
+		unconsumed = "\n    AND " + unconsumed
+	}
+	consumed := `FROM ` + table + ` WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond'`
+	open := `FROM ` + table + ` s WHERE s.consumed_by IS NULL AND s.created_at < now() - $1 * interval '1 millisecond'` + unconsumed
+	prune = `
 WITH c AS (
-  SELECT id FROM taskport.early_signal
-  WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond'
+  SELECT id ` + consumed + `
   ORDER BY consumed_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ), u AS (
-  SELECT id FROM taskport.early_signal
-  WHERE consumed_by IS NULL AND created_at < now() - $1 * interval '1 millisecond'
-  ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED
+  SELECT s.id ` + open + `
+  ORDER BY s.created_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ), x AS MATERIALIZED (
   SELECT id FROM c UNION ALL SELECT id FROM u
 )
-DELETE FROM taskport.early_signal WHERE id IN (SELECT id FROM x)`
-
-// earlySignalLagSQL is pruneEarlySignalsSQL's lag in ms, 0 when nothing is
-// prunable. Each min() is one probe of its index.
-const earlySignalLagSQL = `
+DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM x)`
+	lag = `
 SELECT coalesce(max(extract(epoch FROM now() - at) * 1000 - $1), 0)::bigint FROM (
-  SELECT (SELECT min(consumed_at) FROM taskport.early_signal
-          WHERE consumed_by IS NOT NULL AND consumed_at < now() - $1 * interval '1 millisecond')
+  SELECT (SELECT min(consumed_at) ` + consumed + `)
   UNION ALL
-  SELECT (SELECT min(created_at) FROM taskport.early_signal
-          WHERE consumed_by IS NULL AND created_at < now() - $1 * interval '1 millisecond')
+  SELECT (SELECT s.created_at ` + open + `
+          ORDER BY s.created_at LIMIT 1)
 ) x(at)`
+	return prune, lag
+}

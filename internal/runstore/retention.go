@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/taskport/taskport/internal/dbtx"
-	"github.com/taskport/taskport/retention"
 )
 
 // The table names the pruners report.
@@ -25,14 +24,22 @@ func AgeArg(d time.Duration) any {
 	return d.Milliseconds()
 }
 
+// Ages are how long rows are kept after their run ended, by how it ended
+// (package retention's Policy, which this store does not import: the
+// cleaner is a user of the store, not the other way round). A negative age
+// keeps forever. Completed is also the age of waiters and signals.
+type Ages struct {
+	Completed, Canceled, Failed time.Duration
+}
+
 // RunAgeArgs are the $2, $3, $4 of PrunableRunsCTE and RunLagSQL.
-func RunAgeArgs(p retention.Policy) (succeeded, canceled, failed any) {
+func RunAgeArgs(p Ages) (succeeded, canceled, failed any) {
 	return AgeArg(p.Completed), AgeArg(p.Canceled), AgeArg(p.Failed)
 }
 
 // PruneRuns deletes up to limit runs of engine per terminal status, each
 // finished longer ago than its status's age under p, with their waiters.
-func PruneRuns(ctx context.Context, q DBTX, engine Engine, p retention.Policy, limit int) (int64, error) {
+func PruneRuns(ctx context.Context, q DBTX, engine Engine, p Ages, limit int) (int64, error) {
 	s, c, f := RunAgeArgs(p)
 	tag, err := q.Exec(ctx, pruneRunsSQL, engine, s, c, f, limit)
 	if err != nil {
@@ -43,7 +50,7 @@ func PruneRuns(ctx context.Context, q DBTX, engine Engine, p retention.Policy, l
 
 // RunLag is how long ago the oldest run of engine still recorded became
 // prunable under p; zero when none is.
-func RunLag(ctx context.Context, q DBTX, engine Engine, p retention.Policy) (time.Duration, error) {
+func RunLag(ctx context.Context, q DBTX, engine Engine, p Ages) (time.Duration, error) {
 	s, c, f := RunAgeArgs(p)
 	return lag(ctx, q, string(engine)+" run", RunLagSQL, engine, s, c, f)
 }
@@ -60,14 +67,14 @@ func lag(ctx context.Context, q DBTX, what, sql string, args ...any) (time.Durat
 
 // PruneWaiters deletes up to limit waiters older than p.Completed whose run
 // ended, in a transaction of its own (under dbtx.PinIndexScansSQL).
-func PruneWaiters(ctx context.Context, db dbtx.PoolDB, p retention.Policy, limit int) (int64, error) {
+func PruneWaiters(ctx context.Context, db dbtx.PoolDB, p Ages, limit int) (int64, error) {
 	return prunePinned(ctx, db, "waiters", pruneWaitersSQL, p, limit)
 }
 
 // prunePinned runs a prune statement of what, which takes the completed age
 // and the batch limit, in a transaction of its own under
 // dbtx.PinIndexScansSQL.
-func prunePinned(ctx context.Context, db dbtx.PoolDB, what, sql string, p retention.Policy, limit int) (int64, error) {
+func prunePinned(ctx context.Context, db dbtx.PoolDB, what, sql string, p Ages, limit int) (int64, error) {
 	n, err := dbtx.ExecPinned(ctx, db, sql, AgeArg(p.Completed), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune %s: %w", what, InterpretError(err))
@@ -76,7 +83,7 @@ func prunePinned(ctx context.Context, db dbtx.PoolDB, what, sql string, p retent
 }
 
 // WaiterLag is PruneWaiters' lag.
-func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, error) {
+func WaiterLag(ctx context.Context, q DBTX, p Ages) (time.Duration, error) {
 	return lag(ctx, q, "waiter", waiterLagSQL, AgeArg(p.Completed))
 }
 
@@ -86,56 +93,11 @@ func WaiterLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, 
 // of its own under dbtx.PinIndexScansSQL: unpinned, the planner deletes the
 // batch by hashing the whole table and, without statistics, sorts every old
 // signal not taken for the LIMIT.
-func PruneEarlySignals(ctx context.Context, db dbtx.PoolDB, p retention.Policy, limit int) (int64, error) {
+func PruneEarlySignals(ctx context.Context, db dbtx.PoolDB, p Ages, limit int) (int64, error) {
 	return prunePinned(ctx, db, "early signals", pruneEarlySignalsSQL, p, limit)
 }
 
 // EarlySignalLag is PruneEarlySignals' lag.
-func EarlySignalLag(ctx context.Context, q DBTX, p retention.Policy) (time.Duration, error) {
+func EarlySignalLag(ctx context.Context, q DBTX, p Ages) (time.Duration, error) {
 	return lag(ctx, q, "early signal", earlySignalLagSQL, AgeArg(p.Completed))
-}
-
-// Pruner is the retention of the run store for an engine whose runs keep no
-// other rows (Temporal: the projection follows the Policy's ages; the
-// namespace's own retention stays Temporal's): its runs, orphaned waiters
-// and the early signals SignalTargets kept, taken or expired.
-func Pruner(db dbtx.PoolDB, engine Engine) retention.Pruner {
-	return runPruner{q: db, engine: engine}
-}
-
-type runPruner struct {
-	q      dbtx.PoolDB
-	engine Engine
-}
-
-func (r runPruner) Prune(ctx context.Context, p retention.Policy, limit int) (retention.Deleted, error) {
-	runs, err := PruneRuns(ctx, r.q, r.engine, p, limit)
-	if err != nil {
-		return nil, err
-	}
-	waiters, err := PruneWaiters(ctx, r.q, p, limit)
-	if err != nil {
-		return nil, err
-	}
-	signals, err := PruneEarlySignals(ctx, r.q, p, limit)
-	if err != nil {
-		return nil, err
-	}
-	return retention.Deleted{TableRun: runs, TableWaiter: waiters, TableEarlySignal: signals}, nil
-}
-
-func (r runPruner) Lag(ctx context.Context, p retention.Policy) (map[string]time.Duration, error) {
-	runs, err := RunLag(ctx, r.q, r.engine, p)
-	if err != nil {
-		return nil, err
-	}
-	waiters, err := WaiterLag(ctx, r.q, p)
-	if err != nil {
-		return nil, err
-	}
-	signals, err := EarlySignalLag(ctx, r.q, p)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]time.Duration{TableRun: runs, TableWaiter: waiters, TableEarlySignal: signals}, nil
 }

@@ -1,4 +1,4 @@
-package runstore_test
+package runretention_test
 
 import (
 	"context"
@@ -9,11 +9,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/runretention"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/retention"
 )
+
+// newRun is a run that waits on an early signal.
+func newRun(key string) runstore.NewRun {
+	return runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "k", Version: 1, Key: key, Input: json.RawMessage(`{}`)}
+}
 
 // The run store's pruner deletes the early signals that are done, row by
 // row: those a wait took longer ago than the age, and those no wait took
@@ -67,7 +73,7 @@ WHERE topic IN ('t:taken-old', 't:expired', 't:locked')`)
 	require.Equal(t, []string{"t:expired", "t:expired", "t:fresh", "t:locked", "t:taken-old", "t:taken-young"}, topics())
 
 	policy := retention.Policy{Completed: time.Hour, BatchSize: 1}.WithDefaults()
-	pruner := runstore.Pruner(pool, runstore.EngineTemporal)
+	pruner := runretention.Pruner(pool, runstore.EngineTemporal)
 	lag, err := pruner.Lag(ctx, policy)
 	require.NoError(t, err)
 	require.InDelta(t, time.Hour.Seconds(), lag[runstore.TableEarlySignal].Seconds(), 60,
