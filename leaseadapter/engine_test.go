@@ -9,6 +9,7 @@ package leaseadapter_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/testkit/pgtest"
@@ -552,4 +554,57 @@ FROM taskport.run WHERE id = $1`, string(id)).Scan(
 	var policies int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT (max_attempts, backoff_initial, backoff_max)) FROM taskport.run`).Scan(&policies))
 	require.Equal(t, 2, policies, "the two kinds' retry policies differ, so the rows prove each kept its own")
+}
+
+// EnqueueMany's COPY goes in the unique index's order: batches racing on the
+// same keys, each in another order, never deadlock, and every key gets one
+// run that every batch reports (the first by COPY, the others through the
+// idempotent insert after their COPY met a taken key).
+func TestEnqueueManyRacingBatchesAgreeOnEachKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newDB(t)
+	eng := newEngine(t, pool, fastConfig())
+	const batches, keys = 8, 2000
+	results := make([][]port.EnqueueResult, batches)
+	var wg sync.WaitGroup
+	for b := range batches {
+		items := make([]port.EnqueueItem, keys)
+		for i := range items {
+			k := i
+			if b%2 == 1 {
+				k = keys - 1 - i // the reverse order
+			}
+			items[i] = port.EnqueueItem{Kind: kinds.Three, Input: kinds.TagIn{Tag: "t"}, Options: port.EnqueueOptions{IdempotencyKey: fmt.Sprintf("k%04d", k)}}
+		}
+		wg.Go(func() {
+			res, err := eng.EnqueueMany(ctx, items)
+			assert.NoError(t, err)
+			results[b] = res
+		})
+	}
+	wg.Wait()
+	byKey := map[string]port.RunID{}
+	created := 0
+	for b, res := range results {
+		require.Len(t, res, keys)
+		for i, r := range res {
+			k := i
+			if b%2 == 1 {
+				k = keys - 1 - i
+			}
+			key := fmt.Sprintf("k%04d", k)
+			if id, ok := byKey[key]; ok {
+				require.Equal(t, id, r.ID, "key %s", key)
+			}
+			byKey[key] = r.ID
+			if r.Created {
+				created++
+			}
+		}
+	}
+	require.Equal(t, keys, created, "each key created once")
+	var runs int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run`).Scan(&runs))
+	require.Equal(t, keys, runs)
 }
