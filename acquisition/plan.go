@@ -65,11 +65,13 @@ func RequestCancel(ctx context.Context, q DBTX, id uuid.UUID, by, reason string)
 }
 
 // HandOff is the tail of a main-chain step's commit, or of compensation: it
-// locks the plan, applies t, and writes the outbox row of the kind that runs
-// next (Next(t.To())), in the caller's transaction. A plan with a cancel
-// request is not moved along the main chain: HandOff then reports canceled
-// and writes nothing (the row lock orders this against RequestCancel).
-func HandOff(ctx context.Context, tx DBTX, id uuid.UUID, t Transition) (canceled bool, err error) {
+// locks the plan, applies t, and enqueues the kind that runs next
+// (Next(t.To())), in the caller's transaction: through e's EnqueueTx (the
+// run is recorded in tx, outbox.Send), or as an outbox row when e is nil. A
+// plan with a cancel request is not moved along the main chain: HandOff then
+// reports canceled and writes nothing (the row lock orders this against
+// RequestCancel).
+func HandOff(ctx context.Context, tx pgx.Tx, e outbox.Enqueuer, id uuid.UUID, t Transition) (canceled bool, err error) {
 	cancelRequested, err := queryOneSQL(ctx, tx, pgx.RowTo[bool], lockSQL, id)
 	if err != nil {
 		return false, fmt.Errorf("lock plan %s: %w", id, err)
@@ -81,7 +83,7 @@ func HandOff(ctx context.Context, tx DBTX, id uuid.UUID, t Transition) (canceled
 		return false, err
 	}
 	if ev, ok := nextRun(id.String(), t.to); ok {
-		if _, err := outbox.Write(ctx, tx, ev); err != nil {
+		if err := outbox.Send(ctx, tx, e, ev); err != nil {
 			return false, err
 		}
 	}
@@ -124,8 +126,9 @@ func Decide(ctx context.Context, tx DBTX, t Transition, a Approval) error {
 	return nil
 }
 
-// Enqueue is the outbox row that runs kind for a plan under key, recording
-// the kind's current version as the lowest that understands input.
+// Enqueue is the enqueue of kind for a plan under key (an outbox row, or
+// an EnqueueTx through outbox.Send), recording the kind's current version
+// as the lowest that understands input.
 func Enqueue(kind port.Kind, key, planID string, input any) outbox.Event {
 	return outbox.Event{Kind: kind, IdempotencyKey: key, BusinessKey: planID, Payload: input, MinVersion: workflows.Version(kind)}
 }

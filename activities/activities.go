@@ -1,8 +1,10 @@
 // Package activities holds the step bodies of the task kinds: every side
 // effect (downloader calls, file copies, webhooks) goes through the
-// operation ledger (ADR 2.3), and every hand-over to the next kind is an
-// outbox row written in the same transaction as the business state change,
-// by acquisition.HandOff, which also moves the plan through its lifecycle.
+// operation ledger (ADR 2.3), and every hand-over to the next kind is
+// enqueued in the same transaction as the business state change, by
+// acquisition.HandOff, which also moves the plan through its lifecycle:
+// through the engine's EnqueueTx (Config.Engine), or as an outbox row when
+// the process has no such engine.
 //
 // A plan acts only on what is its own: torrents that carry its managed tag
 // (never another torrent with the same hash), and a library file that its
@@ -32,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/acquisition"
+	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/qbittorrent"
 	"github.com/taskport/taskport/workflows"
@@ -104,6 +107,13 @@ type Config struct {
 	HeartbeatEvery time.Duration
 	// Logger. Default: discard.
 	Logger *slog.Logger
+	// Engine is the engine the steps hand a plan over through, read at
+	// each hand-over (it is built from the registry these steps are bound
+	// in, so it exists only after them): the next kind's run is enqueued
+	// in the step's own commit, by the engine's EnqueueTx (outbox.Send).
+	// Nil, or returning nil: every hand-over is an outbox row, which the
+	// dispatcher enqueues after the commit.
+	Engine func() outbox.Enqueuer
 }
 
 // Activities carries the dependencies of the step bodies.
@@ -140,6 +150,14 @@ func New(pool *pgxpool.Pool, dl Downloader, files Files, cfg Config) (*Activitie
 		return nil, &port.FieldError{Field: "chunk_size", Reason: "must not be negative"}
 	}
 	return &Activities{pool: pool, dl: dl, files: files, cfg: cfg}, nil
+}
+
+// enqueuer is the engine the hand-overs go through, or nil for the outbox.
+func (a *Activities) enqueuer() outbox.Enqueuer {
+	if a.cfg.Engine == nil {
+		return nil
+	}
+	return a.cfg.Engine()
 }
 
 // errPlanCanceled stops a step that saw the business cancel flag; the step

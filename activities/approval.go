@@ -32,12 +32,12 @@ func (a *Activities) CheckApproval(ctx context.Context, ref workflows.PlanRef) (
 
 // HandOffApproved is the hand-off of a retired approval.await run (started
 // by a release before this one). A plan that an older release's API
-// approved is still approved, waiting for it: it writes the outbox row of
-// download.submit, keyed as the approval's own, so that writing it twice
-// enqueues once. A plan anywhere else was handed on already (this
-// release's approval does it in its own transaction), or was canceled:
-// nothing is written. It is a plain idempotent DB write, so it needs no
-// ledger row.
+// approved is still approved, waiting for it: it enqueues download.submit
+// in its transaction (acquisition.HandOff), keyed as the approval's own, so
+// that handing it on twice enqueues once. A plan anywhere else was handed
+// on already (this release's approval does it in its own transaction), or
+// was canceled: nothing is written. It is a plain idempotent DB write, so it
+// needs no ledger row.
 func (a *Activities) HandOffApproved(ctx context.Context, ref workflows.PlanRef) (workflows.Outcome, error) {
 	id, err := parsePlanID(ref.PlanID)
 	if err != nil {
@@ -53,7 +53,7 @@ func (a *Activities) HandOffApproved(ctx context.Context, ref workflows.PlanRef)
 			out.Canceled = p.CancelRequested()
 			return nil
 		}
-		out.Canceled, err = acquisition.HandOff(ctx, tx, id, acquisition.Approve)
+		out.Canceled, err = acquisition.HandOff(ctx, tx, a.enqueuer(), id, acquisition.Approve)
 		return err
 	})
 	if err != nil {

@@ -97,7 +97,7 @@ func (a *Activities) ImportAsset(ctx context.Context, ref workflows.PlanRef) (wo
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.ImportOutcome) error {
 			// Canceled since the last check: roll back, so the ledger never
 			// records a file that the step is about to remove.
-			canceled, err := acquisition.HandOff(ctx, tx, p.ID, acquisition.Import)
+			canceled, err := acquisition.HandOff(ctx, tx, a.enqueuer(), p.ID, acquisition.Import)
 			if canceled {
 				return errPlanCanceled
 			}
@@ -266,7 +266,7 @@ func (a *Activities) VerifyAsset(ctx context.Context, ref workflows.PlanRef) (wo
 			return workflows.Outcome{}, nil
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
-			_, err := acquisition.HandOff(ctx, tx, p.ID, acquisition.Verify)
+			_, err := acquisition.HandOff(ctx, tx, a.enqueuer(), p.ID, acquisition.Verify)
 			return err
 		},
 	})

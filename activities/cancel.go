@@ -50,13 +50,13 @@ func (a *Activities) Compensate(ctx context.Context, in workflows.CancelInput) (
 			return workflows.Outcome{}, a.discard(ctx, p)
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, _ workflows.Outcome) error {
-			return endPlan(ctx, tx, p, end)
+			return a.endPlan(ctx, tx, p, end)
 		},
 	})
 	if err != nil || ran {
 		return out, err
 	}
-	err = dbtx.InTx(ctx, a.pool, func(tx pgx.Tx) error { return endPlan(ctx, tx, p, end) })
+	err = dbtx.InTx(ctx, a.pool, func(tx pgx.Tx) error { return a.endPlan(ctx, tx, p, end) })
 	if err != nil {
 		return workflows.Outcome{}, fmt.Errorf("end compensated plan %s: %w", p.ID, err)
 	}
@@ -67,7 +67,7 @@ func (a *Activities) Compensate(ctx context.Context, in workflows.CancelInput) (
 // download removed and writes the notification of its end. A plan that
 // already ended (another compensation of it got there first) is left as it
 // is.
-func endPlan(ctx context.Context, tx pgx.Tx, p acquisition.Plan, end acquisition.Transition) error {
+func (a *Activities) endPlan(ctx context.Context, tx pgx.Tx, p acquisition.Plan, end acquisition.Transition) error {
 	cur, err := acquisition.LockPlan(ctx, tx, p.ID)
 	if err != nil || cur.Status.Final() {
 		return err
@@ -75,6 +75,6 @@ func endPlan(ctx context.Context, tx pgx.Tx, p acquisition.Plan, end acquisition
 	if err := acquisition.SetDownloadState(ctx, tx, p.ID, acquisition.DownloadRemoved); err != nil {
 		return err
 	}
-	_, err = acquisition.HandOff(ctx, tx, p.ID, end)
+	_, err = acquisition.HandOff(ctx, tx, a.enqueuer(), p.ID, end)
 	return err
 }

@@ -83,8 +83,7 @@ func (a *Activities) ResolveDecision(ctx context.Context, ref workflows.Decision
 					return err
 				}
 			}
-			_, err = outbox.Write(ctx, tx, acquisition.Enqueue(d.Kind, "decision:"+d.ID.String()+":retry", p.ID.String(), d.Input))
-			return err
+			return outbox.Send(ctx, tx, a.enqueuer(), acquisition.Enqueue(d.Kind, "decision:"+d.ID.String()+":retry", p.ID.String(), d.Input))
 		case acquisition.DecisionAbandon:
 			if effect, _ := acquisition.AbandonEffect(d.Kind, p); effect != acquisition.Compensate {
 				return nil
@@ -95,7 +94,7 @@ func (a *Activities) ResolveDecision(ctx context.Context, ref workflows.Decision
 			}
 			// Keyed by the decision, not the plan: abandoning a failed
 			// compensation must start a new one.
-			if _, err := outbox.Write(ctx, tx, acquisition.Compensation(p.ID.String(), "decision:"+d.ID.String()+":abandon", workflows.OutcomeAbandoned)); err != nil {
+			if err := outbox.Send(ctx, tx, a.enqueuer(), acquisition.Compensation(p.ID.String(), "decision:"+d.ID.String()+":abandon", workflows.OutcomeAbandoned)); err != nil {
 				return err
 			}
 			cancelRuns, err := acquisition.CancelRuns(p.ID.String(), reason)

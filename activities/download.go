@@ -67,7 +67,7 @@ func (a *Activities) SubmitDownload(ctx context.Context, ref workflows.PlanRef) 
 			if err != nil {
 				return err
 			}
-			_, err = acquisition.HandOff(ctx, tx, p.ID, acquisition.Submit)
+			_, err = acquisition.HandOff(ctx, tx, a.enqueuer(), p.ID, acquisition.Submit)
 			return err
 		},
 	})
@@ -199,7 +199,7 @@ func (a *Activities) CheckDownload(ctx context.Context, ref workflows.PlanRef) (
 		if _, err := acquisition.CompleteDownload(ctx, tx, p.ID, contentPath); err != nil {
 			return err
 		}
-		canceled, err = acquisition.HandOff(ctx, tx, p.ID, acquisition.FinishDownload)
+		canceled, err = acquisition.HandOff(ctx, tx, a.enqueuer(), p.ID, acquisition.FinishDownload)
 		return err
 	})
 	if err != nil {
@@ -230,7 +230,7 @@ func (a *Activities) CleanupDownload(ctx context.Context, ref workflows.PlanRef)
 			if err := acquisition.SetDownloadState(ctx, tx, p.ID, acquisition.DownloadRemoved); err != nil {
 				return err
 			}
-			_, err := acquisition.HandOff(ctx, tx, p.ID, acquisition.Complete)
+			_, err := acquisition.HandOff(ctx, tx, a.enqueuer(), p.ID, acquisition.Complete)
 			return err
 		},
 	})

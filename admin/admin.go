@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -300,13 +301,19 @@ func (s *Server) overviewJSON(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(o)
 }
 
-// planView is the plan page: the timeline and the result of the action that
-// redirected here, if any.
+// planView is the plan page: the timeline, the plan's runs (a step enqueues
+// the next kind in its own commit, which leaves no hand-off row in the
+// timeline: the runs show it) and the result of the action that redirected
+// here, if any.
 type planView struct {
 	session
 	plans.Timeline
+	Runs []port.RunView
 	Done string
 }
+
+// planRuns bounds the runs the plan page lists; a plan has a handful.
+const planRuns = 100
 
 func (s *Server) planPage(w http.ResponseWriter, r *http.Request) {
 	tl, err := s.plans.Timeline(r.Context(), r.PathValue("id"))
@@ -314,7 +321,13 @@ func (s *Server) planPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	s.render(w, "plan.html", planView{session: s.session(w, r), Timeline: tl, Done: r.URL.Query().Get("done")})
+	runs, err := s.runs.ListRuns(r.Context(), port.RunFilter{BusinessKey: tl.Plan.ID.String(), Limit: planRuns})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	slices.Reverse(runs) // oldest first, as the timeline
+	s.render(w, "plan.html", planView{session: s.session(w, r), Timeline: tl, Runs: runs, Done: r.URL.Query().Get("done")})
 }
 
 // decisionView is the decision page: the decision with the step's error

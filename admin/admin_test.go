@@ -187,6 +187,7 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 	require.Len(t, runs, 1)
 	_, body = ann.get("/admin/plans/" + p.ID.String())
 	require.Contains(t, body, `<a href="https://temporal-ui.example/runs/`+string(runs[0].ID)+`">`)
+	require.Contains(t, body, "<td>download.submit@v1</td>", "and the plan's runs are listed")
 
 	status, body = ann.post("/admin/plans/"+p.ID.String()+"/cancel", url.Values{"reason": {"not needed"}})
 	require.Equal(t, http.StatusSeeOther, status)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/activities"
+	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
 )
@@ -19,12 +20,25 @@ type Deps struct {
 	Downloader activities.Downloader // *qbittorrent.Client
 	Files      activities.Files      // nil: activities.LocalFiles{} (fileimport); tests inject faults here
 	Config     activities.Config     // download dir, webhook URL, chunk size, logger
+	// Engine returns the process's engine, read at each hand-over between
+	// kinds (the engine is built from the registry Register fills, so it
+	// exists only after it): one that enqueues in a transaction
+	// (porttx.Enqueuer: both engines and the router) records the next run
+	// in the step's own commit; nil, or any other engine, leaves the
+	// hand-overs to the outbox. It overrides Config.Engine.
+	Engine func() port.TaskEngine
 }
 
 // Register adds the nine kinds and binds every activity they call.
 func Register(reg *port.Registry, deps Deps) error {
 	if deps.Files == nil {
 		deps.Files = activities.LocalFiles{}
+	}
+	if engine := deps.Engine; engine != nil {
+		deps.Config.Engine = func() outbox.Enqueuer {
+			e, _ := engine().(outbox.Enqueuer)
+			return e
+		}
 	}
 	acts, err := activities.New(deps.Pool, deps.Downloader, deps.Files, deps.Config)
 	if err != nil {

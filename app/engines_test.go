@@ -23,6 +23,7 @@ import (
 	"github.com/taskport/taskport/outbox"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
+	"github.com/taskport/taskport/workflows"
 )
 
 // temporalServer is one dev server for the package's engine tests; each
@@ -80,9 +81,10 @@ func engineWorld(t *testing.T, build engineBuilder, opts apptest.Options) *appte
 	return w
 }
 
-// The full acquisition on each engine: the kinds hand over through the
-// outbox and the dispatcher, the engine runs them, and the test waits on the
-// business ledger only.
+// The full acquisition on each engine: the approval hands over through the
+// outbox and the dispatcher, each step to the next kind in its own commit
+// (EnqueueTx), the engine runs them, and the test waits on the business
+// ledger only.
 func TestFullAcquisitionOnEngines(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
@@ -129,18 +131,20 @@ func fullAcquisition(t *testing.T, w *apptest.World) {
 	require.Equal(t, map[ledger.Op]bool{
 		ledger.OpSubmit: true, ledger.OpImport: true, ledger.OpVerify: true, ledger.OpCleanup: true,
 	}, w.Operations(t, id))
-	// The last hand-over's row is marked dispatched after Enqueue returns,
-	// which can be after its run already finished.
+	// The approval's hand-off is the plan's one outbox row (the API has no
+	// engine); every later hand-over was enqueued by the step's own commit
+	// (EnqueueTx): one run of each kind, and no outbox row for them. The
+	// row is marked dispatched after Enqueue returns, which can be after
+	// its run already finished.
 	require.Eventually(t, func() bool {
-		rows := w.Outbox(t, id)
-		dispatched := 0
-		for _, r := range rows {
-			if strings.Contains(r, " dispatched ") {
-				dispatched++
-			}
-		}
-		return len(rows) == 6 && dispatched == 6
+		return slices.Equal(w.Outbox(t, id), []string{"download.submit dispatched plan:" + id + ":download.submit"})
 	}, 30*time.Second, 20*time.Millisecond, "outbox rows: %v", w.Outbox(t, id))
+	kinds := map[port.Kind]int{}
+	for _, r := range runs {
+		kinds[r.Kind]++
+	}
+	require.Equal(t, map[port.Kind]int{workflows.KindDownloadSubmit: 1, workflows.KindDownloadAwait: 1, workflows.KindAssetImport: 1,
+		workflows.KindAssetVerify: 1, workflows.KindDownloadCleanup: 1, workflows.KindNotifyWebhook: 1}, kinds)
 	require.Equal(t, 1, w.QBT.AddRequests())
 }
 

@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/internal/syncbuf"
 	"github.com/taskport/taskport/internal/tracing"
@@ -30,18 +29,23 @@ import (
 )
 
 // tracedEngines build each engine with a tracer provider, and name the
-// span in which an engine runs one attempt of an activity.
+// span in which an engine runs one attempt of an activity. txTrace says
+// whether a run enqueued in a transaction (EnqueueTx) continues the trace
+// of the enqueuing context: the lease engine stores it with the run; the
+// Temporal engine's starter starts the workflow after the commit, without
+// it, so the trace ends at such a hand-over.
 var tracedEngines = []struct {
 	name     string
 	new      func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine
 	stepSpan func(activity string) string
+	txTrace  bool
 }{
 	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine {
 		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{PollInterval: 200 * time.Millisecond,
 			Logger: log, TracerProvider: tp})
 		require.NoError(t, err)
 		return e
-	}, func(activity string) string { return leaseadapter.SpanStepPrefix + activity }},
+	}, func(activity string) string { return leaseadapter.SpanStepPrefix + activity }, true},
 	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine {
 		c, err := temporaladapter.Dial(context.Background(), temporaladapter.ClientConfig{
 			HostPort: temporalServer.HostPort, Namespace: temporalServer.Namespace,
@@ -52,17 +56,20 @@ var tracedEngines = []struct {
 			TaskQueue: "trace-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: log})
 		require.NoError(t, err)
 		return e
-	}, func(activity string) string { return "RunActivity:" + activity }},
+	}, func(activity string) string { return "RunActivity:" + activity }, false},
 }
 
-// One trace from the plans API call that approves a plan down to the
-// import of its file, on each engine: the approval's transaction writes the
-// outbox row of download.submit in its span; the dispatcher enqueues it in a
-// span of that trace; and every hand-over after (outbox row, dispatch, run,
-// step) continues it, down to the asset.import step. The test dispatches the outbox itself, so that the download is
-// complete before download.await first checks it: a download.await woken by
-// ReportDownloadComplete would continue that call's trace instead, as it
-// should.
+// A trace from the plans API call that approves a plan to the first check
+// of its download, and one from the call that reports the download complete
+// to the import of its file, on each engine. The API's transaction writes
+// an outbox row in its span (the enqueue of download.submit; the wake-up of
+// download.await); the dispatcher carries it out in a span of that trace;
+// the run (or the woken run) continues it; and each hand-over after, which
+// a step enqueues in its own commit (EnqueueTx), continues it into the next
+// kind's steps on the lease engine. On Temporal the trace ends at such a
+// hand-over (txTrace): the workflow its starter starts after the commit
+// carries no trace context; the test pins that the next kind's step is not
+// in the trace.
 func TestOneTraceFromApproveToImport(t *testing.T) {
 	for _, e := range tracedEngines {
 		t.Run(e.name, func(t *testing.T) {
@@ -77,45 +84,62 @@ func TestOneTraceFromApproveToImport(t *testing.T) {
 			}})
 			require.NoError(t, eng.Start(context.Background(), port.StartOptions{}))
 			t.Cleanup(func() { require.NoError(t, eng.Stop(context.Background())) })
-			_, root := approveToImport(t, w, tp.Tracer("test"))
+			plan, approved, reported := approveToImport(t, w, tp.Tracer("test"))
 
-			want := []string{
-				outbox.SpanDispatch + " " + string(workflows.KindDownloadSubmit),
-				e.stepSpan(workflows.SubmitDownload.Name()),
-				outbox.SpanDispatch + " " + string(workflows.KindDownloadAwait),
-				e.stepSpan(workflows.CheckDownload.Name()),
-				outbox.SpanDispatch + " " + string(workflows.KindAssetImport),
-				e.stepSpan(workflows.ImportAsset.Name()),
-			}
-			var chain []tracetest.SpanStub
-			// The import's span ends after its ledger commit, which the
-			// test waited for.
-			require.Eventually(t, func() bool {
-				chain = parentChain(spans.GetSpans(), e.stepSpan(workflows.ImportAsset.Name()), root)
-				return chain != nil
-			}, 30*time.Second, 20*time.Millisecond, "no span chain from the import step up to the approval: %s",
-				spanNames(spans.GetSpans()))
-			var got []string
-			for _, s := range chain {
-				require.Equal(t, root.TraceID(), s.SpanContext.TraceID(), s.Name)
-				switch {
-				case s.Name == outbox.SpanDispatch:
-					got = append(got, s.Name+" "+dispatchTarget(s))
-				case slices.Contains(want, s.Name):
-					got = append(got, s.Name)
+			step := e.stepSpan
+			for _, c := range []struct {
+				name     string
+				root     trace.SpanContext
+				chain    []string // dispatches and steps, in order, up to the next kind's step
+				nextStep string   // the step of the kind the chain's last step hands over to
+			}{
+				{"approve", approved, []string{outbox.SpanDispatch + " " + string(workflows.KindDownloadSubmit),
+					step(workflows.SubmitDownload.Name())}, step(workflows.CheckDownload.Name())},
+				{"report", reported, []string{outbox.SpanDispatch + " signal " + string(workflows.DownloadTopic(plan)),
+					step(workflows.CheckDownload.Name())}, step(workflows.ImportAsset.Name())},
+			} {
+				want := c.chain
+				if e.txTrace {
+					want = append(slices.Clone(c.chain), c.nextStep)
 				}
+				leaf := want[len(want)-1]
+				var chain []tracetest.SpanStub
+				// A step's span ends after its commit, which the test waited
+				// for.
+				require.Eventually(t, func() bool {
+					chain = parentChain(spans.GetSpans(), leaf, c.root)
+					return chain != nil
+				}, 30*time.Second, 20*time.Millisecond, "%s: no span chain from %s up to the API call: %s",
+					c.name, leaf, spanNames(spans.GetSpans()))
+				var got []string
+				for _, s := range chain {
+					require.Equal(t, c.root.TraceID(), s.SpanContext.TraceID(), s.Name)
+					switch {
+					case s.Name == outbox.SpanDispatch:
+						got = append(got, s.Name+" "+dispatchTarget(s))
+					case slices.Contains(want, s.Name):
+						got = append(got, s.Name)
+					}
+				}
+				require.Equal(t, want, got, "%s: dispatch and step spans from the API call on, in order", c.name)
+				if !e.txTrace {
+					for _, s := range spans.GetSpans() {
+						require.False(t, s.Name == c.nextStep && s.SpanContext.TraceID() == c.root.TraceID(),
+							"%s: %s joined the trace across an EnqueueTx hand-over: txTrace is out of date", c.name, c.nextStep)
+					}
+				}
+				t.Logf("%s trace %s: %d spans; dispatches and steps: %s", c.name, c.root.TraceID(), len(chain), strings.Join(got, " -> "))
 			}
-			require.Equal(t, want, got, "dispatch and step spans from the approval down to the import, in order")
-			t.Logf("trace %s: %d spans from the approval down to the import; dispatches and steps: %s",
-				root.TraceID(), len(chain), strings.Join(got, " -> "))
 		})
 	}
 }
 
 // approveToImport runs a plan from its approval, in a span standing for the
-// caller of the plans API, to its import committed in the ledger,
-// dispatching the outbox by hand.
-func approveToImport(t *testing.T, w *apptest.World, tracer trace.Tracer) (plan string, approve trace.SpanContext) {
+// caller of the plans API, to its import committed in the ledger: the
+// approval's outbox row is dispatched by hand; the download completes while
+// download.await waits, and is reported in a second span, whose wake-up is
+// dispatched by hand too.
+func approveToImport(t *testing.T, w *apptest.World, tracer trace.Tracer) (plan string, approve, report trace.SpanContext) {
 	ctx := context.Background()
 	a := apptest.NewAsset("traced.mkv", 200_000)
 	p := w.CreatePlan(t, a)
@@ -125,26 +149,26 @@ func approveToImport(t *testing.T, w *apptest.World, tracer trace.Tracer) (plan 
 		_, err := w.Dispatcher.DispatchOnce(ctx)
 		require.NoError(t, err)
 	}
-	outboxHas := func(kind port.Kind) func() bool {
-		return func() bool {
-			return slices.ContainsFunc(w.Outbox(t, id), func(r string) bool { return strings.HasPrefix(r, string(kind)+" ") })
-		}
-	}
 	actx, span := tracer.Start(ctx, "plan approve")
 	apptest.Acked(t)(w.Plans.Approve(actx, id, "ann", ""))
 	span.End()
-
-	require.True(t, outboxHas(workflows.KindDownloadSubmit)(), "the approval's transaction hands the plan on")
-	dispatch()
-	require.Eventually(t, outboxHas(workflows.KindDownloadAwait), 30*time.Second, 20*time.Millisecond)
+	dispatch() // download.submit
+	// The report's wake-up must find download.await waiting, so that it is
+	// what wakes the run.
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, w.Pool.QueryRow(ctx, `SELECT count(*) FROM taskport.waiter WHERE topic = $1`,
+			string(workflows.DownloadTopic(id))).Scan(&n))
+		return n == 1
+	}, 30*time.Second, 20*time.Millisecond)
 	w.FinishDownload(t, p, a)
-	dispatch()
-	require.Eventually(t, outboxHas(workflows.KindAssetImport), 30*time.Second, 20*time.Millisecond)
-	dispatch()
+	rctx, rspan := tracer.Start(ctx, "plan complete")
+	apptest.Acked(t)(w.Plans.ReportDownloadComplete(rctx, id, ""))
+	rspan.End()
+	dispatch() // the wake-up
 	require.Eventually(t, func() bool { return w.Operations(t, id)[ledger.OpImport] }, 60*time.Second, 20*time.Millisecond)
 	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))
-	require.NotEqual(t, acquisition.Canceled, w.Plan(t, id).Status)
-	return id, span.SpanContext()
+	return id, span.SpanContext(), rspan.SpanContext()
 }
 
 // parentChain returns the spans from root down to the span named leaf,

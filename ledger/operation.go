@@ -182,7 +182,7 @@ type Fenced[R any] struct {
 	// Do performs the side effect. An error commits nothing.
 	Do func(ctx context.Context, o Operation) (R, error)
 	// Apply writes the business state change that goes with r (plan status,
-	// download_task, the next kind's outbox row) in the commit transaction,
+	// download_task, the next kind's run or outbox row) in the commit transaction,
 	// after the fence check. Nil writes nothing besides the result.
 	Apply func(ctx context.Context, tx pgx.Tx, r R) error
 }

@@ -7,8 +7,15 @@
 //
 // Three actions ride the outbox, so that nothing a business transaction
 // decides is lost when its process dies right after the commit: enqueue a
-// run of a kind, signal a topic (the wake-up after an approval or a
-// completed download), and cancel the open runs of a plan.
+// run of a kind, signal a topic (the wake-up after a completed download),
+// and cancel the open runs of a plan.
+//
+// Where an engine is at hand, an enqueue needs no row: Send hands it to the
+// engine's EnqueueTx in the same transaction (porttx.Enqueuer, on both
+// engines and the router), and writes a row only for the other actions, for
+// a kind the engine does not know, and without an engine (the plans API).
+// The dispatcher still carries out every row, including those that a
+// release before Send wrote for every hand-over.
 package outbox
 
 import (

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/acquisition"
@@ -128,6 +129,35 @@ func TestApprovalAwait(t *testing.T) {
 	executed := len(r.Executed)
 	require.NoError(t, r.Execute(ctx))
 	require.Len(t, r.Executed, executed)
+}
+
+// approval.await is retired: only runs an older release started remain. One
+// for a plan that an older release's API approved (the approval row and the
+// status, with no hand-off: that API left it to this run) hands the plan on
+// to download.submit; one for a plan this release's API approved and handed
+// on, already downloading, writes nothing and moves nothing.
+func TestRetiredApprovalAwaitHandsOnOnlyWhatAnOlderAPIApproved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	_, err := acquisition.InsertApproval(ctx, f.Pool, acquisition.Approval{ID: uuid.New(), PlanID: f.plan.ID,
+		Decision: acquisition.Approved, DecidedBy: "older release"})
+	require.NoError(t, err)
+	require.NoError(t, acquisition.Move(ctx, f.Pool, f.plan.ID, acquisition.Approve))
+	require.Empty(t, f.Outbox(t, f.id))
+	r := f.run(t, workflows.KindApprovalAwait, workflows.WaitInput{PlanID: f.id})
+	require.NoError(t, r.Execute(ctx))
+	require.Equal(t, []string{"check-approval-0", "hand-off"}, r.Steps)
+	require.Equal(t, []string{"download.submit pending plan:" + f.id + ":download.submit"}, f.Outbox(t, f.id))
+
+	g := newFixture(t)
+	g.submitted(t)
+	before := g.Outbox(t, g.id)
+	r = g.run(t, workflows.KindApprovalAwait, workflows.WaitInput{PlanID: g.id})
+	require.NoError(t, r.Execute(ctx))
+	require.Equal(t, []string{"check-approval-0", "hand-off"}, r.Steps)
+	require.Equal(t, before, g.Outbox(t, g.id), "nothing written")
+	require.Equal(t, acquisition.Downloading, g.status(t))
 }
 
 // A long wait continues as new, carrying the loop index into the names.

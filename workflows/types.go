@@ -1,8 +1,9 @@
 // Package workflows holds the nine task kinds of the acquisition domain,
 // written once against port.Flow: no engine import, no I/O, no clocks, no
 // goroutines. Every side effect is an activity declared here and bound in
-// app/ to a body in activities/, and every hand-over to the next kind is an
-// outbox row written by the last step of a kind (ADR 2.1).
+// app/ to a body in activities/, and every hand-over to the next kind is
+// enqueued by the last step of a kind in its own business commit (ADR 2.1:
+// the engine's EnqueueTx, or an outbox row).
 package workflows
 
 import (

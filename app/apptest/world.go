@@ -116,6 +116,7 @@ func NewWorld(t testing.TB, opts Options) *World {
 		Pool: w.Pool, Downloader: w.Client, Files: opts.Files,
 		Config: activities.Config{DownloadDir: w.DownloadDir, LibraryRoot: w.LibraryDir, WebhookURL: cmp.Or(opts.WebhookURL, w.Webhooks.URL),
 			ChunkSize: opts.ChunkSize, HeartbeatEvery: opts.HeartbeatEvery, Logger: opts.Logger},
+		Engine: func() port.TaskEngine { return w.Engine },
 	})
 	require.NoError(t, err)
 	if opts.NewEngine != nil {

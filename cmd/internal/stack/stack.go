@@ -287,6 +287,9 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	err = app.Register(s.registry, app.Deps{
 		Pool: s.bizPool, Downloader: qbt, Files: activities.LocalFiles{},
 		Config: activities.Config{DownloadDir: c.DownloadDir, LibraryRoot: c.LibraryRoot, WebhookURL: c.WebhookURL, Logger: log},
+		// The steps hand over through the engine's EnqueueTx, in their
+		// own commits; set below, before any step runs.
+		Engine: func() port.TaskEngine { return s.engine },
 	})
 	if err != nil {
 		return nil, err
