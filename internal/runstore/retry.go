@@ -50,7 +50,10 @@ func RetryStored(ctx context.Context, q DBTX, eng port.TaskEngine, stored func(c
 		// with only older code must not start it.
 		MinVersion: run.Version,
 	})
-	if errors.Is(err, port.ErrUnknownKind) && stored != nil {
+	// Only a kind this process does not register at all: one registered at
+	// older versions only (ErrUnknownVersion, which also matches
+	// ErrUnknownKind) is a process that cannot run the input, and refuses.
+	if errors.Is(err, port.ErrUnknownKind) && !errors.Is(err, port.ErrUnknownVersion) && stored != nil {
 		next, err = stored(ctx, run, port.RetryKey(id))
 	}
 	if err != nil {
