@@ -20,6 +20,7 @@ func TestChecksReportBrokenInvariants(t *testing.T) {
 	w.createFresh()
 	require.Len(t, w.ps, 1)
 	p := w.ps[0]
+	w.approve() // the approval's hand-off to download.submit: an outbox row nobody dispatches here
 	_, err := w.pool.Exec(w.ctx, `UPDATE plan SET status = 'completed' WHERE id = $1`, p.id)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(w.lib, ".x.mkv.tp-import-1"), []byte("partial"), 0o644))
@@ -30,7 +31,7 @@ func TestChecksReportBrokenInvariants(t *testing.T) {
 		"library: the file of completed p1 is missing",
 		"library: unexpected file .x.mkv.tp-import-1",
 		"p1 is completed, but plan:" + p.id + ":plan.completed was never delivered",
-		"outbox row pending: enqueue approval.await",
+		"outbox row pending: enqueue download.submit",
 	} {
 		require.Contains(t, all, want)
 	}
