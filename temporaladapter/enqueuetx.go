@@ -66,6 +66,17 @@ type starter struct {
 // startBatch is how many wanted starts one transaction of the starter takes.
 const startBatch = 100
 
+// startRoundTimeout bounds the starts of one round, and so how long its
+// transaction holds the runs' rows: a Cancel, or an evacuation ending the
+// runs of a Temporal server that is gone, waits on those rows at most this
+// long, well under the pools' lock_timeout (10 s by default). Before it,
+// each start waited for its own RPC deadline (10 s) while the rows stayed
+// locked, and evacuate's statements failed on the lock timeout
+// (TestEngineSwitch, once the media steps enqueued with EnqueueTx). A start
+// cut short stays wanted for the next round; one the server received
+// meanwhile is found there (USE_EXISTING).
+const startRoundTimeout = 2 * time.Second
+
 func (e *Engine) startStarter(ctx context.Context) *starter {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &starter{e: e, cancel: cancel, wake: make(chan struct{}, 1)}
@@ -124,7 +135,9 @@ func (s *starter) round(ctx context.Context) (int, error) {
 		read = len(runs)
 		var mu sync.Mutex
 		var started []port.RunID
-		g, gctx := errgroup.WithContext(ctx)
+		rctx, cancel := context.WithTimeout(ctx, startRoundTimeout)
+		defer cancel()
+		g, gctx := errgroup.WithContext(rctx)
 		g.SetLimit(startParallelism)
 		for _, run := range runs {
 			g.Go(func() error {
