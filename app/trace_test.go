@@ -29,23 +29,18 @@ import (
 )
 
 // tracedEngines build each engine with a tracer provider, and name the
-// span in which an engine runs one attempt of an activity. txTrace says
-// whether a run enqueued in a transaction (EnqueueTx) continues the trace
-// of the enqueuing context: the lease engine stores it with the run; the
-// Temporal engine's starter starts the workflow after the commit, without
-// it, so the trace ends at such a hand-over.
+// span in which an engine runs one attempt of an activity.
 var tracedEngines = []struct {
 	name     string
 	new      func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine
 	stepSpan func(activity string) string
-	txTrace  bool
 }{
 	{"lease", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine {
 		e, err := leaseadapter.New(pool, reg, leaseadapter.Config{PollInterval: 200 * time.Millisecond,
 			Logger: log, TracerProvider: tp})
 		require.NoError(t, err)
 		return e
-	}, func(activity string) string { return leaseadapter.SpanStepPrefix + activity }, true},
+	}, func(activity string) string { return leaseadapter.SpanStepPrefix + activity }},
 	{"temporal", func(t *testing.T, reg *port.Registry, pool *pgxpool.Pool, tp trace.TracerProvider, log *slog.Logger) port.TaskEngine {
 		c, err := temporaladapter.Dial(context.Background(), temporaladapter.ClientConfig{
 			HostPort: temporalServer.HostPort, Namespace: temporalServer.Namespace,
@@ -56,7 +51,7 @@ var tracedEngines = []struct {
 			TaskQueue: "trace-" + rand.Text()[:12], WorkerStopTimeout: 5 * time.Second, Logger: log})
 		require.NoError(t, err)
 		return e
-	}, func(activity string) string { return "RunActivity:" + activity }, false},
+	}, func(activity string) string { return "RunActivity:" + activity }},
 }
 
 // A trace from the plans API call that approves a plan to the first check
@@ -66,10 +61,9 @@ var tracedEngines = []struct {
 // download.await); the dispatcher carries it out in a span of that trace;
 // the run (or the woken run) continues it; and each hand-over after, which
 // a step enqueues in its own commit (EnqueueTx), continues it into the next
-// kind's steps on the lease engine. On Temporal the trace ends at such a
-// hand-over (txTrace): the workflow its starter starts after the commit
-// carries no trace context; the test pins that the next kind's step is not
-// in the trace.
+// kind's steps: the run keeps the enqueue's trace context, which the lease
+// engine's claim and the Temporal engine's starter (after the commit)
+// continue.
 func TestOneTraceFromApproveToImport(t *testing.T) {
 	for _, e := range tracedEngines {
 		t.Run(e.name, func(t *testing.T) {
@@ -98,10 +92,7 @@ func TestOneTraceFromApproveToImport(t *testing.T) {
 				{"report", reported, []string{outbox.SpanDispatch + " signal " + string(workflows.DownloadTopic(plan)),
 					step(workflows.CheckDownload.Name())}, step(workflows.ImportAsset.Name())},
 			} {
-				want := c.chain
-				if e.txTrace {
-					want = append(slices.Clone(c.chain), c.nextStep)
-				}
+				want := append(slices.Clone(c.chain), c.nextStep)
 				leaf := want[len(want)-1]
 				var chain []tracetest.SpanStub
 				// A step's span ends after its commit, which the test waited
@@ -122,12 +113,6 @@ func TestOneTraceFromApproveToImport(t *testing.T) {
 					}
 				}
 				require.Equal(t, want, got, "%s: dispatch and step spans from the API call on, in order", c.name)
-				if !e.txTrace {
-					for _, s := range spans.GetSpans() {
-						require.False(t, s.Name == c.nextStep && s.SpanContext.TraceID() == c.root.TraceID(),
-							"%s: %s joined the trace across an EnqueueTx hand-over: txTrace is out of date", c.name, c.nextStep)
-					}
-				}
 				t.Logf("%s trace %s: %d spans; dispatches and steps: %s", c.name, c.root.TraceID(), len(chain), strings.Join(got, " -> "))
 			}
 		})

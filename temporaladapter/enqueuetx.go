@@ -14,6 +14,7 @@ import (
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/port/porttx"
 )
@@ -38,7 +39,7 @@ func (e *Engine) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 		return "", err
 	}
 	r := newRun(kind, prep, opts)
-	r.StartWanted = true
+	r.StartWanted, r.Trace = true, tracing.FromContext(ctx)
 	tx = e.pool.Schema().Tx(tx)
 	run, created, err := runstore.Insert(ctx, tx, r)
 	if err != nil {
@@ -144,7 +145,8 @@ func (s *starter) round(ctx context.Context) (int, error) {
 				if !run.Status.Terminal() {
 					// A run canceled before its start was started canceled by
 					// Cancel; this start finds that workflow and leaves it.
-					if err := s.e.start(gctx, run, runInput{}); err != nil {
+					// The workflow continues the enqueue's trace.
+					if err := s.e.start(run.Trace.Into(gctx), run.Run, runInput{}); err != nil {
 						mu.Lock()
 						failed = append(failed, err)
 						mu.Unlock()

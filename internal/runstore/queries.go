@@ -9,15 +9,15 @@ const runColumns = `id, engine, kind, version, idempotency_key, business_key, pr
 
 const insertRunSQL = `
 INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at,
-  start_wanted_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::timestamptz, now()), CASE WHEN $10::boolean THEN now() END)
+  start_wanted_at, traceparent, tracestate)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::timestamptz, now()), CASE WHEN $10::boolean THEN now() END, $11, $12)
 ON CONFLICT (kind, idempotency_key) DO NOTHING
 RETURNING ` + runColumns
 
 // startWantedSQL takes up to $1 runs whose workflow EnqueueTx left to
 // start (migration 00020), oldest first, locked so that two starters
 // share them out; startDoneSQL clears the mark of the ones started.
-const startWantedSQL = `SELECT ` + runColumns + ` FROM taskport.run
+const startWantedSQL = `SELECT ` + runColumns + `, traceparent, tracestate FROM taskport.run
 WHERE start_wanted_at IS NOT NULL ORDER BY start_wanted_at LIMIT $1 FOR UPDATE SKIP LOCKED`
 
 const startDoneSQL = `UPDATE taskport.run SET start_wanted_at = NULL WHERE id = ANY($1::uuid[])`

@@ -25,6 +25,7 @@ import (
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -69,6 +70,9 @@ type NewRun struct {
 	// StartWanted marks a run whose engine starts it once the inserting
 	// transaction commits (StartWanted, StartDone), not in the call.
 	StartWanted bool
+	// Trace is the enqueuing trace context, kept for a start after the
+	// commit to continue (StartWanted).
+	Trace tracing.Stored
 }
 
 // Run is a stored row: the authority's fields plus the projection.
@@ -100,7 +104,7 @@ func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err e
 		avail = r.AvailableAt
 	}
 	run, err = collectRun(q.Query(ctx, insertRunSQL, id, r.Engine, r.Kind, r.Version, r.Key, r.BusinessKey, r.Priority, r.Input, avail,
-		r.StartWanted))
+		r.StartWanted, r.Trace.Parent, r.Trace.State))
 	if err == nil {
 		return run, true, nil
 	}
@@ -122,12 +126,27 @@ func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err e
 // NewRun.StartWanted whose start is still wanted, oldest first; q is a
 // transaction, which holds them (SKIP LOCKED: another starter takes others)
 // until StartDone clears them in it.
-func StartWanted(ctx context.Context, q DBTX, limit int) ([]Run, error) {
-	runs, err := collectRuns(q.Query(ctx, startWantedSQL, limit))
-	if err != nil {
-		return nil, fmt.Errorf("read the runs to start: %w", err)
+func StartWanted(ctx context.Context, q DBTX, limit int) ([]WantedStart, error) {
+	rows, err := q.Query(ctx, startWantedSQL, limit)
+	if err == nil {
+		var out []WantedStart
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (WantedStart, error) {
+			var w WantedStart
+			var err error
+			w.Run, err = scanRunAnd(row, &w.Trace.Parent, &w.Trace.State)
+			return w, err
+		})
+		if err == nil {
+			return out, nil
+		}
 	}
-	return runs, nil
+	return nil, fmt.Errorf("read the runs to start: %w", InterpretError(err))
+}
+
+// WantedStart is a run to start, with the trace context of its enqueue.
+type WantedStart struct {
+	Run
+	Trace tracing.Stored
 }
 
 // StartDone clears the wanted start of the runs ids.
