@@ -199,10 +199,19 @@ func (r *Router) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 }
 
 // EnqueueTx is Enqueue in the caller's transaction (porttx.Enqueuer), on
-// the active engine; a key another engine's run holds returns that run, as
-// Enqueue does, read in tx.
+// the active engine as tx reads it, not as this process last read it: the
+// run a step hands over in its commit must not land on the engine an
+// operator switched away from a moment ago (and evacuated, its server gone),
+// where nobody would start it. The read holds the switch lock's shared side
+// until tx ends (runstore.ActiveEngineLocked). A key another engine's run
+// holds returns that run, as Enqueue does, read in tx.
 func (r *Router) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
-	_, e, _, err := r.activeEngine(ctx)
+	s, err := runstore.ActiveEngineLocked(ctx, r.pool.Schema().Tx(tx))
+	if err != nil {
+		return "", err
+	}
+	r.remember(s.Engine, !s.At.IsZero())
+	e, err := r.engine(s.Engine)
 	if err != nil {
 		return "", err
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -232,4 +233,59 @@ func ids(views []port.RunView) []port.RunID {
 		out[i] = v.ID
 	}
 	return out
+}
+
+// EnqueueTx reads the active engine in the caller's transaction, not from
+// the router's last read: a router that read temporal a moment ago still
+// enqueues on lease right after a switch (another process's), and a switch
+// waits for a transaction that enqueued on the engine before it, so that
+// its run exists when the switch does (an evacuation after the switch
+// finds it).
+func TestEnqueueTxFollowsASwitchAtOnce(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	// A second router over the same database, as another process, that will
+	// not read the active engine again for an hour on its own.
+	other, err := router.New(w.pool, map[string]router.Engine{"lease": w.r.Engines()["lease"], "temporal": w.r.Engines()["temporal"]},
+		router.Config{Refresh: time.Hour, Logger: quiet()})
+	require.NoError(t, err)
+	wait := func(key string) port.EnqueueItem {
+		return port.EnqueueItem{Kind: kinds.Wait, Input: kinds.WaitIn{Gate: key, Topic: port.Topic("t-" + key), Timeout: kinds.Duration(time.Hour)},
+			Options: port.EnqueueOptions{IdempotencyKey: key}}
+	}
+	enqueueTx := func(tx pgx.Tx, key string) port.RunID {
+		it := wait(key)
+		id, err := other.EnqueueTx(w.ctx, tx, it.Kind, it.Input, it.Options)
+		require.NoError(t, err)
+		return id
+	}
+	it := wait("before")
+	before, err := other.Enqueue(w.ctx, it.Kind, it.Input, it.Options) // other now holds temporal, the primary, for an hour
+	require.NoError(t, err)
+	require.Equal(t, "temporal", w.owner(before))
+
+	// A transaction enqueues on temporal and stays open: the switch waits.
+	tx, err := w.pool.Begin(w.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(w.ctx) //nolint:errcheck // committed below
+	inFlight := enqueueTx(tx, "in-flight")
+	switched := make(chan error, 1)
+	go func() {
+		_, err := w.r.SwitchTo(w.ctx, "lease", "router-test", "rehearsal")
+		switched <- err
+	}()
+	var waiting bool
+	require.Eventually(t, func() bool {
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting))
+		return waiting
+	}, 30*time.Second, 10*time.Millisecond, "the switch waits for the open enqueue")
+	require.NoError(t, tx.Commit(w.ctx))
+	require.NoError(t, <-switched)
+	require.Equal(t, "temporal", w.owner(inFlight), "enqueued before the switch, committed before it")
+
+	// other last read temporal (an hour ago as far as it knows): its next
+	// EnqueueTx reads the switch.
+	var after port.RunID
+	require.NoError(t, pgx.BeginFunc(w.ctx, w.pool, func(tx pgx.Tx) error { after = enqueueTx(tx, "after"); return nil }))
+	require.Equal(t, "lease", w.owner(after))
 }

@@ -36,7 +36,10 @@ const (
 	activeEngineSQL = `SELECT engine, switched_by, reason, switched_at FROM taskport.engine_switch ORDER BY id DESC LIMIT 1`
 	// switchLockSQL serializes switches, so that two at once cannot both
 	// read the same active engine and both record a switch away from it.
-	switchLockSQL     = `SELECT pg_advisory_xact_lock(hashtext('taskport.engine_switch'))`
+	switchLockSQL = `SELECT pg_advisory_xact_lock(hashtext('taskport.engine_switch'))`
+	// enqueueLockSQL is switchLockSQL's shared side, held by a transaction
+	// that enqueues on the engine it read (ActiveEngineLocked).
+	enqueueLockSQL    = `SELECT pg_advisory_xact_lock_shared(hashtext('taskport.engine_switch'))`
 	recordSwitchSQL   = `INSERT INTO taskport.engine_switch (engine, switched_by, reason) VALUES ($1, $2, $3) RETURNING switched_at`
 	openRunsByKindSQL = `SELECT engine, kind, count(*), min(created_at) FROM taskport.run
 WHERE status IN ('pending', 'running', 'waiting') GROUP BY engine, kind ORDER BY engine, kind`
@@ -54,6 +57,18 @@ func ActiveEngine(ctx context.Context, q DBTX) (Switch, error) {
 		return Switch{}, fmt.Errorf("read the active engine: %w", InterpretError(err))
 	}
 	return s, nil
+}
+
+// ActiveEngineLocked is ActiveEngine read in tx under the shared side of
+// the switch lock, held until tx ends: a switch waits for the transactions
+// that read the engine before it to commit, so the runs they enqueue on
+// the engine switched away from exist when the switch does (an evacuation
+// after it finds them), and every transaction after it reads the switch.
+func ActiveEngineLocked(ctx context.Context, tx DBTX) (Switch, error) {
+	if _, err := tx.Exec(ctx, enqueueLockSQL); err != nil {
+		return Switch{}, fmt.Errorf("read the active engine: %w", InterpretError(err))
+	}
+	return ActiveEngine(ctx, tx)
 }
 
 // RecordSwitch makes to the active engine, recording who switched and why.
