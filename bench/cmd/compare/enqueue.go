@@ -22,8 +22,7 @@ package main
 // of a structure, not a supported configuration:
 //   - run store columns only: runstore.InsertRunsWith with no engine's
 //     columns, those every engine's run has, without the lease state (retry
-//     policy, first claim time, trace context) that EnqueueMany also sets,
-//     by INSERT and by COPY (EnqueueMany's form since issue 28);
+//     policy, first claim time, trace context) that EnqueueMany also sets;
 //   - EnqueueMany without run_status_created, and without both listing
 //     indexes (run_status_created and run_kind_version_status_created);
 //   - EnqueueMany without the claim's ready index (run_ready);
@@ -104,8 +103,7 @@ func runEnqueue(ctx context.Context, args []string) error {
 	}
 	if *ablate {
 		modes = append(modes,
-			enqueueMode{"(run store columns only)", perBatch, runStoreColumnsOnly(runStoreColumns)},
-			enqueueMode{"(run store columns only, COPY)", perBatch + ", COPY", runStoreColumnsOnly(runStoreColumnsCopy)},
+			enqueueMode{"(run store columns only)", perBatch, runStoreColumnsOnly},
 			enqueueMode{"(no run_status_created)", perBatch, leaseMany("DROP INDEX taskport.run_status_created")},
 			enqueueMode{"(no listing index)", perBatch, leaseMany("DROP INDEX taskport.run_status_created",
 				"DROP INDEX taskport.run_kind_version_status_created")},
@@ -217,37 +215,30 @@ func leaseMany(ddl ...string) func(ctx context.Context, dsn string) (inserter, f
 
 // runStoreColumnsOnly inserts the taskport.run rows of the batch as
 // EnqueueMany does, but with the run store's columns only: PrepareBatch,
-// then runstore.InsertManyWith with ins (runStoreColumns: INSERT;
-// runStoreColumnsCopy: COPY, as EnqueueMany inserts).
-func runStoreColumnsOnly(ins runstore.BatchInsert) func(ctx context.Context, dsn string) (inserter, func(), error) {
-	return func(ctx context.Context, dsn string) (inserter, func(), error) {
-		_, pool, err := openLease(ctx, dsn, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		reg, err := noopRegistry()
-		if err != nil {
-			pool.Close()
-			return nil, nil, err
-		}
-		return func(lo, hi int) error {
-			prep, err := enginekit.PrepareBatch(reg, noopItems(lo, hi))
-			if err != nil {
-				return err
-			}
-			_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), ins)
-			return err
-		}, pool.Close, nil
+// then runstore.InsertManyWith with runStoreColumns.
+func runStoreColumnsOnly(ctx context.Context, dsn string) (inserter, func(), error) {
+	_, pool, err := openLease(ctx, dsn, nil)
+	if err != nil {
+		return nil, nil, err
 	}
+	reg, err := noopRegistry()
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return func(lo, hi int) error {
+		prep, err := enginekit.PrepareBatch(reg, noopItems(lo, hi))
+		if err != nil {
+			return err
+		}
+		_, _, err = runstore.InsertManyWith(ctx, pool, runstore.NewRuns(runstore.EngineLease, prep), runStoreColumns)
+		return err
+	}, pool.Close, nil
 }
 
 // runStoreColumns is the batch insert with the run store's columns only,
-// returning ids; runStoreColumnsCopy is its COPY form.
-var (
-	runStoreColumns     = runstore.InsertRunsWith("", "", "", func(insert string) string { return insert + "id" })
-	runStoreColumnsCopy = runstore.BatchInsert{Idempotent: runStoreColumns.Idempotent,
-		Copy: &runstore.CopyInsert{Values: func(runstore.NewRun, time.Time) []any { return nil }}}
-)
+// returning ids.
+var runStoreColumns = runstore.InsertRunsWith("", "", "", func(insert string) string { return insert + "id" })
 
 // noopItems are the items [lo, hi) of a round, keyed by their number.
 func noopItems(lo, hi int) []port.EnqueueItem {
