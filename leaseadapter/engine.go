@@ -233,10 +233,9 @@ func (e *Engine) enqueueArgs(ctx context.Context, kind port.Kind, p enginekit.Pr
 		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, e.channel(), hint, notify, tc.Parent, tc.State}, nil
 }
 
-// EnqueueMany enqueues a batch (port.TaskEngine) in one commit: the runs
-// (runstore.InsertManyWith), each with its kind's retry policy, by COPY,
-// and one notification for the batch. A batch that meets a key already
-// taken is inserted again by enqueueManySQL's idempotent form. One commit
+// EnqueueMany enqueues a batch (port.TaskEngine) in one statement, which
+// is its one commit: the runs (runstore.InsertManyWith), each with its
+// kind's retry policy, and one notification for the batch. One statement
 // per batch, not per run, is what makes a backlog import fast; see the
 // bench module's `compare enqueue`.
 func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
@@ -251,18 +250,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 		p.add(pe.Definition)
 	}
 	tc := tracing.FromContext(ctx)
-	ins := enqueueManySQL
-	ins.Copy = &runstore.CopyInsert{
-		Cols: enqueueManyCopyColumns,
-		Values: func(r runstore.NewRun, at time.Time) []any {
-			pol := p.of(r.Kind, r.Version)
-			// Milliseconds, as enqueueManySQL stores them.
-			return []any{at, pol.MaxAttempts, pol.InitialInterval.Truncate(time.Millisecond), pol.MaxInterval.Truncate(time.Millisecond),
-				pol.BackoffCoefficient, tc.Parent, tc.State}
-		},
-		After: notifyDueSQL, AfterArgs: []any{e.channel(), e.enqueueHint()},
-	}
-	ids, created, err := runstore.InsertManyWith(ctx, e.pool, runstore.NewRuns(runstore.EngineLease, prep), ins,
+	ids, created, err := runstore.InsertManyWith(ctx, e.pool, runstore.NewRuns(runstore.EngineLease, prep), enqueueManySQL,
 		p.kinds, p.versions, p.maxAttempts, p.initial, p.max, p.coeff, e.channel(), e.enqueueHint(), tc.Parent, tc.State)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
@@ -284,7 +272,6 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 // policies are the retry policies of enqueueManySQL ($10-$15), one element
 // per (kind, version).
 type policies struct {
-	defs         []port.RetryPolicy // with defaults, for the COPY form
 	kinds        []port.Kind
 	versions     []int
 	maxAttempts  []int
@@ -299,23 +286,12 @@ func (p *policies) add(def port.Definition) {
 		}
 	}
 	r := def.Retry.WithDefaults()
-	p.defs = append(p.defs, r)
 	p.kinds = append(p.kinds, def.Kind)
 	p.versions = append(p.versions, def.Version)
 	p.maxAttempts = append(p.maxAttempts, r.MaxAttempts)
 	p.initial = append(p.initial, r.InitialInterval.Milliseconds())
 	p.max = append(p.max, r.MaxInterval.Milliseconds())
 	p.coeff = append(p.coeff, r.BackoffCoefficient)
-}
-
-// of is the retry policy of (kind, version), which add added.
-func (p *policies) of(kind port.Kind, version int) port.RetryPolicy {
-	for i := range p.kinds {
-		if p.kinds[i] == kind && p.versions[i] == version {
-			return p.defs[i]
-		}
-	}
-	panic(fmt.Sprintf("leaseadapter: no retry policy added for %s@v%d", kind, version))
 }
 
 // Signal stores the signal and wakes the runs waiting on topic.

@@ -556,10 +556,11 @@ FROM taskport.run WHERE id = $1`, string(id)).Scan(
 	require.Equal(t, 2, policies, "the two kinds' retry policies differ, so the rows prove each kept its own")
 }
 
-// EnqueueMany's COPY goes in the unique index's order: batches racing on the
-// same keys, each in another order, never deadlock, and every key gets one
-// run that every batch reports (the first by COPY, the others through the
-// idempotent insert after their COPY met a taken key).
+// EnqueueMany's insert takes the unique index's entries in its order
+// (runstore.InsertRunsWith's ORDER BY): batches racing on the same keys,
+// each in another order, never deadlock, and every key gets one run that
+// every batch reports (the first inserts it, the others find it through
+// the idempotent insert after their first form met a taken key).
 func TestEnqueueManyRacingBatchesAgreeOnEachKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -92,15 +92,6 @@ WITH r AS (` + insert + `id, next_run_at
 SELECT id FROM r WHERE (SELECT count(*) FROM n) >= 0`
 	})
 
-// enqueueManyCopyColumns are the lease engine's columns of EnqueueMany's
-// COPY form, the values of CopyInsert.Values: its enqueueManySQL columns.
-var enqueueManyCopyColumns = []string{"next_run_at", "max_attempts", "backoff_initial", "backoff_max",
-	"backoff_coefficient", "traceparent", "tracestate"}
-
-// notifyDueSQL is the COPY form's notification: on channel $1 with payload
-// $2 when the batch's earliest run ($3) is due now.
-const notifyDueSQL = `SELECT pg_notify($1, $2) WHERE $3::timestamptz <= now()`
-
 // presentPrioritiesCTE and readyOfPair bound a read of the ready runs to
 // the priorities present and the served (kind, version) pairs. On
 // next_run_at <= now() alone, an index ordered by next_run_at after other

@@ -1,7 +1,5 @@
 package runstore
 
-import "time"
-
 // All statements of the package, parameterized; the column list matches scanRun.
 const runColumns = `id, engine, kind, version, idempotency_key, business_key, priority, input,
 	available_at, status, attempts, last_error, current_step, cancel_requested_at, cancel_reason,
@@ -28,23 +26,6 @@ const startDoneSQL = `UPDATE taskport.run SET start_wanted_at = NULL WHERE id = 
 // CONFLICT DO NOTHING). See insertBatch for why there are two.
 type BatchInsert struct {
 	Fresh, Idempotent string
-	// Copy, when set, replaces Fresh for InsertManyWith: the batch goes in
-	// by COPY (see CopyInsert), and only a batch that meets a taken key
-	// pays for Idempotent after it.
-	Copy *CopyInsert
-}
-
-// CopyInsert is the COPY form of a batch insert: the run store's columns,
-// and an engine's own (Cols, with Values giving a run's values; at is its
-// available_at: the one it asked for, else the transaction's now(), which
-// is what the column's default gives an INSERT). After, when not "", runs
-// in the same transaction after the COPY, with AfterArgs and the batch's
-// earliest available_at appended (a notification of runs due now).
-type CopyInsert struct {
-	Cols      []string
-	Values    func(r NewRun, at time.Time) []any
-	After     string
-	AfterArgs []any
 }
 
 // InsertRunsWith builds the batch insert of runs: insertRunSQL for a batch,

@@ -16,8 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -272,24 +270,12 @@ func InsertManyWith(ctx context.Context, pool dbtx.PoolDB, rs []NewRun, ins Batc
 	if err != nil {
 		return nil, nil, err
 	}
-	collectIDs := func(rows pgx.Rows) ([][16]byte, error) {
+	inserted, err := insertBatch(ctx, pool, ins, b.args(args...), func(rows pgx.Rows) ([][16]byte, error) {
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
 		return ids, InterpretError(err)
-	}
-	var inserted [][16]byte
-	if ins.Copy != nil {
-		err = copyBatch(ctx, pool, b, rs, ins.Copy)
-		switch {
-		case err == nil:
-			inserted = b.ids
-		case isRunKeyTaken(err):
-			inserted, err = queryBatch(ctx, pool, ins.Idempotent, b.args(args...), collectIDs)
-		}
-	} else {
-		inserted, err = insertBatch(ctx, pool, ins, b.args(args...), collectIDs)
-	}
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), InterpretError(err))
+		return nil, nil, fmt.Errorf("insert %d runs: %w", len(b.ids), err)
 	}
 	slotOf := make(map[[16]byte]int, len(b.ids))
 	for j, id := range b.ids {
@@ -336,76 +322,18 @@ func InsertManyWith(ctx context.Context, pool dbtx.PoolDB, rs []NewRun, ins Batc
 // the failed one aborts nothing of the caller's; that is why the batch
 // inserts take a pool, not a DBTX.
 func insertBatch[T any](ctx context.Context, pool dbtx.PoolDB, ins BatchInsert, args []any, collect func(pgx.Rows) ([]T, error)) ([]T, error) {
-	got, err := queryBatch(ctx, pool, ins.Fresh, args, collect)
-	if !isRunKeyTaken(err) {
-		return got, err
-	}
-	return queryBatch(ctx, pool, ins.Idempotent, args, collect)
-}
-
-// queryBatch runs one form of a batch insert and collects what it returns.
-func queryBatch[T any](ctx context.Context, pool dbtx.PoolDB, sql string, args []any, collect func(pgx.Rows) ([]T, error)) ([]T, error) {
-	rows, err := pool.Query(ctx, sql, args...)
+	rows, err := pool.Query(ctx, ins.Fresh, args...)
 	if err != nil {
 		return nil, InterpretError(err)
 	}
-	return collect(rows)
-}
-
-// runCopyColumns are the run store's columns of a COPY, in copyBatch's
-// order of values.
-var runCopyColumns = []string{"id", "engine", "kind", "version", "idempotency_key", "business_key", "priority", "input", "available_at"}
-
-// copyBatch inserts the batch's runs by COPY, in a transaction of its own:
-// COPY writes each row without planning or executing an INSERT per batch
-// row, and with the ids chosen here nothing needs to come back. The rows go
-// in the order of the unique index (kind, key, byte by byte), as the INSERT
-// form's ORDER BY makes them, so that two batches racing on overlapping
-// keys wait on each other in one order. A key already taken fails the COPY
-// as a whole (the unique violation), and writes nothing.
-func copyBatch(ctx context.Context, pool dbtx.PoolDB, b *batch, rs []NewRun, c *CopyInsert) error {
-	order := make([]int, len(b.ids))
-	for j := range order {
-		order[j] = j
+	got, err := collect(rows)
+	if !isRunKeyTaken(err) {
+		return got, err
 	}
-	slices.SortFunc(order, func(x, y int) int {
-		if k := strings.Compare(b.kinds[x], b.kinds[y]); k != 0 {
-			return k
-		}
-		return strings.Compare(b.keys[x], b.keys[y])
-	})
-	cols := append(slices.Clip(runCopyColumns), c.Cols...)
-	return dbtx.InTx(ctx, pool, func(tx pgx.Tx) error {
-		// The INSERT form's default available_at is now(): the
-		// transaction's start, the same for every run of the batch.
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return err
-		}
-		earliest := now
-		rows := make([][]any, 0, len(order))
-		for _, j := range order {
-			at := now
-			if b.avails[j] != nil {
-				at = *b.avails[j]
-			}
-			if at.Before(earliest) {
-				earliest = at
-			}
-			row := append(make([]any, 0, len(cols)), b.ids[j], b.engines[j], b.kinds[j], b.versions[j], b.keys[j],
-				b.business[j], b.prios[j], b.inputs[j], at)
-			rows = append(rows, append(row, c.Values(rs[b.first[j]], at)...))
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"taskport", "run"}, cols, pgx.CopyFromRows(rows)); err != nil {
-			return err
-		}
-		if c.After != "" {
-			if _, err := tx.Exec(ctx, c.After, append(slices.Clip(c.AfterArgs), earliest)...); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	if rows, err = pool.Query(ctx, ins.Idempotent, args...); err != nil {
+		return nil, InterpretError(err)
+	}
+	return collect(rows)
 }
 
 type runKey struct {
