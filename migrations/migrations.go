@@ -498,7 +498,7 @@ func laterVersions(fsys fs.FS) []file {
 	for _, n := range names {
 		v, err := goose.NumericComponent(n)
 		if err != nil {
-			panic(fmt.Sprintf("migration file %s: %v", n, err)) // TestMigrationFilesAreNumbered
+			panic(fmt.Sprintf("migration file %s: %v", n, err)) // goose.NewProvider refuses such a name first, in every migration test
 		}
 		out = append(out, file{v, n})
 	}
