@@ -45,15 +45,21 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 		// Cancel writes the run's flag before it cancels the workflow, and
 		// this task may have been handed out in between (a slot freed
 		// before the workflow saw the cancel): no body starts once Cancel
-		// returned. One primary-key read per attempt.
-		switch canceled, err := runstore.CancelRequested(ctx, e.pool, info.RunID); {
+		// returned. One primary-key read per attempt; the attempt that
+		// moves the run's projection to running reads it in the same
+		// statement (runstore.StartStep).
+		var canceled bool
+		var err error
+		if call.Project && info.Attempt == 1 {
+			canceled, err = runstore.StartStep(ctx, e.pool, info.RunID, info.Step, 1)
+		} else {
+			canceled, err = runstore.CancelRequested(ctx, e.pool, info.RunID)
+		}
+		switch {
 		case err != nil:
 			return stepResult{}, fmt.Errorf("step %s: %w", info.Step, err)
 		case canceled:
 			return stepResult{}, temporal.NewNonRetryableApplicationError("run canceled before the step started", stepCanceledType, nil)
-		}
-		if call.Project && info.Attempt == 1 {
-			e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: 1, Step: info.Step})
 		}
 		if info.Attempt > 1 {
 			e.unstick(ctx, log, ai)

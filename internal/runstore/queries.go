@@ -88,6 +88,21 @@ SELECT false, engine FROM taskport.run WHERE id = $1 AND NOT EXISTS (SELECT FROM
 
 const cancelRequestedSQL = `SELECT cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = $1`
 
+// startStepSQL is cancelRequestedSQL and, unless the cancel was requested
+// or the run ended, the projection of its step as running, in one
+// statement (StartStep). The read and the update's own recheck of the flag
+// see the same commits but one: a cancel committed between the statement's
+// snapshot and the update's row lock is missed by the read (the body
+// starts, as it would had the read come first) and stops the projection.
+const startStepSQL = `
+WITH r AS (SELECT cancel_requested_at IS NOT NULL AS canceled FROM taskport.run WHERE id = $1),
+u AS (
+  UPDATE taskport.run
+  SET status = 'running', attempts = $2, last_error = '', current_step = $3, updated_at = now()
+  WHERE id = $1 AND cancel_requested_at IS NULL AND status NOT IN ('succeeded', 'failed', 'canceled')
+)
+SELECT canceled FROM r`
+
 // projectSQL records an engine's projection of a run (Project); a terminal
 // row is never written again. With $6 (EndLazily) a run whose cancel was requested ends canceled, with
 // no last error, whatever terminal status $2 says.

@@ -612,6 +612,29 @@ func projectLazily(ctx context.Context, db Batcher, id port.RunID, p Projection,
 	return written, nil
 }
 
+// StartStep is CancelRequested and, when the cancel was not requested,
+// ProjectLazily of the run as running in step with attempts: one round trip
+// and one commit where the two took two, for an engine that does both as a
+// step's first attempt begins. The projection commits lazily, as
+// ProjectLazily's does (db must not be a transaction); the flag it returns
+// is read as CancelRequested reads it.
+func StartStep(ctx context.Context, db Batcher, id port.RunID, step string, attempts int) (canceled bool, err error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return false, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(lazyCommitSQL)
+	b.Queue(startStepSQL, u, attempts, step).QueryRow(func(row pgx.Row) error { return row.Scan(&canceled) })
+	switch err := db.SendBatch(ctx, b).Close(); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
+	case err != nil:
+		return false, fmt.Errorf("start step %s of run %s: %w", step, id, InterpretError(err))
+	}
+	return canceled, nil
+}
+
 // Cursor is a position in StaleTemporal's order; the zero Cursor is the start.
 type Cursor struct {
 	UpdatedAt time.Time

@@ -238,3 +238,52 @@ func TestStaleTemporalPagesOpenRunsByIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, strings.Join(plan, "\n"), "run_open_temporal", "the batch reads the partial index")
 }
+
+// StartStep reads the cancel flag as CancelRequested does and projects the
+// step as running only when the run is open and its cancel not requested.
+func TestStartStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+
+	_, err := runstore.StartStep(ctx, pool, "0190a5c6-0000-7000-8000-000000000000", "copy", 1)
+	require.ErrorIs(t, err, port.ErrNotFound)
+	_, err = runstore.StartStep(ctx, pool, "not-a-uuid", "copy", 1)
+	require.ErrorIs(t, err, port.ErrNotFound)
+
+	open, _, err := runstore.Insert(ctx, pool, newRun("open"))
+	require.NoError(t, err)
+	require.NoError(t, runstore.Project(ctx, pool, open.ID, runstore.Projection{Status: port.StatusRunning, Attempts: 2, LastError: "before", CurrentStep: "fetch"}))
+	canceled, err := runstore.StartStep(ctx, pool, open.ID, "copy", 1)
+	require.NoError(t, err)
+	require.False(t, canceled)
+	got, err := runstore.Get(ctx, pool, open.ID)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusRunning, got.Status)
+	require.Equal(t, "copy", got.CurrentStep)
+	require.Equal(t, 1, got.Attempts)
+	require.Empty(t, got.LastError)
+
+	flagged, _, err := runstore.Insert(ctx, pool, newRun("flagged"))
+	require.NoError(t, err)
+	_, err = runstore.RequestCancel(ctx, pool, runstore.EngineLease, flagged.ID, "user asked")
+	require.NoError(t, err)
+	canceled, err = runstore.StartStep(ctx, pool, flagged.ID, "copy", 1)
+	require.NoError(t, err)
+	require.True(t, canceled)
+	got, err = runstore.Get(ctx, pool, flagged.ID)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusPending, got.Status, "a run whose cancel was requested is not projected running")
+	require.Empty(t, got.CurrentStep)
+
+	ended, _, err := runstore.Insert(ctx, pool, newRun("ended"))
+	require.NoError(t, err)
+	require.NoError(t, runstore.Project(ctx, pool, ended.ID, runstore.Projection{Status: port.StatusSucceeded, Attempts: 1, CurrentStep: "fetch"}))
+	canceled, err = runstore.StartStep(ctx, pool, ended.ID, "copy", 1)
+	require.NoError(t, err)
+	require.False(t, canceled)
+	got, err = runstore.Get(ctx, pool, ended.ID)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusSucceeded, got.Status, "a terminal run never moves back")
+	require.Equal(t, "fetch", got.CurrentStep)
+}
