@@ -3,7 +3,7 @@
 // and Postgres commits per run of a 3-step no-op workflow at each
 // concurrency.
 //
-// Two loop modes (-modes), each engine's rounds alternating with the
+// Three modes (-modes), each engine's rounds alternating with the
 // other's. Closed loop: DBOS runs in its fastest mode, the workflow started
 // directly with dbos.RunWorkflow (no queue) by `concurrency` goroutines,
 // each waiting for its result before starting the next; the lease engine
@@ -14,15 +14,26 @@
 // every handle's GetResult (without a queue DBOS runs every started
 // workflow at once; there is no limit to set). Lease: one EnqueueMany of
 // all the runs, then the wait for all, the worker at
-// Concurrency=`concurrency`. Every timing covers start to last completion; commits are the pg_stat_database xact_commit delta of each
-// engine's own fresh database (every statement of the engine counted).
+// Concurrency=`concurrency`. Burn-down (burndown.go): the backlog is
+// enqueued first with nothing executing (lease: EnqueueMany, one producer;
+// DBOS: dbos.Enqueue onto a queue of worker concurrency `concurrency`, from
+// -burn-producers goroutines, before Launch), then drained, and only the
+// drain is timed. The closed and open timings cover start to last
+// completion. Every row prints its producers and its enqueue phase's own
+// time (start until the last run was handed to the engine; in the closed
+// loop DBOS's starters await each result, so it spans the whole run).
+// Commits are the pg_stat_database xact_commit delta of each engine's own
+// fresh database over the whole measurement, enqueue included (every
+// statement of the engine counted).
 // Each engine reaches it through a pool of the same size (-pool, default 20,
 // which is what DBOS sets for itself; pgxpool's own default is 4 here).
 //
 //	go run ./cmd/compare -db postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 //
-// `compare enqueue` compares enqueue rates instead (see enqueue.go), and
-// `compare taken` prices EnqueueMany with keys already taken (taken.go).
+// `compare enqueue` compares enqueue rates instead (see enqueue.go),
+// `compare taken` prices EnqueueMany with keys already taken (taken.go),
+// and `compare burndown` drains a backlog of no-op jobs with the lease
+// engine and with River configured as its own bench (burndown.go).
 package main
 
 import (
@@ -69,6 +80,8 @@ type result struct {
 	concurrency int
 	runsPerSec  float64
 	commitsRun  float64
+	producers   int
+	enqueueSec  float64
 }
 
 func run(ctx context.Context) error {
@@ -78,13 +91,16 @@ func run(ctx context.Context) error {
 	if len(os.Args) > 1 && os.Args[1] == "taken" {
 		return runTaken(ctx, os.Args[2:])
 	}
+	if len(os.Args) > 1 && os.Args[1] == "burndown" {
+		return runBurndown(ctx, os.Args[2:])
+	}
 	var (
 		dbURL  = flag.String("db", os.Getenv("TEST_DATABASE_URL"), "Postgres server URL (an admin database: fresh databases are created beside it)")
 		runs   = flag.Int("n", 2000, "workflows per measurement")
 		conc   = flag.String("c", "1,8,32", "concurrencies")
 		rounds = flag.Int("rounds", 3, "alternating rounds per engine and concurrency; the median is reported")
 		pool   = flag.Int("pool", 20, "connections per engine (pool_max_conns); 20 is DBOS's own default")
-		modes  = flag.String("modes", "closed,open", "loop modes: closed (each starter awaits its workflow), open (all started at once, awaited at the end)")
+		modes  = flag.String("modes", "closed,open", "modes: closed (each starter awaits its workflow), open (all started at once, awaited at the end), burndown (a backlog enqueued first, then drained; only the drain timed)")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole comparison (both engines run in this process) to this file")
 		active = flag.Int("active", 0, "the lease worker's ActiveRuns: runs executing at once, of which `concurrency` run a step at once (0: the engine's default, twice the concurrency, up to four times while runs leave step slots idle)")
 	)
@@ -112,15 +128,17 @@ func run(ctx context.Context) error {
 		}
 		levels = append(levels, c)
 	}
-	runners := map[string][2]runner{"closed": {runLease, runDBOS}, "open": {runLeaseOpen, runDBOSOpen}}
+	runners := map[string][2]runner{"closed": {runLease, runDBOS}, "open": {runLeaseOpen, runDBOSOpen},
+		"burndown": {runLeaseBurndown, runDBOSBurndown}}
 	var modeList []string
 	for f := range strings.SplitSeq(*modes, ",") {
 		m := strings.TrimSpace(f)
 		if _, ok := runners[m]; !ok {
-			return fmt.Errorf("bad mode %q: want closed or open", f)
+			return fmt.Errorf("bad mode %q: want closed, open or burndown", f)
 		}
 		modeList = append(modeList, m)
 	}
+	loadStart := loadAvg()
 	var results []result
 	for _, c := range levels {
 		// Rounds alternate between the engines and the modes so that all see
@@ -144,12 +162,31 @@ func run(ctx context.Context) error {
 			results = append(results, median(lease[m]), median(dbosRounds[m]))
 		}
 	}
-	fmt.Printf("\n| mode | concurrency | lease runs/s | DBOS runs/s | lease/DBOS | commits/run lease / DBOS |\n|---|---|---|---|---|---|\n")
+	load := loadAvg()
+	fmt.Printf("\n| mode | concurrency | producers lease / DBOS | enqueue s lease / DBOS | lease runs/s | DBOS runs/s | lease/DBOS | commits/run lease / DBOS |\n|---|---|---|---|---|---|---|---|\n")
+	var missed []string
+	checked := 0
 	for i := 0; i+1 < len(results); i += 2 {
 		l, d := results[i], results[i+1]
-		fmt.Printf("| %s | %d | %.1f | %.1f | %.2fx | %.2f / %.2f |\n", l.mode, l.concurrency, l.runsPerSec, d.runsPerSec,
-			l.runsPerSec/d.runsPerSec, l.commitsRun, d.commitsRun)
+		ratio := l.runsPerSec / d.runsPerSec
+		fmt.Printf("| %s | %d | %d / %d | %.2f / %.2f | %.1f | %.1f | %.2fx | %.2f / %.2f |\n", l.mode, l.concurrency, l.producers, d.producers,
+			l.enqueueSec, d.enqueueSec, l.runsPerSec, d.runsPerSec, ratio, l.commitsRun, d.commitsRun)
+		if l.mode != "burndown" && (l.concurrency == 8 || l.concurrency == 32) {
+			checked++
+			if ratio < 3 {
+				missed = append(missed, fmt.Sprintf("%s at %d: %.2fx", l.mode, l.concurrency, ratio))
+			}
+		}
 	}
+	verdict := "met"
+	switch {
+	case checked == 0:
+		verdict = "not measured here (no closed or open row at 8 or 32)"
+	case len(missed) > 0:
+		verdict = "missed: " + strings.Join(missed, ", ")
+	}
+	fmt.Printf("\ngoal (issue 14): lease runs/s >= 3x DBOS's at concurrency 8 and 32, closed and open loop: %s; burndown has no goal of its own yet\n", verdict)
+	fmt.Printf("load average: %s at the start, %s at the end\n", loadStart, load)
 	return nil
 }
 
@@ -175,8 +212,16 @@ func connectAdmin(ctx context.Context, server string) (*pgx.Conn, error) {
 }
 
 // runner executes n workflows at concurrency c on the database at url and
-// returns how long that took (setup excluded).
-type runner func(ctx context.Context, url string, c, n int) (time.Duration, error)
+// returns what it measured (setup excluded).
+type runner func(ctx context.Context, url string, c, n int) (runStats, error)
+
+// runStats is a runner's measurement: the timed span; the enqueue phase's
+// producers and time, from the start of the enqueue until the last run
+// was handed to the engine.
+type runStats struct {
+	elapsed, enqueue time.Duration
+	producers        int
+}
 
 // measure gives the engine a fresh database, reached through a pool of
 // poolSize connections, and reads its commit counter around the run.
@@ -195,18 +240,19 @@ func measure(ctx context.Context, server string, poolSize int, engine, mode stri
 	if err != nil {
 		return result{}, err
 	}
-	elapsed, err := fn(ctx, dsn, c, n)
+	st, err := fn(ctx, dsn, c, n)
 	if err != nil {
 		return result{}, fmt.Errorf("%s %s at concurrency %d: %w", engine, mode, c, err)
 	}
-	fmt.Fprintf(os.Stderr, "%s %s concurrency=%d: %d workflows in %s (%.1f/s)\n", engine, mode, c, n,
-		elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
+	elapsed := st.elapsed
+	fmt.Fprintf(os.Stderr, "%s %s concurrency=%d: %d workflows in %s (%.1f/s); enqueue phase %s, %d producers\n", engine, mode, c, n,
+		elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), st.enqueue.Round(time.Millisecond), st.producers)
 	after, err := commits(ctx, admin, name)
 	if err != nil {
 		return result{}, err
 	}
 	return result{engine: engine, mode: mode, concurrency: c, runsPerSec: float64(n) / elapsed.Seconds(),
-		commitsRun: float64(after-before) / float64(n)}, nil
+		commitsRun: float64(after-before) / float64(n), producers: st.producers, enqueueSec: st.enqueue.Seconds()}, nil
 }
 
 // freshDB creates a database beside server's and returns its name and a
@@ -325,8 +371,8 @@ func noopRegistry() (*port.Registry, error) {
 			})}))
 }
 
-func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
-	return timeLease(ctx, dbURL, c, n, func(eng *leaseadapter.Engine) error {
+func runLease(ctx context.Context, dbURL string, c, n int) (runStats, error) {
+	return timeLease(ctx, dbURL, c, c, n, func(eng *leaseadapter.Engine) error {
 		return spread(c, n, func(i int) error {
 			_, err := eng.Enqueue(ctx, noopKind, struct{}{}, port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)})
 			return err
@@ -334,32 +380,34 @@ func runLease(ctx context.Context, dbURL string, c, n int) (time.Duration, error
 	})
 }
 
-// timeLease starts a lease worker at concurrency c, runs enqueue and
-// returns the time from enqueue's start until n runs succeeded.
-func timeLease(ctx context.Context, dbURL string, c, n int, enqueue func(*leaseadapter.Engine) error) (time.Duration, error) {
+// timeLease starts a lease worker at concurrency c, runs enqueue (by
+// producers goroutines) and returns the time from enqueue's start until n
+// runs succeeded.
+func timeLease(ctx context.Context, dbURL string, c, producers, n int, enqueue func(*leaseadapter.Engine) error) (runStats, error) {
 	done := &finished{want: int64(n), all: make(chan struct{})}
 	eng, pool, err := openLease(ctx, dbURL, done)
 	if err != nil {
-		return 0, err
+		return runStats{}, err
 	}
 	defer pool.Close()
 	if err := eng.Start(ctx, port.StartOptions{Concurrency: c}); err != nil {
-		return 0, err
+		return runStats{}, err
 	}
 	start := time.Now()
 	if err := enqueue(eng); err != nil {
 		_ = eng.Stop(ctx)
-		return 0, err
+		return runStats{}, err
 	}
+	st := runStats{enqueue: time.Since(start), producers: producers}
 	select {
 	case <-done.all:
 	case <-ctx.Done():
 	}
-	elapsed := time.Since(start)
+	st.elapsed = time.Since(start)
 	if err := eng.Stop(ctx); err != nil {
-		return 0, err
+		return runStats{}, err
 	}
-	return elapsed, ctx.Err()
+	return st, ctx.Err()
 }
 
 // finished closes all once want runs have succeeded.
@@ -405,30 +453,38 @@ func dbosWorkflow(ctx dbos.Context, _ int) (int, error) {
 	return 0, nil
 }
 
-func runDBOS(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+func runDBOS(ctx context.Context, dbURL string, c, n int) (runStats, error) {
 	dctx, err := launchDBOS(ctx, dbURL)
 	if err != nil {
-		return 0, err
+		return runStats{}, err
 	}
+	var lastStarted atomic.Int64 // since start, of the last RunWorkflow to return
 	start := time.Now()
 	err = spread(c, n, func(i int) error {
 		h, err := dbos.RunWorkflow(dctx, dbosWorkflow, i)
 		if err != nil {
 			return err
 		}
+		for at := int64(time.Since(start)); ; {
+			prev := lastStarted.Load()
+			if at <= prev || lastStarted.CompareAndSwap(prev, at) {
+				break
+			}
+		}
 		_, err = h.GetResult()
 		return err
 	})
-	return time.Since(start), errors.Join(err, dbos.Shutdown(dctx, 10*time.Second))
+	st := runStats{elapsed: time.Since(start), enqueue: time.Duration(lastStarted.Load()), producers: c}
+	return st, errors.Join(err, dbos.Shutdown(dctx, 10*time.Second))
 }
 
 // runLeaseOpen enqueues all n runs in one EnqueueMany and waits for all.
-func runLeaseOpen(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+func runLeaseOpen(ctx context.Context, dbURL string, c, n int) (runStats, error) {
 	items := make([]port.EnqueueItem, n)
 	for i := range items {
 		items[i] = port.EnqueueItem{Kind: noopKind, Input: struct{}{}, Options: port.EnqueueOptions{IdempotencyKey: strconv.Itoa(i)}}
 	}
-	return timeLease(ctx, dbURL, c, n, func(eng *leaseadapter.Engine) error {
+	return timeLease(ctx, dbURL, c, 1, n, func(eng *leaseadapter.Engine) error {
 		_, err := eng.EnqueueMany(ctx, items)
 		return err
 	})
@@ -436,10 +492,10 @@ func runLeaseOpen(ctx context.Context, dbURL string, c, n int) (time.Duration, e
 
 // runDBOSOpen starts all n workflows from c goroutines without waiting,
 // then awaits every result.
-func runDBOSOpen(ctx context.Context, dbURL string, c, n int) (time.Duration, error) {
+func runDBOSOpen(ctx context.Context, dbURL string, c, n int) (runStats, error) {
 	dctx, err := launchDBOS(ctx, dbURL)
 	if err != nil {
-		return 0, err
+		return runStats{}, err
 	}
 	handles := make([]dbos.WorkflowHandle[int], n)
 	start := time.Now()
@@ -448,11 +504,13 @@ func runDBOSOpen(ctx context.Context, dbURL string, c, n int) (time.Duration, er
 		handles[i] = h
 		return err
 	})
+	st := runStats{enqueue: time.Since(start), producers: c}
 	for _, h := range handles {
 		if err != nil {
 			break
 		}
 		_, err = h.GetResult()
 	}
-	return time.Since(start), errors.Join(err, dbos.Shutdown(dctx, 10*time.Second))
+	st.elapsed = time.Since(start)
+	return st, errors.Join(err, dbos.Shutdown(dctx, 10*time.Second))
 }
