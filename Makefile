@@ -98,16 +98,17 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/taskport?sslmode=disable
 export DATABASE_URL
 
 .PHONY: bench
-bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M scheduled runs (TASKPORT_BACKLOG_SIZES), claim and queue depth beside 1M ready runs nobody serves (TASKPORT_UNSERVED_ROWS), Temporal adapter vs raw SDK, outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS in closed and open loop, EnqueueMany vs Enqueue vs River InsertMany, EnqueueMany with keys already taken (prints tables)
+bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M scheduled runs (TASKPORT_BACKLOG_SIZES), claim and queue depth beside 1M ready runs nobody serves (TASKPORT_UNSERVED_ROWS), Temporal adapter vs raw SDK, outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS in closed and open loop and burning down a backlog, EnqueueMany vs Enqueue vs River InsertMany, EnqueueMany with keys already taken, lease engine vs River burning down 50k no-op jobs (prints tables)
 	$(GO) test -run '^$$' -bench 'Throughput|EnqueueToFirstStep|SignalToWake' -benchtime 2000x ./leaseadapter/
 	$(GO) test -run '^$$' -bench Backlog -benchtime 1x -timeout 30m ./leaseadapter/
 	$(GO) test -run '^$$' -bench ClaimBesideUnserved -benchtime 1x -timeout 20m ./leaseadapter/
 	$(GO) test -run '^$$' -bench 'AdapterVsRawSDK$$' -benchtime 7x ./temporaladapter/
 	$(GO) test -run '^$$' -bench CommitToRunStart -benchtime 200x ./outbox/ ./app/
 	$(GO) test -run '^$$' -bench SteadyRetention -benchtime 1x -timeout 60m ./retention/
-	cd bench && $(GO) run ./cmd/compare -n 3000 -rounds 5 -db "$$TEST_DATABASE_URL"
+	cd bench && $(GO) run ./cmd/compare -n 3000 -rounds 5 -modes closed,open,burndown -db "$$TEST_DATABASE_URL"
 	cd bench && $(GO) run ./cmd/compare enqueue -n 20000 -batch 1000 -rounds 5 -db "$$TEST_DATABASE_URL"
 	cd bench && $(GO) run ./cmd/compare taken -batches 20 -batch 1000 -rounds 5 -db "$$TEST_DATABASE_URL"
+	cd bench && $(GO) run ./cmd/compare burndown -n 50000 -rounds 3 -db "$$TEST_DATABASE_URL"
 
 # `make image` writes build/image/oci (OCI layout) and
 # build/image/taskport.tar (`docker load`), offline, from Go.
