@@ -2,11 +2,15 @@ package leaseadapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskport/taskport/internal/runstore"
+	"github.com/taskport/taskport/port"
 )
 
 // commitReq is one statement waiting to be committed together with others:
@@ -19,6 +23,9 @@ type commitReq struct {
 	// marker, when set, is a step's started marker (markStarted) instead of
 	// a statement: the group sends its markers as one stepsStartedSQL.
 	marker *startedMarker
+	// stepStart marks a statement sent as a step starts (cancelRequested),
+	// which, like a marker, claims nothing (onlyStepStarts).
+	stepStart bool
 }
 
 // startedMarker is one row of stepsStartedSQL.
@@ -44,7 +51,10 @@ func (w *worker) commit(ctx context.Context, sql string, args ...any) (commitRes
 // submit queues a statement for the group committers and waits until its
 // group committed (nil: scan has run) or failed.
 func (w *worker) submit(ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error {
-	req := &commitReq{sql: sql, args: args, scan: scan, done: make(chan error, 1)}
+	return w.submitReq(ctx, &commitReq{sql: sql, args: args, scan: scan, done: make(chan error, 1)})
+}
+
+func (w *worker) submitReq(ctx context.Context, req *commitReq) error {
 	select {
 	case w.commits <- req:
 	case <-w.committerDone:
@@ -58,6 +68,32 @@ func (w *worker) submit(ctx context.Context, sql string, args []any, scan func(p
 	case <-w.committerDone:
 		return errStopped
 	}
+}
+
+// cancelRequested reads the run's cancel flag with the next group: a
+// statement of the group's transaction, whose snapshot is taken after the
+// call, so it sees every cancel committed before it, as a read of its own
+// would; it costs no round trip and no commit of its own. A missing row is
+// an error of this call, not of the group (whose other statements a scan
+// error would send again).
+func (w *worker) cancelRequested(ctx context.Context, id uuid.UUID) (bool, error) {
+	var canceled, found bool
+	err := w.submitReq(ctx, &commitReq{sql: runstore.CancelRequestedSQL, args: []any{id}, stepStart: true, done: make(chan error, 1),
+		scan: func(row pgx.Row) error {
+			err := row.Scan(&canceled)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			found = err == nil
+			return err
+		}})
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("read the cancel flag of run %s: %w", id, err)
+	case !found:
+		return false, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
+	}
+	return canceled, nil
 }
 
 // markStarted queues the started marker of a step body starting now
@@ -100,9 +136,9 @@ func (w *worker) committer(ctx context.Context) {
 	}
 }
 
-func onlyMarkers(group []*commitReq) bool {
+func onlyStepStarts(group []*commitReq) bool {
 	for _, r := range group {
-		if r.marker == nil {
+		if r.marker == nil && !r.stepStart {
 			return false
 		}
 	}
@@ -112,12 +148,12 @@ func onlyMarkers(group []*commitReq) bool {
 func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 	// A group whose transaction has places to fill in the prefetch queue
 	// claims too, while there may be a backlog: the claim rides on a commit
-	// that happens anyway. A group of markers only does not: its steps are
-	// starting, and their runs, between taking a step slot and the others
+	// that happens anyway. A group of markers and cancel-flag reads only
+	// does not: its steps are starting, and their runs, between taking a step slot and the others
 	// reaching theirs, look to runsWanted like runs leaving slots idle.
 	var claimed []*execution
 	var n int
-	if w.backlog.Load() && !onlyMarkers(group) {
+	if w.backlog.Load() && !onlyStepStarts(group) {
 		n = w.reserve(w.e.cfg.BatchSize, false)
 	}
 	sent := time.Now()

@@ -444,11 +444,12 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 // starts, holding the slot takeStepSlot took. Cancel commits the flag before
 // it returns, and its notification or the next heartbeat may reach this
 // worker only later: without the read a body could start after Cancel
-// returned. One primary-key read per step attempt. A run found canceled
+// returned. One primary-key read per step attempt, sent with the next group
+// commit (worker.cancelRequested). A run found canceled
 // starts nothing (ErrCanceled, as gate); a failed read abandons the claim,
 // which goes back uncharged, no body having started.
 func (f *flow) refuseIfCanceled() error {
-	canceled, err := runstore.CancelRequested(f.dbCtx, f.w.e.pool, port.RunID(f.ex.id.String()))
+	canceled, err := f.w.cancelRequested(f.dbCtx, f.ex.id)
 	if err == nil && !canceled {
 		return nil
 	}

@@ -86,9 +86,11 @@ SELECT true, engine FROM u
 UNION ALL
 SELECT false, engine FROM taskport.run WHERE id = $1 AND NOT EXISTS (SELECT FROM u)`
 
-const cancelRequestedSQL = `SELECT cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = $1`
+// CancelRequestedSQL reads a run's cancel flag (CancelRequested); the
+// lease engine sends it in its group commits.
+const CancelRequestedSQL = `SELECT cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = $1`
 
-// startStepSQL is cancelRequestedSQL and, unless the cancel was requested
+// startStepSQL is CancelRequestedSQL and, unless the cancel was requested
 // or the run ended, the projection of its step as running, in one
 // statement (StartStep). The read and the update's own recheck of the flag
 // see the same commits but one: a cancel committed between the statement's

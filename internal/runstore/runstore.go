@@ -506,7 +506,7 @@ func CancelRequested(ctx context.Context, q DBTX, id port.RunID) (bool, error) {
 		return false, err
 	}
 	var requested bool
-	err = q.QueryRow(ctx, cancelRequestedSQL, u).Scan(&requested)
+	err = q.QueryRow(ctx, CancelRequestedSQL, u).Scan(&requested)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
