@@ -36,10 +36,13 @@ func CLIPath() (string, error) {
 
 // dynamicConfig is the server configuration the dev server runs with, as
 // `--dynamic-config-value KEY=JSON` (the temporal-pg harness sets the same in
-// internal/testkit/temporalserver):
+// internal/testkit/temporalserver), unless Options.ServerDefaults:
 //   - matching.longPollExpirationInterval 5s (default 1 minute): bounds how
 //     long a frozen worker's open polls go on swallowing tasks (the reason
-//     and its measurement are written in internal/testkit/temporalserver);
+//     and its measurement are written in internal/testkit/temporalserver).
+//     Workers dialed with temporaladapter.Dial bound their own polls to 4 s
+//     (ClientConfig.PollTimeout), which is the shorter, so for them this adds
+//     nothing; it still bounds a client dialed some other way;
 //   - history.workflowTaskRetryMaxInterval 10s (default 10 minutes): a
 //     workflow task that keeps failing (its workflow type is a version this
 //     worker does not serve) is held by the SDK until its timeout, which the
@@ -68,11 +71,20 @@ type Options struct {
 	UIPort string
 	// DBFile persists the server's state across restarts; default in memory.
 	DBFile string
+	// ServerDefaults runs the server with every setting at its default:
+	// none of this package's dynamic configuration (dynamicConfig), only
+	// what the CLI's dev server sets itself (search-attribute cache and
+	// persistence rates, nothing that matching or recovery reads). What a
+	// cluster that nobody tuned, or Temporal Cloud, runs: four partitions
+	// per task queue, one-minute long polls, a 10-minute workflow-task
+	// retry cap. Default false: the tuned configuration.
+	ServerDefaults bool
 }
 
 // ExtraArgs are the flags of `temporal server start-dev` that give a
 // server the search attributes of opts and this package's dynamic
-// configuration: what a test that runs the CLI itself (to SIGKILL it) adds.
+// configuration (none with opts.ServerDefaults): what a test that runs the
+// CLI itself (to SIGKILL it) adds.
 func ExtraArgs(opts Options) []string {
 	names := make([]string, 0, len(opts.SearchAttributes))
 	for name := range opts.SearchAttributes {
@@ -83,8 +95,10 @@ func ExtraArgs(opts Options) []string {
 	for _, name := range names {
 		extra = append(extra, "--search-attribute", name+"="+opts.SearchAttributes[name])
 	}
-	for _, kv := range dynamicConfig {
-		extra = append(extra, "--dynamic-config-value", kv)
+	if !opts.ServerDefaults {
+		for _, kv := range dynamicConfig {
+			extra = append(extra, "--dynamic-config-value", kv)
+		}
 	}
 	return extra
 }

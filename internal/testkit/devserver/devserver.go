@@ -3,6 +3,8 @@
 package devserver
 
 import (
+	"context"
+	"os"
 	"testing"
 
 	"github.com/taskport/taskport/internal/devserver"
@@ -15,7 +17,28 @@ type (
 	Server  = devserver.Server
 )
 
-var harness = testkit.Harness[Options, *Server]{Name: "devserver", Launch: devserver.Launch}
+// ServerDefaultsEnv, set to 1, makes every server this package launches
+// (Start, Shared, Main) run with Options.ServerDefaults: none of
+// internal/devserver's dynamic configuration. The same variable does it for
+// internal/testkit/temporalserver (its ServerDefaultsEnv); the fault soak
+// measures recovery on servers nobody tuned with it (docs/testing.md).
+const ServerDefaultsEnv = "TASKPORT_SERVER_DEFAULTS"
+
+// fromEnv applies ServerDefaultsEnv to opts.
+func fromEnv(opts Options) Options {
+	if os.Getenv(ServerDefaultsEnv) == "1" {
+		opts.ServerDefaults = true
+	}
+	return opts
+}
+
+// ExtraArgsFor is internal/devserver's ExtraArgs with ServerDefaultsEnv
+// applied: the flags a test that runs the CLI itself adds.
+func ExtraArgsFor(opts Options) []string { return devserver.ExtraArgs(fromEnv(opts)) }
+
+var harness = testkit.Harness[Options, *Server]{Name: "devserver", Launch: func(ctx context.Context, opts Options) (*Server, error) {
+	return devserver.Launch(ctx, fromEnv(opts))
+}}
 
 // Start launches a server for tb and stops it when tb ends.
 func Start(tb testing.TB, opts Options) *Server { tb.Helper(); return harness.Start(tb, opts) }

@@ -38,7 +38,11 @@ const baseConfig = "config/development-postgres12.yaml"
 //     (TASKPORT_SOAK=5, sigstop_past_lease_commit_fenced, median): the run
 //     finished on another worker 7.9 s after the freeze instead of 20.0 s.
 //     The cost is an idle poller asking again every 5 s instead of every
-//     minute;
+//     minute. The adapter's workers now bound their own polls to 4 s
+//     (temporaladapter.ClientConfig.PollTimeout, the shorter bound wins),
+//     so for them this setting adds nothing: with every setting at its
+//     default (Options.ServerDefaults) the same soak measured the run
+//     finished 3.9 s after the freeze (docs/engines.md);
 //   - history.workflowTaskRetryMaxInterval 10s (default 10 minutes), as on
 //     the dev server (internal/devserver, where the reason is written).
 const dynamicConfig = `frontend.enableCancelWorkerPollsOnShutdown:
@@ -64,7 +68,10 @@ type configParams struct {
 	ports                     []int // see portCount
 	ca                        string
 	server                    KeyPair
-	dynamicConfigFile         string
+	// serverDefaults: no dynamic config client (every setting at its
+	// default); otherwise dynamicConfigFile holds dynamicConfig.
+	serverDefaults    bool
+	dynamicConfigFile string
 }
 
 // dbTarget is the Postgres server the persistence and visibility databases
@@ -84,7 +91,8 @@ var portCount = 2*len(services) + 1
 
 // deriveConfig rewrites the module's configuration for one test run: the
 // two databases, a free port for every listener, mTLS on the frontend, the
-// harness's dynamic config file, warnings-only logs, and no pprof or metrics
+// harness's dynamic config file (no dynamic config client with
+// serverDefaults), warnings-only logs, and no pprof or metrics
 // listener (they would bind fixed ports). Archival stays as the module has
 // it: on for the cluster, off for namespaces, so nothing is written.
 // It returns the frontend's host:port.
@@ -147,7 +155,11 @@ func deriveConfig(base []byte, p configParams) (out []byte, frontend string, err
 		"certFile": p.server.CertFile, "keyFile": p.server.KeyFile,
 		"client": map[string]any{"serverName": "localhost", "rootCaFiles": []string{p.ca}},
 	})
-	c.set("dynamicConfigClient.filepath", p.dynamicConfigFile)
+	if p.serverDefaults {
+		c.remove("dynamicConfigClient")
+	} else {
+		c.set("dynamicConfigClient.filepath", p.dynamicConfigFile)
+	}
 	if c.err != nil {
 		return nil, "", fmt.Errorf("derive from %s: %w", baseConfig, c.err)
 	}
@@ -173,9 +185,11 @@ func writeConfig(moduleDir, dir string, p configParams) (file, frontend string, 
 	if err != nil {
 		return "", "", fmt.Errorf("read the module's base config: %w", err)
 	}
-	p.dynamicConfigFile = filepath.Join(dir, "dynamicconfig.yaml")
-	if err := os.WriteFile(p.dynamicConfigFile, []byte(dynamicConfig), 0o600); err != nil {
-		return "", "", fmt.Errorf("write dynamic config: %w", err)
+	if !p.serverDefaults {
+		p.dynamicConfigFile = filepath.Join(dir, "dynamicconfig.yaml")
+		if err := os.WriteFile(p.dynamicConfigFile, []byte(dynamicConfig), 0o600); err != nil {
+			return "", "", fmt.Errorf("write dynamic config: %w", err)
+		}
 	}
 	out, frontend, err := deriveConfig(base, p)
 	if err != nil {

@@ -1,6 +1,8 @@
 package temporalserver
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,4 +71,32 @@ services: 3`: "services is not a mapping",
 		_, _, err := deriveConfig([]byte(base), testParams())
 		require.ErrorContains(t, err, want, base)
 	}
+}
+
+// With ServerDefaults the server gets no dynamic config client at all (the
+// module's base names its development file): every setting at its default.
+func TestServerDefaultsDropTheDynamicConfig(t *testing.T) {
+	dir, err := gotool.ModuleDir(Module, ServerVersion)
+	require.NoError(t, err)
+	p := testParams()
+	p.serverDefaults, p.dynamicConfigFile = true, ""
+	tmp := t.TempDir()
+	file, _, err := writeConfig(dir, tmp, p)
+	require.NoError(t, err)
+	out, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, yaml.Unmarshal(out, &cfg))
+	require.NotContains(t, cfg, "dynamicConfigClient")
+	require.NoFileExists(t, filepath.Join(tmp, "dynamicconfig.yaml"))
+}
+
+// ServerDefaultsEnv=1 turns ServerDefaults on; anything else leaves the
+// options as they are.
+func TestServerDefaultsEnv(t *testing.T) {
+	t.Setenv(ServerDefaultsEnv, "1")
+	require.True(t, fromEnv(Options{}).ServerDefaults)
+	t.Setenv(ServerDefaultsEnv, "")
+	require.False(t, fromEnv(Options{}).ServerDefaults)
+	require.True(t, fromEnv(Options{ServerDefaults: true}).ServerDefaults)
 }

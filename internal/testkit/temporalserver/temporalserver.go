@@ -87,6 +87,29 @@ type Options struct {
 	// StartTimeout bounds the launch (schemas, start-up, registrations).
 	// Default 3 minutes.
 	StartTimeout time.Duration
+	// ServerDefaults runs the server with every dynamic-config setting at
+	// its default: no dynamic config client at all (the server says "Using
+	// default values"), so neither this harness's settings (dynamicConfig)
+	// nor the module's development file. Four partitions per task queue,
+	// one-minute long polls, a 10-minute workflow-task retry cap, and
+	// worker_poll_complete_on_shutdown off: what Temporal Cloud and an
+	// untuned cluster run. Default false: the tuned configuration.
+	// ServerDefaultsEnv turns it on for every launch through this package.
+	ServerDefaults bool
+}
+
+// ServerDefaultsEnv, set to 1, makes every server this package launches
+// (Start, Shared, Main) run with Options.ServerDefaults, and so does
+// internal/testkit/devserver for the dev server: how the fault soak
+// measures recovery on servers nobody tuned (docs/testing.md).
+const ServerDefaultsEnv = "TASKPORT_SERVER_DEFAULTS"
+
+// fromEnv applies ServerDefaultsEnv to opts.
+func fromEnv(opts Options) Options {
+	if os.Getenv(ServerDefaultsEnv) == "1" {
+		opts.ServerDefaults = true
+	}
+	return opts
 }
 
 // Server is a running server.
@@ -114,7 +137,9 @@ type Server struct {
 	exited chan struct{}
 }
 
-var harness = testkit.Harness[Options, *Server]{Name: "temporalserver", Launch: Launch}
+var harness = testkit.Harness[Options, *Server]{Name: "temporalserver", Launch: func(ctx context.Context, opts Options) (*Server, error) {
+	return Launch(ctx, fromEnv(opts))
+}}
 
 // Start launches a server for tb and stops it when tb ends.
 func Start(tb testing.TB, opts Options) *Server { tb.Helper(); return harness.Start(tb, opts) }
@@ -182,7 +207,7 @@ func Launch(ctx context.Context, opts Options) (_ *Server, err error) {
 	}
 	cfgFile, frontend, err := writeConfig(moduleDir, s.dir, configParams{
 		db: s.dbs.target, persistenceDB: s.dbs.persistence, visibility: s.dbs.visibility,
-		ports: ports, ca: s.CA.CertFile, server: serverCert,
+		ports: ports, ca: s.CA.CertFile, server: serverCert, serverDefaults: opts.ServerDefaults,
 	})
 	if err != nil {
 		return nil, err
