@@ -312,6 +312,51 @@ SELECT (SELECT committed_at FROM fault_commit WHERE run_id = $1 AND step = 's2')
        (SELECT committed_at FROM fault_commit WHERE run_id = $1 AND step = 's3')`, string(id)).Scan(&s2, &s3))
 	w.measure(measureTakeover, s2.Sub(at))
 	w.measure(measureFinish, s3.Sub(at))
+	w.logTimeline(id, at)
+}
+
+// logTimeline logs when each attempt of s2 and s3 of run id began after
+// the fault, by which process and with which epoch of its fencing token:
+// on Temporal the epoch is the activity's attempt, so a takeover at epoch
+// 4 says two attempts were handed to the frozen worker's open polls and
+// never began; a gap between s2's commit and s3's first attempt is the
+// workflow task's part.
+func (w *world) logTimeline(id port.RunID, at time.Time) {
+	w.t.Helper()
+	rows, err := w.pool.Query(bg, `
+SELECT a.step, a.token, a.pid, a.begun_at, c.committed_at
+FROM fault_attempt a LEFT JOIN fault_commit c ON c.run_id = a.run_id AND c.step = a.step AND c.token = a.token
+WHERE a.run_id = $1 AND a.step IN ('s2', 's3') ORDER BY a.id`, string(id))
+	require.NoError(w.t, err)
+	var (
+		events      []string
+		step, token string
+		pid         int
+		begun       time.Time
+		committed   *time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&step, &token, &pid, &begun, &committed}, func() error {
+		e := fmt.Sprintf("%s epoch %s pid %d began %+.1fs", step, tokenEpoch(token, step), pid, begun.Sub(at).Seconds())
+		if committed != nil {
+			e += fmt.Sprintf(", committed %+.1fs", committed.Sub(at).Seconds())
+		}
+		events = append(events, e)
+		return nil
+	})
+	require.NoError(w.t, err)
+	w.t.Logf("timeline from the fault: %s", strings.Join(events, "; "))
+}
+
+// tokenEpoch reads the epoch of a fencing token of step as written
+// (port.FencingToken.String: scope#epoch[#nonce], the scope ending in the
+// step); "?" if it is not there.
+func tokenEpoch(token, step string) string {
+	_, rest, ok := strings.Cut(token, "/"+step+"#")
+	if !ok {
+		return "?"
+	}
+	epoch, _, _ := strings.Cut(rest, "#")
+	return epoch
 }
 
 // measure records a duration the scenario measured; soak mode tabulates
