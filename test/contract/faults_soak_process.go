@@ -141,6 +141,7 @@ func (s *soak) table() string {
 					rank(ds, 0.5), rank(ds, 0.95), ds[len(ds)-1].Round(time.Millisecond))
 			}
 		}
+		fmt.Fprintln(tw, "\ngoal: a killed or frozen worker's run taken over and finished within 10 s, on Temporal with every server setting at its default too (TASKPORT_SERVER_DEFAULTS=1)")
 	}
 	_ = tw.Flush() // writes to a strings.Builder, which does not fail
 	return b.String()

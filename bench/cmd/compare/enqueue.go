@@ -143,6 +143,7 @@ func runEnqueue(ctx context.Context, args []string) error {
 		r := median(got[i])
 		fmt.Printf("%-24s %-18s %10.0f %16.2fx\n", m.name, m.perCall, r.runsPerSec, many/r.runsPerSec)
 	}
+	fmt.Println("goal: EnqueueMany at or above river InsertManyFast (COPY), each side in its own process (-only); interleaved here")
 	return nil
 }
 
