@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskport/taskport/internal/benchkit"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
@@ -161,41 +160,11 @@ func (m *benchMeter) read(b *testing.B) benchReading {
 		b.Fatal(err)
 	}
 	r.cpu[0] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	r.cpu[1] = procCPU(m.devPID)
+	r.cpu[1] = benchkit.ProcCPU(m.devPID, false)
 	for _, pid := range pids {
-		r.cpu[2] += procCPU(pid)
+		r.cpu[2] += benchkit.ProcCPU(pid, false)
 	}
 	return r
-}
-
-// procCPU is the utime+stime of a process from /proc; 0 when it is gone.
-func procCPU(pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
-}
-
-// devServerPID finds the dev server among this process's children.
-func devServerPID(b *testing.B) int {
-	b.Helper()
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
-	for _, t := range tasks {
-		raw, _ := os.ReadFile(t)
-		for _, s := range strings.Fields(string(raw)) {
-			pid, _ := strconv.Atoi(s)
-			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "temporal" {
-				return pid
-			}
-		}
-	}
-	b.Fatal("the dev server is not a child of this process")
-	return 0
 }
 
 // round runs n runs of s with benchProducers producers and charges s with
@@ -252,25 +221,17 @@ func BenchmarkAdapterVsRawSDK(b *testing.B) {
 	b.Cleanup(func() { admin.Close(ctx) })
 	c := temporalClient
 	marks := &firstStep{at: map[string]time.Time{}}
-	meter := &benchMeter{pool: pool, admin: admin, db: pool.Config().ConnConfig.Database, devPID: devServerPID(b)}
-
-	reg := port.NewRegistry()
-	if err := reg.Register(port.Definition{Kind: "bench.three", Version: 1, Retry: port.FileRetry(),
-		Handler: port.Handle(func(f port.Flow, in string) error {
-			for _, step := range []string{"s1", "s2", "s3"} {
-				var err error
-				if in, err = noop.Run(f, step, in); err != nil {
-					return err
-				}
-			}
-			return nil
-		})}); err != nil {
+	devPID, err := benchkit.ChildNamed("temporal")
+	if err != nil {
 		b.Fatal(err)
 	}
-	if err := reg.RegisterActivity(port.Bind(noop, func(ctx context.Context, in string) (string, error) {
+	meter := &benchMeter{pool: pool, admin: admin, db: pool.Config().ConnConfig.Database, devPID: devPID}
+
+	reg := port.NewRegistry()
+	if err := benchkit.ThreeNoopSteps(reg, "bench.three", noop, func(ctx context.Context, in string) (string, error) {
 		marks.mark(ctx)
 		return in, nil
-	})); err != nil {
+	}); err != nil {
 		b.Fatal(err)
 	}
 	stamp := time.Now().UnixNano()

@@ -47,7 +47,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +63,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskport/taskport/internal/benchkit"
 	"github.com/taskport/taskport/internal/devserver"
 	"github.com/taskport/taskport/internal/testkit/temporalserver"
 	"github.com/taskport/taskport/migrations"
@@ -137,12 +137,8 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer stop()
 
-	load := func() string {
-		raw, _ := os.ReadFile("/proc/loadavg")
-		return strings.Join(strings.Fields(string(raw))[:3], " ")
-	}
 	fmt.Printf("adapter vs raw SDK, open loop, each side its own cold process; server %s; %d runs x 3 no-op steps per side and round, %d slots, %d producers; load average at start %s\n",
-		*serverKind, *runs, *slots, *producers, load())
+		*serverKind, *runs, *slots, *producers, benchkit.LoadAvg())
 	adapter, raw := &side{name: "adapter"}, &side{name: "raw SDK"}
 	for r := range *rounds {
 		order := []*side{adapter, raw}
@@ -157,7 +153,7 @@ func run(ctx context.Context, args []string) error {
 			s.results = append(s.results, res)
 		}
 	}
-	fmt.Printf("load average at end %s\n\n", load())
+	fmt.Printf("load average at end %s\n\n", benchkit.LoadAvg())
 	printTable(adapter, raw, *runs)
 	return nil
 }
@@ -172,69 +168,18 @@ func launchServer(ctx context.Context, kind, db string) (target, int, func(), er
 		if err != nil {
 			return target{}, 0, nil, err
 		}
-		pid, err := childNamed("temporal")
+		pid, err := benchkit.ChildNamed("temporal")
 		return target{hostPort: s.HostPort, namespace: s.Namespace}, pid, func() { _ = s.Stop() }, err
 	case "pg":
 		s, err := temporalserver.Launch(ctx, temporalserver.Options{SearchAttributes: attrs, DatabaseURL: db})
 		if err != nil {
 			return target{}, 0, nil, err
 		}
-		pid, err := childNamed("temporal-server")
+		pid, err := benchkit.ChildNamed("temporal-server")
 		return target{hostPort: s.HostPort, namespace: s.Namespace, ca: s.CA.CertFile, cert: s.ClientCert.CertFile,
 			key: s.ClientCert.KeyFile, server: s.ServerName}, pid, func() { _ = s.Stop() }, err
 	}
 	return target{}, 0, nil, fmt.Errorf("-server %q: want dev or pg", kind)
-}
-
-// childNamed finds this process's child whose command name is comm.
-func childNamed(comm string) (int, error) {
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
-	for _, t := range tasks {
-		raw, _ := os.ReadFile(t)
-		for _, f := range strings.Fields(string(raw)) {
-			pid, _ := strconv.Atoi(f)
-			if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(c)) == comm {
-				return pid, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("no child process %q", comm)
-}
-
-// procCPU is the utime+stime of a process from /proc, with withChildren
-// that of its children it has waited for; 0 when it is gone.
-func procCPU(pid int, withChildren bool) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	fields := f[11:13] // utime, stime
-	if withChildren {
-		fields = f[11:15] // and cutime, cstime
-	}
-	var ticks int64
-	for _, v := range fields {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
-}
-
-// postgresCPU is the CPU of the Postgres server so far: every process named
-// postgres, with what the postmaster's exited children (the backends of
-// closed connections) used.
-func postgresCPU() time.Duration {
-	var total time.Duration
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		if c, _ := os.ReadFile(d + "/comm"); strings.TrimSpace(string(c)) == "postgres" {
-			pid, _ := strconv.Atoi(filepath.Base(d))
-			total += procCPU(pid, true)
-		}
-	}
-	return total
 }
 
 // runChild runs one side's round in a child process and charges it.
@@ -269,14 +214,14 @@ func runChild(ctx context.Context, admin *pgx.Conn, server, name string, round i
 	if err != nil {
 		return sideResult{}, err
 	}
-	srv0, pg0 := procCPU(serverPID, false), postgresCPU()
+	srv0, pg0 := benchkit.ProcCPU(serverPID, false), benchkit.PostgresCPU()
 	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
 		return sideResult{}, fmt.Errorf("child: %w", err)
 	}
-	srv1, pg1 := procCPU(serverPID, false), postgresCPU()
+	srv1, pg1 := benchkit.ProcCPU(serverPID, false), benchkit.PostgresCPU()
 	var res sideResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		return sideResult{}, fmt.Errorf("child said %q: %w", out, err)
@@ -397,15 +342,11 @@ func runSide(ctx context.Context, args []string) error {
 		return err
 	}
 	if *prof != "" {
-		f, err := os.Create(*prof)
+		stop, err := benchkit.StartCPUProfile(*prof)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var (
@@ -484,19 +425,7 @@ func adapterSide(ctx context.Context, tgt target, db string, slots int, stamp in
 		return nil, nil, nil, err
 	}
 	reg := port.NewRegistry()
-	if err := reg.Register(port.Definition{Kind: "bench.three", Version: 1, Retry: port.FileRetry(),
-		Handler: port.Handle(func(f port.Flow, in string) error {
-			for _, step := range []string{"s1", "s2", "s3"} {
-				var err error
-				if in, err = noop.Run(f, step, in); err != nil {
-					return err
-				}
-			}
-			return nil
-		})}); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := reg.RegisterActivity(port.Bind(noop, func(_ context.Context, in string) (string, error) { return in, nil })); err != nil {
+	if err := benchkit.ThreeNoopSteps(reg, "bench.three", noop, func(_ context.Context, in string) (string, error) { return in, nil }); err != nil {
 		return nil, nil, nil, err
 	}
 	eng, err := temporaladapter.New(c, pool, reg, temporaladapter.Config{TaskQueue: fmt.Sprintf("adapter-%d", stamp), Logger: logger})

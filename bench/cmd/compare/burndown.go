@@ -74,6 +74,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/taskport/taskport/internal/benchkit"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/port"
@@ -160,7 +161,7 @@ func runBurndown(ctx context.Context, args []string) error {
 		return err
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	loadStart := loadAvg()
+	loadStart := benchkit.LoadAvg()
 	sides := []burnSide{riverBurnSide()}
 	for _, c := range levels {
 		sides = append(sides, leaseBurnSide(c, *claim))
@@ -184,7 +185,7 @@ func runBurndown(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	loadEnd := loadAvg()
+	loadEnd := benchkit.LoadAvg()
 
 	n := float64(*jobs)
 	med := func(rs []burnRound, f func(burnRound) float64) float64 {
@@ -252,19 +253,6 @@ func medianOf(xs []float64) float64 {
 		return math.NaN()
 	}
 	return s[len(s)/2]
-}
-
-// loadAvg is /proc/loadavg's three averages.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // burnOnce gives side a fresh database, fills it with n jobs and times its

@@ -48,7 +48,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +59,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskport/taskport/internal/benchkit"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/migrations"
 	"github.com/taskport/taskport/port"
@@ -110,15 +110,11 @@ func run(ctx context.Context) error {
 		return errDBRequired
 	}
 	if *prof != "" {
-		f, err := os.Create(*prof)
+		stop, err := benchkit.StartCPUProfile(*prof)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	var levels []int
 	for f := range strings.SplitSeq(*conc, ",") {
@@ -138,7 +134,7 @@ func run(ctx context.Context) error {
 		}
 		modeList = append(modeList, m)
 	}
-	loadStart := loadAvg()
+	loadStart := benchkit.LoadAvg()
 	var results []result
 	for _, c := range levels {
 		// Rounds alternate between the engines and the modes so that all see
@@ -162,7 +158,7 @@ func run(ctx context.Context) error {
 			results = append(results, median(lease[m]), median(dbosRounds[m]))
 		}
 	}
-	load := loadAvg()
+	load := benchkit.LoadAvg()
 	fmt.Printf("\n| mode | concurrency | producers lease / DBOS | enqueue s lease / DBOS | lease runs/s | DBOS runs/s | lease/DBOS | commits/run lease / DBOS |\n|---|---|---|---|---|---|---|---|\n")
 	var missed []string
 	checked := 0

@@ -1,0 +1,118 @@
+// Package benchkit holds what the project's benchmarks share: the CPU time
+// of processes read from /proc, the load average, a CPU profile of the
+// running process, and the 3-step no-op kind the Temporal benchmarks run.
+package benchkit
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/taskport/taskport/port"
+)
+
+// userHZ is the unit of /proc/<pid>/stat's times (USER_HZ), 100 on Linux.
+const userHZ = 100
+
+// ProcCPU is the utime+stime of process pid from /proc, with withChildren
+// also that of its children it has waited for (cutime+cstime); 0 when the
+// process is gone.
+func ProcCPU(pid int, withChildren bool) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces.
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	fields := f[11:13] // utime, stime
+	if withChildren {
+		fields = f[11:15] // and cutime, cstime
+	}
+	var ticks int64
+	for _, v := range fields {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ
+}
+
+// comm is a process's command name; "" when it is gone.
+func comm(pid string) string {
+	c, _ := os.ReadFile("/proc/" + pid + "/comm")
+	return strings.TrimSpace(string(c))
+}
+
+// ChildNamed finds the child of this process whose command name is name.
+func ChildNamed(name string) (int, error) {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, t := range tasks {
+		raw, _ := os.ReadFile(t)
+		for _, pid := range strings.Fields(string(raw)) {
+			if comm(pid) == name {
+				return strconv.Atoi(pid)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no child process named %q", name)
+}
+
+// PostgresCPU is the CPU the local Postgres server has used so far: every
+// process named postgres, with what the postmaster's exited children (the
+// backends of closed connections) used.
+func PostgresCPU() time.Duration {
+	var total time.Duration
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		if comm(filepath.Base(d)) == "postgres" {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			total += ProcCPU(pid, true)
+		}
+	}
+	return total
+}
+
+// LoadAvg is /proc/loadavg's three averages, "unknown" when unreadable.
+func LoadAvg() string {
+	f := strings.Fields(func() string { b, _ := os.ReadFile("/proc/loadavg"); return string(b) }())
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// StartCPUProfile profiles this process into path until stop is called.
+func StartCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// ThreeNoopSteps is the workflow both sides of the Temporal benchmarks run:
+// kind, version 1, three steps s1..s3 of step, each body being body.
+func ThreeNoopSteps(reg *port.Registry, kind port.Kind, step port.ActivityRef[string, string], body func(context.Context, string) (string, error)) error {
+	if err := reg.Register(port.Definition{Kind: kind, Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			for _, name := range []string{"s1", "s2", "s3"} {
+				var err error
+				if in, err = step.Run(f, name, in); err != nil {
+					return err
+				}
+			}
+			return nil
+		})}); err != nil {
+		return err
+	}
+	return reg.RegisterActivity(port.Bind(step, body))
+}
