@@ -17,8 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskport/taskport/internal/benchkit"
@@ -74,16 +72,6 @@ func (f *firstStep) take(wid string) time.Time {
 	t := f.at[wid]
 	delete(f.at, wid)
 	return t
-}
-
-func rawWorkflow(ctx workflow.Context, in string) (string, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
-	for range 3 {
-		if err := workflow.ExecuteActivity(ctx, "raw.noop", in).Get(ctx, &in); err != nil {
-			return "", err
-		}
-	}
-	return in, nil
 }
 
 // benchSide is one side's starts and what its rounds measured.
@@ -244,20 +232,11 @@ func BenchmarkAdapterVsRawSDK(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = eng.Stop(ctx) })
 
-	// The raw worker's options are the ones Engine.Start sets (worker.go)
-	// that bear on speed.
 	rawQueue := fmt.Sprintf("bench-raw-%d", stamp)
-	w := worker.New(c, rawQueue, worker.Options{
-		MaxConcurrentActivityExecutionSize:      benchSlots,
-		MaxConcurrentWorkflowTaskExecutionSize:  benchSlots,
-		MaxConcurrentLocalActivityExecutionSize: benchSlots,
-		StickyScheduleToStartTimeout:            temporaladapter.DefaultStickyTimeout,
-	})
-	w.RegisterWorkflowWithOptions(rawWorkflow, workflow.RegisterOptions{Name: "raw.three"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in string) (string, error) {
+	w := benchkit.RawWorker(c, rawQueue, benchSlots, func(ctx context.Context, in string) (string, error) {
 		marks.mark(ctx)
 		return in, nil
-	}, activity.RegisterOptions{Name: "raw.noop"})
+	})
 	if err := w.Start(); err != nil {
 		b.Fatal(err)
 	}

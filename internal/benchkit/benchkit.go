@@ -1,6 +1,7 @@
 // Package benchkit holds what the project's benchmarks share: the CPU time
 // of processes read from /proc, the load average, a CPU profile of the
-// running process, and the 3-step no-op kind the Temporal benchmarks run.
+// running process, and the 3-step no-op workflow the Temporal benchmarks
+// run through the adapter and on the raw SDK.
 package benchkit
 
 import (
@@ -13,7 +14,13 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/temporaladapter"
 )
 
 // userHZ is the unit of /proc/<pid>/stat's times (USER_HZ), 100 on Linux.
@@ -115,4 +122,32 @@ func ThreeNoopSteps(reg *port.Registry, kind port.Kind, step port.ActivityRef[st
 		return err
 	}
 	return reg.RegisterActivity(port.Bind(step, body))
+}
+
+// RawWorker is the raw SDK's side of the Temporal benchmarks: a worker on
+// queue with the options Engine.Start sets that bear on speed (slots of
+// each kind, the adapter's sticky schedule-to-start timeout), serving
+// RawWorkflow as "raw.three" with body as its step "raw.noop". The caller
+// starts it.
+func RawWorker(c client.Client, queue string, slots int, body func(context.Context, string) (string, error)) worker.Worker {
+	w := worker.New(c, queue, worker.Options{
+		MaxConcurrentActivityExecutionSize:      slots,
+		MaxConcurrentWorkflowTaskExecutionSize:  slots,
+		MaxConcurrentLocalActivityExecutionSize: slots,
+		StickyScheduleToStartTimeout:            temporaladapter.DefaultStickyTimeout,
+	})
+	w.RegisterWorkflowWithOptions(RawWorkflow, workflow.RegisterOptions{Name: "raw.three"})
+	w.RegisterActivityWithOptions(body, activity.RegisterOptions{Name: "raw.noop"})
+	return w
+}
+
+// RawWorkflow is ThreeNoopSteps written directly on the SDK.
+func RawWorkflow(ctx workflow.Context, in string) (string, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+	for range 3 {
+		if err := workflow.ExecuteActivity(ctx, "raw.noop", in).Get(ctx, &in); err != nil {
+			return "", err
+		}
+	}
+	return in, nil
 }

@@ -56,11 +56,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskport/taskport/internal/benchkit"
@@ -442,16 +439,6 @@ func adapterSide(ctx context.Context, tgt target, db string, slots int, stamp in
 	return c, start, func() { _ = eng.Stop(context.Background()); pool.Close(); c.Close() }, nil
 }
 
-func rawWorkflow(ctx workflow.Context, in string) (string, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
-	for range 3 {
-		if err := workflow.ExecuteActivity(ctx, "raw.noop", in).Get(ctx, &in); err != nil {
-			return "", err
-		}
-	}
-	return in, nil
-}
-
 func rawSide(ctx context.Context, tgt target, slots int, stamp int64, logger *slog.Logger) (client.Client, func(context.Context, int) (string, error), func(), error) {
 	tlsCfg, err := tlsConfig(tgt)
 	if err != nil {
@@ -465,14 +452,7 @@ func rawSide(ctx context.Context, tgt target, slots int, stamp int64, logger *sl
 	queue := fmt.Sprintf("raw-%d", stamp)
 	// The raw worker's options are the ones Engine.Start sets that bear on
 	// speed.
-	w := worker.New(c, queue, worker.Options{
-		MaxConcurrentActivityExecutionSize:      slots,
-		MaxConcurrentWorkflowTaskExecutionSize:  slots,
-		MaxConcurrentLocalActivityExecutionSize: slots,
-		StickyScheduleToStartTimeout:            temporaladapter.DefaultStickyTimeout,
-	})
-	w.RegisterWorkflowWithOptions(rawWorkflow, workflow.RegisterOptions{Name: "raw.three"})
-	w.RegisterActivityWithOptions(func(_ context.Context, in string) (string, error) { return in, nil }, activity.RegisterOptions{Name: "raw.noop"})
+	w := benchkit.RawWorker(c, queue, slots, func(_ context.Context, in string) (string, error) { return in, nil })
 	if err := w.Start(); err != nil {
 		return nil, nil, nil, err
 	}
