@@ -79,7 +79,9 @@
 //	succeeded, failed, canceled
 //	           0, nil; the run is unchanged
 //	unknown, other (no run of this engine waits on topic)
-//	           0, nil
+//	           0, nil; kept for this engine's next WaitSignal on topic. A
+//	           run of another engine parked on topic is neither counted
+//	           nor reached (its engine may be down)
 //	payload with U+0000
 //	           0, *FieldError{Field: "payload"} wrapping ErrInvalidInput;
 //	           nothing kept

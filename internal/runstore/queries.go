@@ -161,9 +161,14 @@ ON CONFLICT (topic, run_id) DO UPDATE SET step = EXCLUDED.step, since = now()`
 
 const removeWaiterSQL = `DELETE FROM taskport.waiter WHERE topic = $1 AND run_id = $2`
 
-// waitersSQL lists a topic's waiters; one whose step is "" is registered
-// but past its wait (waitReturnedSQL).
-const waitersSQL = `SELECT run_id, step <> '' FROM taskport.waiter WHERE topic = $1 ORDER BY since, run_id`
+// waitersSQL lists the waiters on topic $1 that are runs of engine $2; one
+// whose step is "" is registered but past its wait (waitReturnedSQL). Both
+// engines register in taskport.waiter, and a signal must not reach for the
+// other engine's runs: the Temporal engine would call a server that, after
+// a switch away from it, may be gone.
+const waitersSQL = `
+SELECT w.run_id, w.step <> '' FROM taskport.waiter w JOIN taskport.run r ON r.id = w.run_id
+WHERE w.topic = $1 AND r.engine = $2 ORDER BY w.since, w.run_id`
 
 const waitReturnedSQL = `UPDATE taskport.waiter SET step = '' WHERE topic = $1 AND run_id = $2`
 

@@ -692,9 +692,9 @@ type Waiter struct {
 	Parked bool
 }
 
-// Waiters returns the runs registered on topic, oldest first.
-func Waiters(ctx context.Context, q DBTX, topic port.Topic) ([]Waiter, error) {
-	rows, err := q.Query(ctx, waitersSQL, topic)
+// Waiters returns engine's runs registered on topic, oldest first.
+func Waiters(ctx context.Context, q DBTX, engine Engine, topic port.Topic) ([]Waiter, error) {
+	rows, err := q.Query(ctx, waitersSQL, topic, engine)
 	if err != nil {
 		return nil, fmt.Errorf("waiters on %s: %w", topic, InterpretError(err))
 	}
@@ -728,11 +728,13 @@ func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 	return nil
 }
 
-// SignalTargets returns the runs registered on topic, for the caller to
-// wake; when none is, it keeps the signal for the next wait on the topic
-// (WaitKeepingSignals), so that a signal sent between a run's check of the
-// business DB and its wait is not lost (ADR 2.2). It runs under the topic's
-// lock, in a transaction of its own.
+// SignalTargets returns the Temporal engine's runs registered on topic, for
+// the caller to wake; when none is, it keeps the signal for the next wait on
+// the topic (WaitKeepingSignals), so that a signal sent between a run's check
+// of the business DB and its wait is not lost (ADR 2.2). A lease run
+// registered on the topic is not a target and does not stop the keeping, as
+// the lease engine's Signal ignores Temporal's waiters. It runs under the
+// topic's lock, in a transaction of its own.
 func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage) ([]Waiter, error) {
 	var ws []Waiter
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
@@ -740,7 +742,7 @@ func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payl
 			return err
 		}
 		var err error
-		if ws, err = Waiters(ctx, tx, topic); err != nil || len(ws) > 0 {
+		if ws, err = Waiters(ctx, tx, EngineTemporal, topic); err != nil || len(ws) > 0 {
 			return err
 		}
 		_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/runstore"
@@ -20,6 +21,16 @@ import (
 func newRun(key string) runstore.NewRun {
 	return runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1, Key: key,
 		BusinessKey: "plan-1", Input: json.RawMessage(`{"a":1}`)}
+}
+
+// insertRun inserts newRun(key) as a run of engine.
+func insertRun(t *testing.T, pool *pgxpool.Pool, engine runstore.Engine, key string) runstore.Run {
+	t.Helper()
+	nr := newRun(key)
+	nr.Engine = engine
+	r, _, err := runstore.Insert(context.Background(), pool, nr)
+	require.NoError(t, err)
+	return r
 }
 
 // Concurrent inserts of one key create exactly one run and all callers get
@@ -165,26 +176,49 @@ func TestWaiters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	a, _, err := runstore.Insert(ctx, pool, newRun("a"))
-	require.NoError(t, err)
-	b, _, err := runstore.Insert(ctx, pool, newRun("b"))
-	require.NoError(t, err)
+	a := insertRun(t, pool, runstore.EngineLease, "a")
+	b := insertRun(t, pool, runstore.EngineLease, "b")
+	c := insertRun(t, pool, runstore.EngineTemporal, "theirs")
 
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a.ID, "wait-approval-0"))
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a.ID, "wait-approval-1"))
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", b.ID, "wait-approval-0"))
-	ws, err := runstore.Waiters(ctx, pool, "approval:p1")
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", c.ID, "wait-approval-0"))
+	ws, err := runstore.Waiters(ctx, pool, runstore.EngineLease, "approval:p1")
 	require.NoError(t, err)
-	require.ElementsMatch(t, []runstore.Waiter{{ID: a.ID, Parked: true}, {ID: b.ID, Parked: true}}, ws)
+	require.ElementsMatch(t, []runstore.Waiter{{ID: a.ID, Parked: true}, {ID: b.ID, Parked: true}}, ws, "the other engine's waiter is not listed")
+	ws, err = runstore.Waiters(ctx, pool, runstore.EngineTemporal, "approval:p1")
+	require.NoError(t, err)
+	require.Equal(t, []runstore.Waiter{{ID: c.ID, Parked: true}}, ws)
 
 	require.NoError(t, runstore.WaitReturned(ctx, pool, "approval:p1", b.ID))
 	require.NoError(t, runstore.RemoveWaiter(ctx, pool, "approval:p1", a.ID))
-	ws, err = runstore.Waiters(ctx, pool, "approval:p1")
+	ws, err = runstore.Waiters(ctx, pool, runstore.EngineLease, "approval:p1")
 	require.NoError(t, err)
 	require.Equal(t, []runstore.Waiter{{ID: b.ID, Parked: false}}, ws, "registered, past its wait")
-	ws, err = runstore.Waiters(ctx, pool, "nobody")
+	ws, err = runstore.Waiters(ctx, pool, runstore.EngineLease, "nobody")
 	require.NoError(t, err)
 	require.Empty(t, ws)
+}
+
+// SignalTargets keeps the signal when only a lease run waits on the topic:
+// the Temporal engine neither signals that run (through a server that may be
+// gone, as after a switch away from Temporal) nor drops the signal that its
+// own next wait on the topic is owed.
+func TestSignalTargetsIgnoresLeaseWaiters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	lease := insertRun(t, pool, runstore.EngineLease, "lease")
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "download:p1", lease.ID, "wait-download"))
+	ws, err := runstore.SignalTargets(ctx, pool, "download:p1", json.RawMessage(`"done"`))
+	require.NoError(t, err)
+	require.Empty(t, ws, "a lease run is not a target of the Temporal engine")
+	m := insertRun(t, pool, runstore.EngineTemporal, "mine")
+	kept, err := runstore.WaitKeepingSignals(ctx, pool, "download:p1", m.ID, "wait-download")
+	require.NoError(t, err)
+	require.Len(t, kept, 1, "the signal was kept for the Temporal engine's next wait")
+	require.JSONEq(t, `"done"`, string(kept[0].Payload))
 }
 
 // StaleTemporal pages through the open Temporal runs not written for a

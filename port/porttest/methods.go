@@ -457,7 +457,36 @@ func checkSignal(c *cell) {
 	}
 	switch c.st.name {
 	case "other":
-		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic), "another engine's waiter counted") })
+		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic), "another engine's run counted") })
+		// The signal was kept for this engine's next wait on the topic; and
+		// with the other engine's run parked on the topic, a second one is
+		// too: that run is not counted and not reached (an engine that
+		// reaches for it depends on the other engine's server being up).
+		c.start(port.StartOptions{})
+		receives := func(key, want string) {
+			id, err := c.eng.Enqueue(ctx, kind, program{Topic: c.topic}, port.EnqueueOptions{IdempotencyKey: c.key + key})
+			require.NoError(t, err)
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusSucceeded, v.Status, "this engine's wait did not receive the kept signal: %+v", v)
+			var got string
+			require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&got))
+			require.Equal(t, want, got)
+		}
+		receives(":first", payload)
+		t.Run("waiting on the other engine", func(t *testing.T) {
+			c.startEngine(c.other, port.StartOptions{})
+			otherStatus := func() port.Status {
+				v, err := c.other.Get(ctx, c.id)
+				require.NoError(t, err)
+				return v.Status
+			}
+			eventually(t, func() bool { return otherStatus() == port.StatusWaiting }, "the other engine's run %s never waited", c.id)
+			n, err := c.eng.Signal(ctx, port.Topic(c.topic), "second")
+			require.NoError(t, err)
+			require.Zero(t, n, "another engine's waiting run counted")
+			receives(":second", "second")
+			require.Equal(t, port.StatusWaiting, otherStatus(), "the signal reached the other engine's run")
+		})
 	case "unknown":
 		require.Zero(t, signal(c.topic))
 	case "delayed":

@@ -26,6 +26,8 @@ type cell struct {
 	// key, bk and prog are what the state's run was enqueued with.
 	key, bk, topic string
 	prog           program
+	// other is the engine of state "other"'s run, not started.
+	other port.TaskEngine
 	// blocker is the run that holds the only slot in state "leased".
 	blocker port.RunID
 	// leasedPending: the engine did not take the run of state "leased"
@@ -261,9 +263,9 @@ var states = []state{
 	}},
 	{name: "unknown", make: func(*cell) port.RunID { return port.RunID(uuid.NewString()) }},
 	{name: "other", other: true, make: func(c *cell) port.RunID {
-		other := c.h.Other(c.t, c.reg)
+		c.other = c.h.Other(c.t, c.reg)
 		c.prog = program{Topic: c.topic}
-		id, err := other.Enqueue(context.Background(), kind, c.prog, port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.bk})
+		id, err := c.other.Enqueue(context.Background(), kind, c.prog, port.EnqueueOptions{IdempotencyKey: c.key, BusinessKey: c.bk})
 		require.NoError(c.t, err)
 		return id
 	}},
