@@ -109,8 +109,7 @@ bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M sched
 	$(GO) test -run '^$$' -bench SteadyRetention -benchtime 1x -timeout 60m ./retention/
 	cd bench && $(GO) run ./cmd/compare -n 3000 -rounds 5 -modes closed,open,burndown -db "$$TEST_DATABASE_URL"
 	cd bench && $(GO) run ./cmd/compare enqueue -n 20000 -batch 1000 -rounds 5 -db "$$TEST_DATABASE_URL"
-	cd bench && $(GO) run ./cmd/compare enqueue -only 'lease EnqueueMany' -n 100000 -batch 1000 -rounds 3 -db "$$TEST_DATABASE_URL"
-	cd bench && $(GO) run ./cmd/compare enqueue -only 'river InsertManyFast' -n 100000 -batch 1000 -rounds 3 -db "$$TEST_DATABASE_URL"
+	cd bench && $(GO) run ./cmd/compare enqueue -separate 'lease EnqueueMany,river InsertManyFast' -n 100000 -batch 1000 -rounds 3 -db "$$TEST_DATABASE_URL"
 	TASKPORT_SERVER_DEFAULTS=1 TASKPORT_SOAK=5 $(GO) test -count=1 -timeout 30m -run 'TestFaults/^(temporal|temporal-pg)$$/^(kill_worker_mid_step|sigstop_past_lease_commit_fenced)$$' -v ./test/ | grep -v '^time='
 	cd bench && $(GO) run ./cmd/compare taken -batches 20 -batch 1000 -rounds 5 -db "$$TEST_DATABASE_URL"
 	cd bench && $(GO) run ./cmd/compare burndown -n 50000 -rounds 3 -db "$$TEST_DATABASE_URL"

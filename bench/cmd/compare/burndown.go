@@ -246,11 +246,16 @@ func perJob(d time.Duration, n int, known bool) string {
 	return fmt.Sprintf("%.1fµs", float64(d.Microseconds())/float64(n))
 }
 
+// medianOf is the median of xs: with an even count the mean of the two
+// middle values, not the upper one, which would flatter a ratio.
 func medianOf(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	if len(s) == 0 {
+	switch {
+	case len(s) == 0:
 		return math.NaN()
+	case len(s)%2 == 0:
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return s[len(s)/2]
 }

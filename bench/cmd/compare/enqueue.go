@@ -32,6 +32,12 @@ package main
 // -only runs one mode alone, to profile it (perf record -a -g -- compare
 // enqueue -only 'lease EnqueueMany' -n 300000 -rounds 1).
 //
+// -separate 'a,b' runs a pair as a user's programs run: per round each mode
+// in a process of its own (this binary again, with -only), started cold,
+// one after the other, the first alternating by round, each on a fresh
+// database; it prints each round's ratio, their median and the goal. make
+// bench runs EnqueueMany against River's COPY path so (issue 28).
+//
 // Nothing is executed: no worker runs. Each mode gets a fresh database on
 // the same server per round. Within a round the modes take turns slice by
 // slice (-batch runs each, the first mode rotating), so that the swings of
@@ -49,8 +55,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,12 +94,19 @@ func runEnqueue(ctx context.Context, args []string) error {
 		pool      = fs.Int("pool", 20, "connections per mode (pool_max_conns)")
 		ablate    = fs.Bool("ablate", false, "add the diagnostic modes: run store columns only, EnqueueMany without one or both run listing indexes, without run_ready, with the database's collation")
 		only      = fs.String("only", "", "run this mode alone (its name as the table prints it), e.g. to profile it under perf record")
+		separate  = fs.String("separate", "", "two modes, comma-separated: each round runs each in a process of its own (-only), and the first mode's rate is compared with the second's")
+		rateOnly  = fs.Bool("rate", false, "with -only: print only the median runs/s (what -separate reads)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *batch < 1 || *producers < 1 || *runs < 1 {
 		return errors.New("-n, -batch and -producers must be at least 1")
+	}
+	if *separate != "" {
+		common := []string{"-db", *dbURL, "-n", strconv.Itoa(*runs), "-batch", strconv.Itoa(*batch),
+			"-producers", strconv.Itoa(*producers), "-pool", strconv.Itoa(*pool)}
+		return enqueueSeparate(ctx, strings.Split(*separate, ","), common, *runs, max(*rounds, 1))
 	}
 	perBatch := strconv.Itoa(*batch) + " runs"
 	modes := []enqueueMode{
@@ -137,14 +152,73 @@ func runEnqueue(ctx context.Context, args []string) error {
 		}
 	}
 	many := median(got[0]).runsPerSec
+	if *rateOnly {
+		fmt.Printf("%.1f\n", many)
+		return nil
+	}
 	fmt.Printf("\n%d runs per mode and round, slices of %d taken in turn, median of %d rounds\n", *runs, *batch, max(*rounds, 1))
 	fmt.Printf("%-24s %-18s %10s %17s\n", "mode", "per call", "runs/s", "EnqueueMany/this")
 	for i, m := range modes {
 		r := median(got[i])
 		fmt.Printf("%-24s %-18s %10.0f %16.2fx\n", m.name, m.perCall, r.runsPerSec, many/r.runsPerSec)
 	}
-	fmt.Println("goal: EnqueueMany at or above river InsertManyFast (COPY), each side in its own process (-only); interleaved here")
+	fmt.Println("goal: EnqueueMany at or above river InsertManyFast (COPY), each side in its own process: compare enqueue -separate 'lease EnqueueMany,river InsertManyFast'; interleaved here")
 	return nil
+}
+
+// enqueueSeparate runs modes[0] and modes[1] in processes of their own,
+// rounds times each, runs runs a time, and prints their rates, each round's ratio
+// (modes[0]/modes[1]), the median ratio and the goal: at least 1.
+func enqueueSeparate(ctx context.Context, modes, common []string, runs, rounds int) error {
+	if len(modes) != 2 {
+		return fmt.Errorf("-separate %q: want two modes, comma-separated", strings.Join(modes, ","))
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var rates [2][]float64
+	var ratios []float64
+	for round := range rounds {
+		for k := range 2 {
+			i := (round + k) % 2 // who goes first alternates
+			args := append([]string{"enqueue", "-only", modes[i], "-rounds", "1", "-rate"}, common...)
+			cmd := exec.CommandContext(ctx, self, args...)
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				return fmt.Errorf("round %d: %s: %w", round+1, modes[i], err)
+			}
+			rate, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+			if err != nil {
+				return fmt.Errorf("round %d: %s printed %q: %w", round+1, modes[i], out, err)
+			}
+			rates[i] = append(rates[i], rate)
+		}
+		ratios = append(ratios, rates[0][round]/rates[1][round])
+	}
+	fmt.Printf("\n%d runs per mode and round, each mode in a process of its own, cold, the first alternating, median of %d rounds\n", runs, rounds)
+	fmt.Printf("| mode | runs/s (median) | rounds |\n|---|---|---|\n")
+	for i, m := range modes {
+		fmt.Printf("| %s | %.0f | %s |\n", m, medianOf(rates[i]), joinRates(rates[i], "%.0f"))
+	}
+	ratio := medianOf(ratios)
+	fmt.Printf("| %s / %s | **%.2fx** | %s |\n", modes[0], modes[1], ratio, joinRates(ratios, "%.2f"))
+	verdict := "met"
+	if ratio < 1 {
+		verdict = "missed"
+	}
+	fmt.Printf("goal: %s at or above %s, each in its own process: %s (%.2fx)\n", modes[0], modes[1], verdict, ratio)
+	return nil
+}
+
+// joinRates prints xs in format, space-separated.
+func joinRates(xs []float64, format string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(parts, " ")
 }
 
 // enqueueRound gives every mode a fresh database and n runs, the modes
