@@ -7,9 +7,11 @@ package benchkit
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -150,4 +152,18 @@ func RawWorkflow(ctx workflow.Context, in string) (string, error) {
 		}
 	}
 	return in, nil
+}
+
+// Median is the median of xs (NaN for none): with an even count the mean of
+// the two middle values, not the upper one, which would flatter a ratio.
+func Median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	switch {
+	case len(s) == 0:
+		return math.NaN()
+	case len(s)%2 == 0:
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
 }

@@ -298,7 +298,7 @@ func printTable(adapter, raw *side, runs int) {
 			commits += r.commits
 		}
 		c := cpuPerRun(s)
-		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", s.name, median(rates), strings.Join(each, " "),
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", s.name, benchkit.Median(rates), strings.Join(each, " "),
 			float64(commits)/float64(runs*len(s.results)), c[0], c[1], c[2], c[3])
 	}
 	ratios := make([]float64, len(adapter.results))
@@ -308,15 +308,9 @@ func printTable(adapter, raw *side, runs int) {
 		each[i] = fmt.Sprintf("%.2f", ratios[i])
 	}
 	a, r := cpuPerRun(adapter), cpuPerRun(raw)
-	fmt.Fprintf(tw, "adapter/raw\t%.3f\t%s\t\t%.2f\t%.2f\t%.2f\t%.2f\t\n", median(ratios), strings.Join(each, " "), a[0]/r[0], a[1]/r[1], a[2]/r[2], a[3]/r[3])
+	fmt.Fprintf(tw, "adapter/raw\t%.3f\t%s\t\t%.2f\t%.2f\t%.2f\t%.2f\t\n", benchkit.Median(ratios), strings.Join(each, " "), a[0]/r[0], a[1]/r[1], a[2]/r[2], a[3]/r[3])
 	tw.Flush()
 	fmt.Println("goal: adapter/raw runs/s >= 0.95 and total CPU per run <= 1.05x the raw SDK's")
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // runSide is the child: one side's round, reported as JSON on stdout.

@@ -193,7 +193,7 @@ func runBurndown(ctx context.Context, args []string) error {
 		for i, r := range rs {
 			xs[i] = f(r)
 		}
-		return medianOf(xs)
+		return benchkit.Median(xs)
 	}
 	rate := func(r burnRound) float64 { return r.jobsPerSec(*jobs) }
 	commitsPer := func(r burnRound) float64 { return float64(r.commits) / n }
@@ -244,20 +244,6 @@ func perJob(d time.Duration, n int, known bool) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.1fµs", float64(d.Microseconds())/float64(n))
-}
-
-// medianOf is the median of xs: with an even count the mean of the two
-// middle values, not the upper one, which would flatter a ratio.
-func medianOf(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	switch {
-	case len(s) == 0:
-		return math.NaN()
-	case len(s)%2 == 0:
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return s[len(s)/2]
 }
 
 // burnOnce gives side a fresh database, fills it with n jobs and times its

@@ -67,6 +67,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/taskport/taskport/internal/benchkit"
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/leaseadapter"
@@ -200,9 +201,9 @@ func enqueueSeparate(ctx context.Context, modes, common []string, runs, rounds i
 	fmt.Printf("\n%d runs per mode and round, each mode in a process of its own, cold, the first alternating, median of %d rounds\n", runs, rounds)
 	fmt.Printf("| mode | runs/s (median) | rounds |\n|---|---|---|\n")
 	for i, m := range modes {
-		fmt.Printf("| %s | %.0f | %s |\n", m, medianOf(rates[i]), joinRates(rates[i], "%.0f"))
+		fmt.Printf("| %s | %.0f | %s |\n", m, benchkit.Median(rates[i]), joinRates(rates[i], "%.0f"))
 	}
-	ratio := medianOf(ratios)
+	ratio := benchkit.Median(ratios)
 	fmt.Printf("| %s / %s | **%.2fx** | %s |\n", modes[0], modes[1], ratio, joinRates(ratios, "%.2f"))
 	verdict := "met"
 	if ratio < 1 {
