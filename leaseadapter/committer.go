@@ -96,18 +96,19 @@ func (w *worker) cancelRequested(ctx context.Context, id uuid.UUID) (bool, error
 	return canceled, nil
 }
 
-// markStarted queues the started marker of a step body starting now
-// (stepsStartedSQL) and does not wait for it: the body runs while the
-// marker commits with the next group. Its outcome is not read: a fenced
-// marker belongs to a lost claim, and a failed one is written by the next
-// heartbeat while the body runs.
+// markStarted writes the started marker of a step body about to start
+// (stepsStartedSQL) with the next group and waits for that group's commit,
+// so that the attempt is charged before the body runs: a worker killed
+// while the body runs has spent an attempt, and a step that kills its
+// worker runs no more often than its retry policy allows. (The body used
+// to start at once, the marker committing beside it; a kill in that window
+// charged nothing, which the contract scenario worker_dies_on_every_attempt
+// caught in CI as a third body for a budget of two.) Its outcome is not
+// read: a fenced marker belongs to a lost claim, and one the group skipped
+// (the row locked at that instant) is written by the next heartbeat while
+// the body runs.
 func (w *worker) markStarted(ctx context.Context, ex *execution, seq int, step string) {
-	req := &commitReq{marker: &startedMarker{id: ex.id, token: ex.token, seq: int32(seq), step: step}, done: make(chan error, 1)}
-	select {
-	case w.commits <- req:
-	case <-w.committerDone:
-	case <-ctx.Done():
-	}
+	_ = w.submitReq(ctx, &commitReq{marker: &startedMarker{id: ex.id, token: ex.token, seq: int32(seq), step: step}, done: make(chan error, 1)})
 }
 
 // committer groups the statements that arrive while the previous group is

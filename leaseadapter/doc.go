@@ -102,19 +102,21 @@
 // # Recovery and Stop
 //
 // Each worker's reaper, every PollInterval, returns expired leases to
-// pending. An attempt is charged only to a step whose body started: as a
-// step body starts, its worker queues a marker (started_seq, the step's seq,
-// on the run row) to the group committers without waiting for it (a group
+// pending. An attempt is charged only to a step whose body started: before
+// a step body starts, its worker sends a marker (started_seq, the step's
+// seq, on the run row) with the next group commit and waits for it (a group
 // writes all the markers it gathered in one statement), and each heartbeat
 // writes it again while the body runs. An expired lease whose
 // marker is unset, or whose step already has a result, goes back to pending
 // at once, charged nothing: the worker died with the run prefetched, waiting
 // for a step slot, replaying or between steps; a claim committed on the
-// server whose client saw an error is one too. The edge: a body that kills
-// its worker before its marker commits (one group commit after it starts)
-// is not charged; so that such a step, or a handler that kills its worker
-// outside any step, still runs out of attempts, the third claim in a row
-// lost without a marker (unstarted_losses) is charged anyway. A charged lost
+// server whose client saw an error is one too. The edges: a marker the
+// group skipped because the row was locked at that instant waits for the
+// next heartbeat, and a worker that dies between the marker's commit and
+// the body's start is charged for a body that did not run; so that a
+// handler that kills its worker outside any step still runs out of
+// attempts, the third claim in a row lost without a marker
+// (unstarted_losses) is charged anyway. A charged lost
 // lease of the same step waits Backoff(n-1) for its n-th loss (the first
 // none). A killed worker's run is therefore claimable again at most
 // LeaseDuration + PollInterval after its last renewal. A lost lease counts
