@@ -20,11 +20,12 @@ type commitReq struct {
 	args []any
 	scan func(pgx.Row) error // reads the statement's one result row
 	done chan error
-	// marker, when set, is a step's started marker (markStarted) instead of
-	// a statement: the group sends its markers as one stepsStartedSQL.
+	// marker, when set, is a step's started marker (startStep), sent beside
+	// the statement: the group sends its markers as one stepsStartedSQL,
+	// after its statements.
 	marker *startedMarker
-	// stepStart marks a statement sent as a step starts (cancelRequested),
-	// which, like a marker, claims nothing (onlyStepStarts).
+	// stepStart marks the request of a step starting (startStep), which
+	// claims nothing (onlyStepStarts).
 	stepStart bool
 }
 
@@ -70,15 +71,27 @@ func (w *worker) submitReq(ctx context.Context, req *commitReq) error {
 	}
 }
 
-// cancelRequested reads the run's cancel flag with the next group: a
-// statement of the group's transaction, whose snapshot is taken after the
-// call, so it sees every cancel committed before it, as a read of its own
-// would; it costs no round trip and no commit of its own. A missing row is
-// an error of this call, not of the group (whose other statements a scan
-// error would send again).
-func (w *worker) cancelRequested(ctx context.Context, id uuid.UUID) (bool, error) {
-	var canceled, found bool
-	err := w.submitReq(ctx, &commitReq{sql: runstore.CancelRequestedSQL, args: []any{id}, stepStart: true, done: make(chan error, 1),
+// startStep reads the run's cancel flag and writes the started marker of
+// the step body about to start (seq, step) with the next group, and waits
+// for that group's commit. The read is a statement of the group's
+// transaction, whose snapshot is taken after the call, so it sees every
+// cancel committed before it, as a read of its own would; the marker
+// (stepsStartedSQL, after the group's statements) is not written for a run
+// whose cancel it sees. The body starts only after this commit, so the
+// attempt is charged before the body runs: a worker killed while the body
+// runs has spent an attempt, and a step that kills its worker runs no more
+// often than its retry policy allows. (The marker used to commit beside the
+// running body; a kill before it committed charged nothing, which the
+// contract scenario worker_dies_on_every_attempt caught in CI as a third
+// body on a budget of two.) The marker's own outcome is not read: a fenced
+// one belongs to a lost claim, and one the group skipped (the row locked at
+// that instant) is written by the next heartbeat while the body runs. A
+// missing row is an error of this call, not of the group (whose other
+// statements a scan error would send again).
+func (w *worker) startStep(ctx context.Context, ex *execution, seq int, step string) (canceled bool, err error) {
+	var found bool
+	err = w.submitReq(ctx, &commitReq{sql: runstore.CancelRequestedSQL, args: []any{ex.id}, stepStart: true, done: make(chan error, 1),
+		marker: &startedMarker{id: ex.id, token: ex.token, seq: int32(seq), step: step},
 		scan: func(row pgx.Row) error {
 			err := row.Scan(&canceled)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -89,26 +102,11 @@ func (w *worker) cancelRequested(ctx context.Context, id uuid.UUID) (bool, error
 		}})
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("read the cancel flag of run %s: %w", id, err)
+		return false, fmt.Errorf("read the cancel flag of run %s: %w", ex.id, err)
 	case !found:
-		return false, fmt.Errorf("run %s: %w", id, port.ErrNotFound)
+		return false, fmt.Errorf("run %s: %w", ex.id, port.ErrNotFound)
 	}
 	return canceled, nil
-}
-
-// markStarted writes the started marker of a step body about to start
-// (stepsStartedSQL) with the next group and waits for that group's commit,
-// so that the attempt is charged before the body runs: a worker killed
-// while the body runs has spent an attempt, and a step that kills its
-// worker runs no more often than its retry policy allows. (The body used
-// to start at once, the marker committing beside it; a kill in that window
-// charged nothing, which the contract scenario worker_dies_on_every_attempt
-// caught in CI as a third body for a budget of two.) Its outcome is not
-// read: a fenced marker belongs to a lost claim, and one the group skipped
-// (the row locked at that instant) is written by the next heartbeat while
-// the body runs.
-func (w *worker) markStarted(ctx context.Context, ex *execution, seq int, step string) {
-	_ = w.submitReq(ctx, &commitReq{marker: &startedMarker{id: ex.id, token: ex.token, seq: int32(seq), step: step}, done: make(chan error, 1)})
 }
 
 // committer groups the statements that arrive while the previous group is
@@ -139,7 +137,7 @@ func (w *worker) committer(ctx context.Context) {
 
 func onlyStepStarts(group []*commitReq) bool {
 	for _, r := range group {
-		if r.marker == nil && !r.stepStart {
+		if !r.stepStart {
 			return false
 		}
 	}
@@ -194,7 +192,6 @@ func (w *worker) sendBatch(ctx context.Context, group []*commitReq, claim int, c
 	for _, r := range group {
 		if m := r.marker; m != nil {
 			ids, tokens, seqs, steps = append(ids, m.id), append(tokens, m.token), append(seqs, m.seq), append(steps, m.step)
-			continue
 		}
 		b.Queue(r.sql, r.args...).QueryRow(r.scan)
 	}

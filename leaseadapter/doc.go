@@ -104,8 +104,9 @@
 // Each worker's reaper, every PollInterval, returns expired leases to
 // pending. An attempt is charged only to a step whose body started: before
 // a step body starts, its worker sends a marker (started_seq, the step's
-// seq, on the run row) with the next group commit and waits for it (a group
-// writes all the markers it gathered in one statement), and each heartbeat
+// seq, on the run row) with the step's cancel-flag read in the next group
+// commit and waits for it (a group writes all the markers it gathered in
+// one statement, none for a run asked to cancel), and each heartbeat
 // writes it again while the body runs. An expired lease whose
 // marker is unset, or whose step already has a result, goes back to pending
 // at once, charged nothing: the worker died with the run prefetched, waiting

@@ -377,7 +377,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		if err := f.takeStepSlot(); err != nil {
 			return err
 		}
-		if err := f.refuseIfCanceled(); err != nil {
+		if err := f.refuseIfCanceled(seq, name); err != nil {
 			return err
 		}
 		result, actErr = f.invoke(binding, raw, seq, name, attempt, o)
@@ -445,11 +445,13 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 // it returns, and its notification or the next heartbeat may reach this
 // worker only later: without the read a body could start after Cancel
 // returned. One primary-key read per step attempt, sent with the next group
-// commit (worker.cancelRequested). A run found canceled
-// starts nothing (ErrCanceled, as gate); a failed read abandons the claim,
-// which goes back uncharged, no body having started.
-func (f *flow) refuseIfCanceled() error {
-	canceled, err := f.w.cancelRequested(f.dbCtx, f.ex.id)
+// commit together with the step's started marker (worker.startStep). A run
+// found canceled starts nothing (ErrCanceled, as gate) and is charged
+// nothing; a failed read abandons the claim, which goes back uncharged, no
+// body having started (unless the error came at the group's COMMIT and the
+// marker committed after all: then the attempt is charged without a body).
+func (f *flow) refuseIfCanceled(seq int, step string) error {
+	canceled, err := f.w.startStep(f.dbCtx, f.ex, seq, step)
 	if err == nil && !canceled {
 		return nil
 	}
@@ -519,7 +521,6 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, seq int, step
 	}
 	f.ex.setStep(step, seq)
 	defer f.ex.setStep("", -1)
-	f.w.markStarted(f.dbCtx, f.ex, seq, step)
 	info := port.StepInfo{
 		RunID: f.ex.runID(), Kind: port.Kind(f.ex.kind), Version: f.ex.version, Step: step, Attempt: attempt,
 		Token: enginekit.LeaseToken(f.ex.runID(), step, f.ex.claims, f.ex.token.String(), f.ex.generation),

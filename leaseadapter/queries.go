@@ -315,9 +315,11 @@ SELECT count(*), now() FROM t`
 
 // stepsStartedSQL is the durable marker that step bodies started under
 // their claims ($1 run ids, $2 lease tokens, $3 step seqs, $4 step names):
-// each worker queues one as a body starts, not waited for, and a group
-// commit sends the markers it gathered as this one statement. For each run
-// still under that claim it brings the run's view to the step (the attempt
+// each worker sends one with the cancel-flag read before a body starts and
+// waits for its group (worker.startStep), and a group commit sends the
+// markers it gathered as this one statement, after the reads. For each run
+// still under that claim and not asked to cancel (a run the read found
+// canceled starts no body and is charged nothing) it brings the run's view to the step (the attempt
 // running: its failed attempts so far plus this one; a new step clears the
 // last error) and raises started_seq, which decides whether the reaper
 // charges an attempt (reapSQL). greatest: two markers of one claim may
@@ -332,7 +334,7 @@ const stepsStartedSQL = `
 WITH m AS (
   SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[]) AS m(id, token, seq, step)
 ), l AS (
-  SELECT r.id FROM taskport.run r JOIN m ON r.id = m.id AND r.lease_token = m.token
+  SELECT r.id FROM taskport.run r JOIN m ON r.id = m.id AND r.lease_token = m.token AND r.cancel_requested_at IS NULL
   FOR UPDATE OF r SKIP LOCKED
 )
 UPDATE taskport.run r
