@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,5 +126,63 @@ VALUES ($1, $2, $3, '1', 1)`, id, seq, fmt.Sprint("s", seq))
 		require.Equal(t, want, [2]int{a, l}, "loss %d of a claim between steps", i)
 		a, l = charged(unstarted)
 		require.Equal(t, want, [2]int{a, l}, "loss %d of a claim without a marker", i)
+	}
+}
+
+// An attempt is charged before its body runs: the started marker has
+// committed when the body starts, so a worker killed at the body's first
+// instruction has spent the attempt (the contract scenario
+// worker_dies_on_every_attempt, which caught the marker committing beside
+// the body, sees this only when its kill wins that race). Each of the
+// step's two attempts reads its own run row from the body.
+func TestAttemptChargedBeforeTheBodyRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	type seen struct {
+		startedSeq *int
+		attempts   int
+	}
+	var (
+		mu     sync.Mutex
+		bodies []seen
+	)
+	act := port.DeclareActivity[struct{}, int]("test.charged.step")
+	reg := port.NewRegistry()
+	require.NoError(t, reg.RegisterActivity(port.Bind(act, func(ctx context.Context, _ struct{}) (int, error) {
+		info, _ := port.StepInfoFrom(ctx)
+		var s seen
+		if err := pool.QueryRow(ctx, `SELECT started_seq, attempts FROM taskport.run WHERE id = $1`, string(info.RunID)).
+			Scan(&s.startedSeq, &s.attempts); err != nil {
+			return 0, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		bodies = append(bodies, s)
+		if len(bodies) == 1 {
+			return 0, fmt.Errorf("first attempt fails")
+		}
+		return 1, nil
+	})))
+	require.NoError(t, reg.Register(port.Definition{Kind: "test.charged", Version: 1,
+		Retry: port.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond},
+		Handler: port.Handle(func(f port.Flow, _ struct{}) error {
+			_, err := act.Run(f, "s", struct{}{})
+			return err
+		})}))
+	eng, err := New(pool, reg, Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	require.NoError(t, err)
+	id, err := eng.Enqueue(ctx, "test.charged", struct{}{}, port.EnqueueOptions{IdempotencyKey: "charged"})
+	require.NoError(t, err)
+	require.NoError(t, eng.Start(ctx, port.StartOptions{Concurrency: 1}))
+	t.Cleanup(func() { require.NoError(t, eng.Stop(context.Background())) })
+	_, err = port.Wait(ctx, eng, id)
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, bodies, 2)
+	for i, s := range bodies {
+		require.NotNilf(t, s.startedSeq, "attempt %d: its body ran before its marker committed", i+1)
+		require.Equalf(t, i+1, s.attempts, "attempt %d: the run's view did not count it when its body ran", i+1)
 	}
 }
