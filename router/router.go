@@ -396,7 +396,12 @@ func (r *Router) watch(es []Engine, done chan struct{}) {
 	e := <-cases
 	r.serve.Lock()
 	defer r.serve.Unlock()
-	if r.done == done {
+	if r.done != done {
+		return // a later Start's
+	}
+	select {
+	case <-done: // Stop closed it first: its engines stopping is what woke us
+	default:
 		r.err = e.Err()
 		close(done)
 	}
