@@ -377,7 +377,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		if err := f.takeStepSlot(); err != nil {
 			return err
 		}
-		if err := f.refuseIfCanceled(seq, name); err != nil {
+		if err := f.beginAttempt(seq, name); err != nil {
 			return err
 		}
 		result, actErr = f.invoke(binding, raw, seq, name, attempt, o)
@@ -440,8 +440,8 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 	f.ex.stepAttempts, f.ex.errorShown = 0, false
 }
 
-// refuseIfCanceled reads the run's cancel flag just before a step body
-// starts, holding the slot takeStepSlot took. Cancel commits the flag before
+// beginAttempt reads the run's cancel flag, and charges the attempt, just
+// before a step body starts, holding the slot takeStepSlot took. Cancel commits the flag before
 // it returns, and its notification or the next heartbeat may reach this
 // worker only later: without the read a body could start after Cancel
 // returned. One primary-key read per step attempt, sent with the next group
@@ -450,7 +450,7 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 // nothing; a failed read abandons the claim, which goes back uncharged, no
 // body having started (unless the error came at the group's COMMIT and the
 // marker committed after all: then the attempt is charged without a body).
-func (f *flow) refuseIfCanceled(seq int, step string) error {
+func (f *flow) beginAttempt(seq int, step string) error {
 	canceled, err := f.w.startStep(f.dbCtx, f.ex, seq, step)
 	if err == nil && !canceled {
 		return nil
