@@ -10,16 +10,20 @@ ON CONFLICT (kind, idempotency_key) DO NOTHING`
 
 // claimSQL takes due rows that no other dispatcher holds and pushes their
 // next_attempt_at past the claim lease, so a dispatcher that dies mid-batch
-// only delays its rows; the row lock lasts only for this statement.
+// only delays its rows; the row lock lasts only for this statement. The
+// ids are an array, not an IN (subquery): a generic plan does not know $1,
+// and after ANALYZE it joined an IN to a sequential scan of the whole
+// table (TestPlansStayIndexedAtAMillionRows, pgtest.ExplainGeneric); an
+// array is looked up in the primary key in either plan.
 const claimSQL = `
 UPDATE outbox_event
 SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM outbox_event
     WHERE status = 'pending' AND next_attempt_at <= now()
     ORDER BY next_attempt_at, id
     FOR UPDATE SKIP LOCKED
-    LIMIT $1)
+    LIMIT $1))
 RETURNING id, action, kind, topic, idempotency_key, business_key, payload, available_at, min_version, attempts,
     traceparent, tracestate`
 

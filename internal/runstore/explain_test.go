@@ -2,6 +2,7 @@ package runstore
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -62,18 +63,22 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 	// The retention statements as PruneRuns, PruneWaiters, PruneEarlySignals
 	// and the lags run them: the waiter and signal prunes after
 	// dbtx.PinIndexScansSQL.
-	retention := func(tx pgx.Tx, stats string) {
-		pgtest.Explain(t, tx, pruneRunsSQL, EngineTemporal, day, day, day, 1000).
+	retention := func(tx pgx.Tx, stats string, generic bool) {
+		explain := func(sql string, args ...any) pgtest.Plan { return pgtest.Explain(t, tx, sql, args...) }
+		if generic {
+			explain = func(sql string, args ...any) pgtest.Plan { return pgtest.ExplainGeneric(t, tx, sql, args...) }
+		}
+		explain(pruneRunsSQL, EngineTemporal, day, day, day, 1000).
 			RequireIndexed(t, stats+" retention: runs", "run_finished", "run_pkey")
-		pgtest.Explain(t, tx, RunLagSQL, EngineTemporal, day, day, day).RequireIndexed(t, stats+" retention: run lag", "run_finished")
-		pgtest.Explain(t, tx, waiterLagSQL, int64(3600000)).RequireIndexed(t, stats+" retention: waiter lag", "waiter_since", "run_pkey")
-		pgtest.Explain(t, tx, earlySignalLagSQL, day).
+		explain(RunLagSQL, EngineTemporal, day, day, day).RequireIndexed(t, stats+" retention: run lag", "run_finished")
+		explain(waiterLagSQL, int64(3600000)).RequireIndexed(t, stats+" retention: waiter lag", "waiter_since", "run_pkey")
+		explain(earlySignalLagSQL, day).
 			RequireIndexed(t, stats+" retention: early signal lag", "early_signal_consumed", "early_signal_unconsumed_age")
 		_, err := tx.Exec(ctx, dbtx.PinIndexScansSQL)
 		require.NoError(t, err)
-		pgtest.Explain(t, tx, pruneWaitersSQL, int64(3600000), 1000).
+		explain(pruneWaitersSQL, int64(3600000), 1000).
 			RequireIndexed(t, stats+" retention: waiters", "waiter_since", "run_pkey")
-		pgtest.Explain(t, tx, pruneEarlySignalsSQL, day, 1000).
+		explain(pruneEarlySignalsSQL, day, 1000).
 			RequireIndexed(t, stats+" retention: early signals", "early_signal_consumed", "early_signal_unconsumed_age", "early_signal_pkey")
 	}
 	check := func(stats string) {
@@ -93,13 +98,10 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 		pgtest.Explain(t, pool, sql, args...).RequireIndexed(t, stats+" one kind", "run_kind_version_status_created")
 		pgtest.Explain(t, pool, kindVersionsSQL, "k", math.MaxInt32).
 			RequireIndexed(t, stats+" a kind's versions", "run_kind_version_status_created")
-		for _, mode := range []string{"auto", "force_generic_plan"} {
+		for _, generic := range []bool{false, true} {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
-				if err == nil {
-					retention(tx, stats+" "+mode+":")
-				}
-				return err
+				retention(tx, fmt.Sprintf("%s generic=%v:", stats, generic), generic)
+				return nil
 			})
 			require.NoError(t, err)
 		}

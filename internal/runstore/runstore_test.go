@@ -3,7 +3,6 @@ package runstore_test
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,15 +261,10 @@ func TestStaleTemporalPagesOpenRunsByIndex(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // read only
-	_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
-	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
 	require.NoError(t, err)
-	rows, err := tx.Query(ctx, `EXPLAIN `+runstore.StaleTemporalSQL, int64(60000), time.Time{}, uuid.UUID{}, 100)
-	require.NoError(t, err)
-	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Contains(t, strings.Join(plan, "\n"), "run_open_temporal", "the batch reads the partial index")
+	pgtest.ExplainGeneric(t, tx, runstore.StaleTemporalSQL, int64(60000), time.Time{}, uuid.UUID{}, 100).
+		RequireIndexed(t, "the batch reads the partial index, as a generic plan", "run_open_temporal")
 }
 
 // StartStep reads the cancel flag as CancelRequested does and projects the

@@ -97,6 +97,64 @@ func ExplainAnalyze(tb testing.TB, q Querier, sql string, args ...any) Plan {
 	return explain(tb, q, "ANALYZE, BUFFERS, FORMAT JSON", sql, args...)
 }
 
+// ExplainGeneric returns the generic plan of sql: the plan a prepared
+// statement runs with whatever arguments once Postgres prefers it to
+// custom plans (after five executions, when it is not dearer than they
+// were), or at once under plan_cache_mode force_generic_plan. Explain
+// never shows it: EXPLAIN plans a statement for the values of its
+// arguments. It prepares sql in tx, turns force_generic_plan on for the
+// rest of tx, explains an EXECUTE of it with args written as literals of
+// the parameters' types (EXECUTE takes no bind parameters), and
+// deallocates it.
+func ExplainGeneric(tb testing.TB, tx pgx.Tx, sql string, args ...any) Plan {
+	tb.Helper()
+	return explainGeneric(tb, tx, "FORMAT JSON", sql, args...)
+}
+
+// ExplainAnalyzeGeneric is ExplainAnalyze of the generic plan
+// (ExplainGeneric). It executes the statement: roll tx back.
+func ExplainAnalyzeGeneric(tb testing.TB, tx pgx.Tx, sql string, args ...any) Plan {
+	tb.Helper()
+	return explainGeneric(tb, tx, "ANALYZE, BUFFERS, FORMAT JSON", sql, args...)
+}
+
+func explainGeneric(tb testing.TB, tx pgx.Tx, options, sql string, args ...any) Plan {
+	tb.Helper()
+	ctx := context.Background()
+	const name = "pgtest_generic"
+	sd, err := tx.Prepare(ctx, name, sql)
+	if err != nil {
+		tb.Fatalf("pgtest: prepare: %v\n%s", err, sql)
+	}
+	defer func() {
+		if err := tx.Conn().Deallocate(ctx, name); err != nil {
+			tb.Errorf("pgtest: deallocate: %v", err)
+		}
+	}()
+	if len(args) != len(sd.ParamOIDs) {
+		tb.Fatalf("pgtest: %d arguments for %d parameters\n%s", len(args), len(sd.ParamOIDs), sql)
+	}
+	lits := make([]string, len(args))
+	for i, arg := range args {
+		var typ, lit string
+		if err := tx.QueryRow(ctx, `SELECT format_type($1, NULL)`, sd.ParamOIDs[i]).Scan(&typ); err != nil {
+			tb.Fatalf("pgtest: type of parameter $%d: %v", i+1, err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT quote_nullable(($1::`+typ+`)::text)`, arg).Scan(&lit); err != nil {
+			tb.Fatalf("pgtest: parameter $%d as %s: %v", i+1, typ, err)
+		}
+		lits[i] = lit + "::" + typ
+	}
+	if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`); err != nil {
+		tb.Fatalf("pgtest: force_generic_plan: %v", err)
+	}
+	execute := "EXECUTE " + name
+	if len(lits) > 0 {
+		execute += "(" + strings.Join(lits, ", ") + ")"
+	}
+	return explain(tb, tx, options, execute)
+}
+
 func explain(tb testing.TB, q Querier, options, sql string, args ...any) Plan {
 	tb.Helper()
 	var raw []byte
