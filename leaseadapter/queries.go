@@ -138,7 +138,21 @@ WITH RECURSIVE present AS (
 // plus a sort. Turning off bitmap and sequential scans and sorts leaves the
 // ordered index scan of run_ready, which stops after LIMIT rows whatever the
 // backlog. The queue depth and the reaper run under the same pin.
-const claimPlanSQL = dbtx.PinOrderedScansSQL
+//
+// It also takes the generic plan of each prepared statement that follows:
+// planning a custom plan anew on every claim (Postgres chose one for
+// claimSQL on every call) cost about 0.65 ms of backend CPU per claim, more
+// than executing a claim of 18 runs (pg_stat_statements in
+// docs/benchmarks.md). A generic plan does not know how many runs the
+// claim takes ($2), and with hash and merge joins allowed it joined the
+// claimed ids to a full scan of run_pkey to update them (2,936 pages
+// beside 100,000 runs, TestClaimReadsFewPagesWhateverTheUnservedBacklog);
+// with them off, every join is a nested loop of index probes, which is the
+// plan these statements want for the few rows they touch. The generic
+// plans are checked by the EXPLAIN tests (pgtest.ExplainGeneric).
+const claimPlanSQL = dbtx.PinOrderedScansSQL + `,
+  set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+  set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // claimSQL takes up to $2 ready runs of the served (kind, version) pairs
 // (the arrays $1 and $5) in one statement, marks them running under a
