@@ -2,38 +2,53 @@ package leaseadapter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
 )
 
 // commitReq is one statement waiting to be committed together with others:
-// a lease-checked statement of a run (see queries.go) or an enqueue.
+// a lease-checked statement of a run (see queries.go) or an enqueue, or a
+// step starting (start).
 type commitReq struct {
 	sql  string
 	args []any
 	scan func(pgx.Row) error // reads the statement's one result row
 	done chan error
-	// marker, when set, is a step's started marker (startStep), sent beside
-	// the statement: the group sends its markers as one stepsStartedSQL,
-	// after its statements.
-	marker *startedMarker
-	// stepStart marks the request of a step starting (startStep), which
-	// claims nothing (onlyStepStarts).
-	stepStart bool
+	// start, when set, is a step about to start (startStep) instead of a
+	// statement: the group reads the cancel flags of its starting steps'
+	// runs in one statement (cancelFlagsSQL) and writes their started
+	// markers in another (stepsStartedSQL), after its other statements.
+	start *stepStart
+	// end, when set, is a run ending (worker.finish) instead of a
+	// statement: the group ends its runs in one finishSQL.
+	end *runEnd
 }
 
-// startedMarker is one row of stepsStartedSQL.
-type startedMarker struct {
+// runEnd is one run of finishSQL: its arguments, one element of each of
+// the statement's arrays, and its outcome.
+type runEnd struct {
+	id, token     uuid.UUID
+	status, err   string
+	seq, attempts *int32  // the held step's, or nil
+	name, result  *string // the held step's, or nil
+	output        *string
+	ended         bool // set by the group: the run's claim held, and it ended
+}
+
+// stepStart is one step of startStep: a row of cancelFlagsSQL and of
+// stepsStartedSQL.
+type stepStart struct {
 	id, token uuid.UUID
 	seq       int32
 	step      string
+	// Set by the group's cancelFlagsSQL: the run's row was found, and its
+	// cancel requested.
+	found, canceled bool
 }
 
 type commitRes struct {
@@ -87,26 +102,18 @@ func (w *worker) submitReq(ctx context.Context, req *commitReq) error {
 // one belongs to a lost claim, and one the group skipped (the row locked at
 // that instant) is written by the next heartbeat while the body runs. A
 // missing row is an error of this call, not of the group (whose other
-// statements a scan error would send again).
+// statements a scan error would send again). The group reads every
+// starting step's flag in one statement (cancelFlagsSQL), one round of
+// executor work where each read used to be a statement of its own.
 func (w *worker) startStep(ctx context.Context, ex *execution, seq int, step string) (canceled bool, err error) {
-	var found bool
-	err = w.submitReq(ctx, &commitReq{sql: runstore.CancelRequestedSQL, args: []any{ex.id}, stepStart: true, done: make(chan error, 1),
-		marker: &startedMarker{id: ex.id, token: ex.token, seq: int32(seq), step: step},
-		scan: func(row pgx.Row) error {
-			err := row.Scan(&canceled)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			found = err == nil
-			return err
-		}})
-	switch {
+	start := &stepStart{id: ex.id, token: ex.token, seq: int32(seq), step: step}
+	switch err := w.submitReq(ctx, &commitReq{start: start, done: make(chan error, 1)}); {
 	case err != nil:
 		return false, fmt.Errorf("read the cancel flag of run %s: %w", ex.id, err)
-	case !found:
+	case !start.found:
 		return false, fmt.Errorf("run %s: %w", ex.id, port.ErrNotFound)
 	}
-	return canceled, nil
+	return start.canceled, nil
 }
 
 // committer groups the statements that arrive while the previous group is
@@ -137,7 +144,7 @@ func (w *worker) committer(ctx context.Context) {
 
 func onlyStepStarts(group []*commitReq) bool {
 	for _, r := range group {
-		if !r.stepStart {
+		if r.start == nil {
 			return false
 		}
 	}
@@ -186,17 +193,23 @@ func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 // transaction.
 func (w *worker) sendBatch(ctx context.Context, group []*commitReq, claim int, claimed *[]*execution) error {
 	b := &pgx.Batch{}
-	var ids, tokens []uuid.UUID
-	var seqs []int32
-	var steps []string
+	var starts []*stepStart
+	var ends []*runEnd
 	for _, r := range group {
-		if m := r.marker; m != nil {
-			ids, tokens, seqs, steps = append(ids, m.id), append(tokens, m.token), append(seqs, m.seq), append(steps, m.step)
+		switch {
+		case r.start != nil:
+			starts = append(starts, r.start)
+		case r.end != nil:
+			ends = append(ends, r.end)
+		default:
+			b.Queue(r.sql, r.args...).QueryRow(r.scan)
 		}
-		b.Queue(r.sql, r.args...).QueryRow(r.scan)
 	}
-	if len(ids) > 0 {
-		b.Queue(stepsStartedSQL, ids, tokens, seqs, steps)
+	if len(ends) > 0 {
+		queueRunEnds(b, ends)
+	}
+	if len(starts) > 0 {
+		queueStepStarts(b, starts)
 	}
 	if claim > 0 {
 		w.queueClaim(b, claim, claimed)
@@ -205,4 +218,59 @@ func (w *worker) sendBatch(ctx context.Context, group []*commitReq, claim int, c
 		return fmt.Errorf("group commit of %d: %w", len(group), err)
 	}
 	return nil
+}
+
+// queueStepStarts adds to b the read of the starting steps' cancel flags,
+// stored in each stepStart when b's results are read, and their started
+// markers.
+func queueStepStarts(b *pgx.Batch, starts []*stepStart) {
+	ids := make([]uuid.UUID, len(starts))
+	tokens := make([]uuid.UUID, len(starts))
+	seqs := make([]int32, len(starts))
+	steps := make([]string, len(starts))
+	byID := make(map[uuid.UUID][]*stepStart, len(starts))
+	for i, s := range starts {
+		ids[i], tokens[i], seqs[i], steps[i] = s.id, s.token, s.seq, s.step
+		s.found, s.canceled = false, false // a group sent again after a failed one
+		byID[s.id] = append(byID[s.id], s)
+	}
+	b.Queue(cancelFlagsSQL, ids).Query(func(rows pgx.Rows) error {
+		var id uuid.UUID
+		var canceled bool
+		_, err := pgx.ForEachRow(rows, []any{&id, &canceled}, func() error {
+			for _, s := range byID[id] {
+				s.found, s.canceled = true, canceled
+			}
+			return nil
+		})
+		return err
+	})
+	b.Queue(stepsStartedSQL, ids, tokens, seqs, steps)
+}
+
+// queueRunEnds adds to b the end of the runs (finishSQL), each runEnd's
+// ended set when b's results are read.
+func queueRunEnds(b *pgx.Batch, ends []*runEnd) {
+	n := len(ends)
+	ids, tokens := make([]uuid.UUID, n), make([]uuid.UUID, n)
+	statuses, errs := make([]string, n), make([]string, n)
+	seqs, attempts := make([]*int32, n), make([]*int32, n)
+	names, results, outputs := make([]*string, n), make([]*string, n), make([]*string, n)
+	byID := make(map[uuid.UUID]*runEnd, n)
+	for i, e := range ends {
+		ids[i], tokens[i], statuses[i], errs[i] = e.id, e.token, e.status, e.err
+		seqs[i], attempts[i], names[i], results[i], outputs[i] = e.seq, e.attempts, e.name, e.result, e.output
+		e.ended = false // a group sent again after a failed one
+		byID[e.id] = e
+	}
+	b.Queue(finishSQL, ids, tokens, statuses, errs, seqs, names, results, attempts, outputs).Query(func(rows pgx.Rows) error {
+		var id uuid.UUID
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+			if e := byID[id]; e != nil {
+				e.ended = true
+			}
+			return nil
+		})
+		return err
+	})
 }

@@ -150,17 +150,30 @@ func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
 // its result (output), in one commit with the held step.
 func (w *worker) finish(ctx context.Context, ex *execution, status port.Status, lastErr string, output json.RawMessage, last *heldStep) {
 	ex.released.Store(true)
-	var seq, attempts *int
-	var name *string
-	var result json.RawMessage
+	end := &runEnd{id: ex.id, token: ex.token, status: string(status), err: lastErr, output: jsonText(output)}
 	if last != nil {
-		seq, name, result, attempts = &last.seq, &last.name, last.result, &last.attempt
+		seq, attempts := int32(last.seq), int32(last.attempt)
+		end.seq, end.attempts, end.name, end.result = &seq, &attempts, &last.name, jsonText(last.result)
 	}
-	res, err := w.commit(ctx, finishSQL, ex.id, ex.token, string(status), lastErr, seq, name, result, attempts, output)
+	err := w.submitReq(ctx, &commitReq{end: end, done: make(chan error, 1)})
+	var res commitRes
+	if end.ended {
+		res.n = 1
+	}
 	if !w.settled(ctx, ex, res, err, "finish") {
 		return
 	}
 	w.e.cfg.Metrics.Finished(port.Kind(ex.kind), status)
+}
+
+// jsonText is a JSON document as one element of a text[] argument that
+// SQL casts to jsonb: nil for none (SQL NULL).
+func jsonText(doc json.RawMessage) *string {
+	if doc == nil {
+		return nil
+	}
+	s := string(doc)
+	return &s
 }
 
 func (w *worker) continueAsNew(ctx context.Context, ex *execution, input json.RawMessage) {

@@ -91,6 +91,12 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 		steps := make([]string, len(ids))
 		progress := make([]*string, len(ids))
 		started := make([]int32, len(ids))
+		statuses := make([]string, len(ids))
+		seqs := make([]*int32, len(ids))   // the held step's seq and attempts: none
+		names := make([]*string, len(ids)) // its name and result, and the output: none
+		for i := range ids {
+			statuses[i] = "succeeded"
+		}
 		// Every statement is prepared and run often, so Postgres may switch
 		// to a generic plan: both are checked (pgtest.Explain shows the
 		// custom plan, pgtest.ExplainGeneric the generic one). The queue
@@ -108,6 +114,12 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 				explain(reapSQL, 100, unstartedLossesCharged).RequireIndexed(t, name+" reap", "run_leased")
 				explain(heartbeatSQL, ids, tokens, steps, progress, int64(10000), started).
 					RequireIndexed(t, name+" heartbeat", "run_pkey")
+				// A group commit's statements: its step starts and its runs'
+				// ends, each one statement for the group.
+				explain(cancelFlagsSQL, ids).RequireIndexed(t, name+" cancel flags", "run_pkey")
+				explain(stepsStartedSQL, ids, tokens, started, steps).RequireIndexed(t, name+" steps started", "run_pkey")
+				explain(finishSQL, ids, tokens, statuses, steps, seqs, names, names, seqs, names).
+					RequireIndexed(t, name+" finish", "run_pkey", "step_result_pkey", "waiter_run")
 				explain(pruneRunsSQL, runstore.EngineLease, day, day, day, 1000).
 					RequireIndexed(t, name+" retention: runs", "run_finished", "run_pkey", "step_result_pkey")
 				explain(runstore.RunLagSQL, runstore.EngineLease, day, day, day).

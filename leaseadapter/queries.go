@@ -259,48 +259,67 @@ WITH t AS (
 )
 SELECT count(*), now() FROM t`
 
-// finishSQL ends a run: $3 is succeeded, failed or canceled. A failed run
-// is a dead letter. When $5 is not NULL it also records the run's last
-// step ($5 seq, $6 name, $7 result, $8 attempts), whose commit was held back
-// until the handler's next move turned out to be its return; otherwise the
-// run's view keeps the last step, wait or sleep recorded (l; a version
-// marker is none of them) with its attempts, or, when the row names a step
-// that is live (k: its body started in this claim after l, or it has no
-// result yet, as a step whose earlier attempts failed and whose next one a
-// cancel kept from starting), that step with the row's attempts. The row
-// lags l when a step's start marker was still queued as it finished. last_error becomes $4: "" for succeeded and
-// canceled, the handler's error for failed. A run whose cancel was
-// requested before this commit ends canceled whatever the handler
-// returned, as on Temporal, where the cancel resolves the step the handler
-// was in: a cancel that Cancel acknowledged is never outrun by the step
-// that was running.
+// finishSQL ends the runs of one group commit, one row of its arrays per
+// run ($1 id, $2 lease token, $3 status, $4 last error, $5-$8 the held
+// step, $9 output) and returns the id of each run it ended under its claim:
+// a run missing from the result was fenced. $3 is succeeded, failed or
+// canceled. A failed run is a dead letter. When $5 is not NULL it also
+// records the run's last step ($5 seq, $6 name, $7 result, $8 attempts),
+// whose commit was held back until the handler's next move turned out to
+// be its return; otherwise the run's view keeps the last step, wait or
+// sleep recorded (last_*; a version marker is none of them) with its
+// attempts, or, when the row names a step that is live (its body started
+// in this claim after the last recorded one, or it has no result yet, as a
+// step whose earlier attempts failed and whose next one a cancel kept from
+// starting), that step with the row's attempts. The row lags the last
+// recorded step when a step's start marker was still queued as it
+// finished. last_error becomes $4: "" for succeeded and canceled, the
+// handler's error for failed. A run whose cancel was requested before this
+// commit ends canceled whatever the handler returned, as on Temporal, where
+// the cancel resolves the step the handler was in: a cancel that Cancel
+// acknowledged is never outrun by the step that was running.
+//
+// One statement for the group's runs, not one per run: each statement
+// costs the backend its own executor start-up and plan nodes
+// (docs/benchmarks.md measures what this saves). The ids reach the waiter
+// table as an array, which a generic plan looks up in waiter_run, and
+// whether the row's step has a result is a lateral probe of
+// step_result_pkey (a NOT EXISTS became a hashed subplan reading all of
+// step_result, in TestPlansStayIndexedAtAMillionRuns).
 const finishSQL = `
-WITH l AS (
-  SELECT s.seq, s.name, s.attempts FROM taskport_lease.step_result s
-  WHERE s.run_id = $1 AND $5::int IS NULL AND s.name NOT LIKE 'version:%' ORDER BY s.seq DESC LIMIT 1
-), k AS (
-  SELECT r.current_step <> '' AND (r.started_seq > coalesce((SELECT seq FROM l), -1) OR NOT EXISTS (
-    SELECT 1 FROM taskport_lease.step_result s WHERE s.run_id = r.id AND s.name = r.current_step)) AS live
-  FROM taskport.run r WHERE r.id = $1
+WITH f AS (
+  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], $8::int[],
+    $9::text[]) AS f(id, token, status, err, seq, name, result, attempts, output)
+), x AS (
+  SELECT f.*, l.seq AS last_seq, l.name AS last_name, l.attempts AS last_attempts,
+    r.current_step <> '' AND (r.started_seq > coalesce(l.seq, -1) OR c.run_id IS NULL) AS live
+  FROM f JOIN taskport.run r ON r.id = f.id
+  LEFT JOIN LATERAL (
+    SELECT s.seq, s.name, s.attempts FROM taskport_lease.step_result s
+    WHERE s.run_id = f.id AND f.seq IS NULL AND s.name NOT LIKE 'version:%' ORDER BY s.seq DESC LIMIT 1
+  ) l ON true
+  LEFT JOIN LATERAL (
+    SELECT s.run_id FROM taskport_lease.step_result s WHERE s.run_id = r.id AND s.name = r.current_step LIMIT 1
+  ) c ON true
 ), t AS (
-  UPDATE taskport.run
-  SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE $3 END,
-      last_error = CASE WHEN cancel_requested_at IS NOT NULL THEN '' ELSE $4 END,
-      dead_letter_at = CASE WHEN $3 = 'failed' AND cancel_requested_at IS NULL THEN now() END,
-      finished_at = coalesce(finished_at, now()),
-      output = CASE WHEN $3 = 'succeeded' AND cancel_requested_at IS NULL THEN $9::jsonb END,
-      current_step = coalesce($6::text, CASE WHEN (SELECT live FROM k) THEN current_step END, (SELECT name FROM l), current_step),
-      attempts = coalesce($8::int, CASE WHEN (SELECT live FROM k) THEN attempts END, (SELECT attempts FROM l), attempts),
+  UPDATE taskport.run r
+  SET status = CASE WHEN r.cancel_requested_at IS NOT NULL THEN 'canceled' ELSE x.status END,
+      last_error = CASE WHEN r.cancel_requested_at IS NOT NULL THEN '' ELSE x.err END,
+      dead_letter_at = CASE WHEN x.status = 'failed' AND r.cancel_requested_at IS NULL THEN now() END,
+      finished_at = coalesce(r.finished_at, now()),
+      output = CASE WHEN x.status = 'succeeded' AND r.cancel_requested_at IS NULL THEN x.output::jsonb END,
+      current_step = coalesce(x.name, CASE WHEN x.live THEN r.current_step END, x.last_name, r.current_step),
+      attempts = coalesce(x.attempts, CASE WHEN x.live THEN r.attempts END, x.last_attempts, r.attempts),
       wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
-  WHERE ` + claimedRun + `
-  RETURNING id
+  FROM x WHERE r.id = x.id AND r.lease_token = x.token
+  RETURNING r.id
 ), s AS (
   INSERT INTO taskport_lease.step_result (run_id, seq, name, result, attempts)
-  SELECT id, $5::int, $6::text, $7::jsonb, $8::int FROM t WHERE $5::int IS NOT NULL
+  SELECT x.id, x.seq, x.name, x.result::jsonb, x.attempts FROM x JOIN t ON t.id = x.id WHERE x.seq IS NOT NULL
 ), w AS (
-  DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t)
+  DELETE FROM taskport.waiter WHERE run_id = ANY(ARRAY(SELECT id FROM t))
 )
-SELECT count(*), now() FROM t`
+SELECT id FROM t`
 
 // continueAsNewSQL clears the history and restarts the run with a new input
 // under the same id. The input it was enqueued with stays in input, as on
@@ -326,6 +345,10 @@ WITH t AS (
   RETURNING id
 )
 SELECT count(*), now() FROM t`
+
+// cancelFlagsSQL reads the cancel flags of the runs whose steps are about
+// to start ($1), one row per run found (worker.startStep).
+const cancelFlagsSQL = `SELECT id, cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = ANY($1::uuid[])`
 
 // stepsStartedSQL is the durable marker that step bodies started under
 // their claims ($1 run ids, $2 lease tokens, $3 step seqs, $4 step names):

@@ -133,6 +133,7 @@ func runBurndown(ctx context.Context, args []string) error {
 		batch   = fs.Int("batch", riverBenchBatch, "jobs per InsertManyFast / EnqueueMany call while filling the backlog")
 		claim   = fs.Int("claim-batch", 0, "the lease worker's Config.BatchSize (0: the engine's default, 64)")
 		timeout = fs.Duration("timeout", 10*time.Minute, "deadline of one side's drain")
+		prof    = fs.String("cpuprofile", "", "write a CPU profile of this process (River's client and the lease workers alike) to this file")
 		stmts   = fs.Bool("statements", false, "diagnostics: trace every statement of the workers' pools during the drain (a pgx tracer: adds client work) and print each side's statements per job, by statement, and its row writes per table")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -148,6 +149,13 @@ func runBurndown(ctx context.Context, args []string) error {
 			return fmt.Errorf("bad concurrency %q", f)
 		}
 		levels = append(levels, c)
+	}
+	if *prof != "" {
+		stop, err := benchkit.StartCPUProfile(*prof)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if *stmts {
 		tracer = &statementTracer{counts: map[string]*stmtCount{}}
