@@ -43,7 +43,8 @@
 // Commits from all runs of a worker (and the Enqueue calls of its process
 // while it serves) are grouped by the committer goroutines (two by default:
 // one group commits while the next gathers) into one pipelined transaction
-// each, without a waiting window,
+// each, without a waiting window; within a group, the steps starting and
+// the runs ending are one statement each, over arrays of their runs,
 // and the result of a step is committed when the handler's next move is
 // known (handler code between Flow calls has no side effects), so the last
 // step's result and the run's end share one commit.
