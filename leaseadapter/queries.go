@@ -141,9 +141,9 @@ WITH RECURSIVE present AS (
 //
 // It also takes the generic plan of each prepared statement that follows:
 // planning a custom plan anew on every claim (Postgres chose one for
-// claimSQL on every call) cost about 0.65 ms of backend CPU per claim, more
-// than executing a claim of 18 runs (pg_stat_statements in
-// docs/benchmarks.md). A generic plan does not know how many runs the
+// claimSQL on every call) cost about 0.7 ms of backend time per claim of
+// about 20 runs, more than half of what executing it took
+// (pg_stat_statements in docs/benchmarks.md). A generic plan does not know how many runs the
 // claim takes ($2), and with hash and merge joins allowed it joined the
 // claimed ids to a full scan of run_pkey to update them (2,936 pages
 // beside 100,000 runs, TestClaimReadsFewPagesWhateverTheUnservedBacklog);
