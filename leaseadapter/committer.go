@@ -12,8 +12,8 @@ import (
 )
 
 // commitReq is one statement waiting to be committed together with others:
-// a lease-checked statement of a run (see queries.go) or an enqueue, or a
-// step starting (start).
+// a lease-checked statement of a run (see queries.go) or an enqueue, or,
+// in place of a statement, a step starting (start) or a run ending (end).
 type commitReq struct {
 	sql  string
 	args []any
