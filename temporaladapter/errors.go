@@ -1,6 +1,7 @@
 package temporaladapter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -22,7 +23,13 @@ var errWorkflowExists = errors.New("workflow already exists")
 //   - serviceerror.NotFound (no such workflow, or not in a state the call
 //     accepts, e.g. already closed) wraps port.ErrNotFound, keeping
 //     Temporal's message;
-//   - serviceerror.WorkflowExecutionAlreadyStarted wraps errWorkflowExists.
+//   - serviceerror.WorkflowExecutionAlreadyStarted wraps errWorkflowExists;
+//   - serviceerror.DeadlineExceeded wraps context.DeadlineExceeded and
+//     serviceerror.Canceled context.Canceled. gRPC sends the caller's
+//     deadline to the server, whose timer can fire first: the call then
+//     fails with the server's status while the caller's ctx.Err() is still
+//     nil, and a caller matching context.DeadlineExceeded (the port's
+//     promise for a wait that outlives its context) must still see it.
 //
 // Everything else is returned as it is. In particular a missing namespace
 // (serviceerror.NamespaceNotFound) is not a missing run: it is a
@@ -31,6 +38,8 @@ var errWorkflowExists = errors.New("workflow already exists")
 func interpretError(err error) error {
 	var nf *serviceerror.NotFound
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	var deadline *serviceerror.DeadlineExceeded
+	var canceled *serviceerror.Canceled
 	switch {
 	case err == nil:
 		return nil
@@ -38,6 +47,10 @@ func interpretError(err error) error {
 		return fmt.Errorf("%w: %w", port.ErrNotFound, err)
 	case errors.As(err, &started):
 		return fmt.Errorf("%w: %w", errWorkflowExists, err)
+	case errors.As(err, &deadline):
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	case errors.As(err, &canceled):
+		return fmt.Errorf("%w: %w", context.Canceled, err)
 	}
 	return err
 }

@@ -30,6 +30,10 @@ func TestInterpretError(t *testing.T) {
 		{"invalid argument is not the caller's input", serviceerror.NewInvalidArgument("search attribute TaskportKind is not defined"), nil, port.ErrInvalidInput, ""},
 		{"unavailable", serviceerror.NewUnavailable("frontend down"), nil, port.ErrNotFound, ""},
 		{"context", context.Canceled, nil, port.ErrNotFound, ""},
+		// The server's timer for the caller's deadline fired before the
+		// caller's own: the status is all the caller gets.
+		{"server deadline", serviceerror.NewDeadlineExceeded("context deadline exceeded"), context.DeadlineExceeded, port.ErrNotFound, "deadline"},
+		{"server canceled", fmt.Errorf("describe workflow of run r1: %w", serviceerror.NewCanceled("context canceled")), context.Canceled, nil, "run r1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
