@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/port"
 )
 
@@ -224,8 +225,8 @@ func (w *worker) sendBatch(ctx context.Context, group []*commitReq, claim int, c
 // stored in each stepStart when b's results are read, and their started
 // markers.
 func queueStepStarts(b *pgx.Batch, starts []*stepStart) {
-	ids := make([]uuid.UUID, len(starts))
-	tokens := make([]uuid.UUID, len(starts))
+	ids := make(dbtx.UUIDArray, len(starts))
+	tokens := make(dbtx.UUIDArray, len(starts))
 	seqs := make([]int32, len(starts))
 	steps := make([]string, len(starts))
 	byID := make(map[uuid.UUID][]*stepStart, len(starts))
@@ -252,7 +253,7 @@ func queueStepStarts(b *pgx.Batch, starts []*stepStart) {
 // ended set when b's results are read.
 func queueRunEnds(b *pgx.Batch, ends []*runEnd) {
 	n := len(ends)
-	ids, tokens := make([]uuid.UUID, n), make([]uuid.UUID, n)
+	ids, tokens := make(dbtx.UUIDArray, n), make(dbtx.UUIDArray, n)
 	statuses, errs := make([]string, n), make([]string, n)
 	seqs, attempts := make([]*int32, n), make([]*int32, n)
 	names, results, outputs := make([]*string, n), make([]*string, n), make([]*string, n)

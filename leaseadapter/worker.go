@@ -510,8 +510,8 @@ func (w *worker) heartbeat(ctx context.Context) error {
 	if len(exs) == 0 {
 		return nil
 	}
-	ids := make([]uuid.UUID, len(exs))
-	tokens := make([]uuid.UUID, len(exs))
+	ids := make(dbtx.UUIDArray, len(exs))
+	tokens := make(dbtx.UUIDArray, len(exs))
 	steps := make([]string, len(exs))
 	started := make([]int32, len(exs))
 	progress := make([]*string, len(exs))

@@ -129,3 +129,12 @@ func BatchTx(ctx context.Context, db Pooled, queue func(b *pgx.Batch)) error {
 	b.Queue("COMMIT")
 	return db.SendBatch(ctx, b).Close()
 }
+
+// UUIDArray is the Go type of a uuid[] argument; a uuid.UUID is assignable
+// to its elements. Not []uuid.UUID: uuid.UUID implements driver.Valuer,
+// which pgx prefers to its own uuid codec, so every element would be
+// formatted as text and parsed back: 2.3 µs and 20 allocations each,
+// against 0.11 µs and 2 as [16]byte (BenchmarkUUIDArray, 2-core VM). The
+// lease worker's group commits and heartbeats send arrays of every run
+// they touch.
+type UUIDArray = [][16]byte

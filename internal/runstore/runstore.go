@@ -149,7 +149,7 @@ type WantedStart struct {
 
 // StartDone clears the wanted start of the runs ids.
 func StartDone(ctx context.Context, q DBTX, ids []port.RunID) error {
-	us := make([]uuid.UUID, len(ids))
+	us := make(dbtx.UUIDArray, len(ids))
 	for i, id := range ids {
 		u, err := ParseID(id)
 		if err != nil {
