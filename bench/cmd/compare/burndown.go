@@ -37,7 +37,7 @@ package main
 // delta of the side's database over worker start, drain and stop);
 // Postgres CPU per job, utime+stime from /proc/<pid>/stat (clock ticks
 // assumed 100 Hz, not read from sysconf) of every backend connected to the
-// side's database (pg_stat_activity, sampled every 100 ms so that a backend
+// side's database (pg_stat_activity, sampled once a second so that a backend
 // that exits is counted to its last sample, one that starts from zero) plus
 // the server's own processes (postmaster, checkpointer, walwriter,
 // background writer, launchers: pg_stat_activity's rows without a
@@ -217,7 +217,7 @@ func runBurndown(ctx context.Context, args []string) error {
 		*jobs, *batch, *rounds, *pool)
 	fmt.Printf("River: `river bench`'s configuration (cmd/river/riverbench/river_bench.go): MaxWorkers 2000, FetchCooldown 2ms, FetchPollInterval 20ms; backlog by InsertManyFast\n")
 	fmt.Printf("lease: 1-step no-op kind, backlog by EnqueueMany with idempotency keys; claim batch %d (Config.BatchSize), ActiveRuns default; concurrency = steps at once\n", claimBatch)
-	fmt.Printf("Postgres CPU: utime+stime of /proc/<pid>/stat at %d Hz (assumed, not read from sysconf) of the side's database's backends (pg_stat_activity, sampled every 100 ms) plus the server's own processes (postmaster, walwriter, checkpointer, ...), over the drain; client CPU: getrusage(RUSAGE_SELF) of this process over the drain\n", clockTicks)
+	fmt.Printf("Postgres CPU: utime+stime of /proc/<pid>/stat at %d Hz (assumed, not read from sysconf) of the side's database's backends (pg_stat_activity, sampled once a second) plus the server's own processes (postmaster, walwriter, checkpointer, ...), over the drain; client CPU: getrusage(RUSAGE_SELF) of this process over the drain\n", clockTicks)
 	fmt.Printf("\n| side | concurrency | jobs/s | lease/River per round | commits/job | Postgres CPU µs/job | client CPU µs/job | goal |\n|---|---|---|---|---|---|---|---|\n")
 	riverRate, riverPG := med(got[0], rate), med(got[0], pgPer)
 	fmt.Printf("| River | MaxWorkers 2000 | %.0f | | %.3f | %.1f | %.1f | |\n", riverRate, med(got[0], commitsPer), riverPG, med(got[0], clientPer))
