@@ -210,7 +210,11 @@ func TestPodRehearsal(t *testing.T) {
 	}
 	qbt.SetDelay(0)
 
-	// A fatal engine error: the namespace the worker polls is deleted.
+	// A fatal engine error: the namespace the worker polls is deleted. The
+	// Go SDK retries a poll that ends NamespaceNotFound for two minutes
+	// (its retryLongPollGracePeriod, which only the SDK's own tests can
+	// change) before it reports the error as fatal, so the worker exits
+	// about two minutes after the deletion; hence the six-minute bound.
 	w2 := rt.start(t, "worker", wspec, wc, env)
 	waitStatus(t, w2, probe, http.StatusOK, 2*time.Minute)
 	tl.mark("worker restarted: ready")
