@@ -99,7 +99,7 @@ export DATABASE_URL
 
 .PHONY: bench
 bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M scheduled runs (TASKPORT_BACKLOG_SIZES), claim and queue depth beside 1M ready runs nobody serves (TASKPORT_UNSERVED_ROWS), Temporal adapter vs raw SDK (closed loop in one process; open loop with each side its own cold process, on the dev server and the Postgres-persisted server), outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS in closed and open loop and burning down a backlog, EnqueueMany vs Enqueue vs River InsertMany, EnqueueMany with keys already taken, EnqueueMany vs River InsertManyFast each in its own process, lease engine vs River burning down 50k no-op jobs, Temporal takeover after SIGKILL/SIGSTOP on servers with default settings (prints tables)
-	$(GO) test -run '^$$' -bench 'Throughput|EnqueueToFirstStep|SignalToWake' -benchtime 2000x ./leaseadapter/
+	$(GO) test -run '^$$' -bench 'Throughput|EnqueueToFirstStep|EnqueueToLastStep|SignalToWake' -benchtime 2000x ./leaseadapter/
 	$(GO) test -run '^$$' -bench Backlog -benchtime 1x -timeout 30m ./leaseadapter/
 	$(GO) test -run '^$$' -bench ClaimBesideUnserved -benchtime 1x -timeout 20m ./leaseadapter/
 	$(GO) test -run '^$$' -bench 'AdapterVsRawSDK$$' -benchtime 7x ./temporaladapter/

@@ -54,7 +54,7 @@ func BenchmarkBacklog(b *testing.B) {
 	n := envInts(b, "TASKPORT_BACKLOG_RUNS", "2000")[0]
 	samples := envInts(b, "TASKPORT_BACKLOG_SAMPLES", "200")[0]
 	rounds := envInts(b, "TASKPORT_BACKLOG_ROUNDS", "5")[0]
-	probe := &benchProbe{first: map[port.RunID]chan struct{}{}}
+	probe := newBenchProbe()
 	reg := benchRegistry(b, probe)
 
 	type result struct {
@@ -191,7 +191,7 @@ func backlogFirstSteps(b *testing.B, url string, reg *port.Registry, probe *benc
 		if err != nil {
 			b.Fatal(err)
 		}
-		<-probe.expect(id)
+		<-probe.expect(id, 0)
 		out = append(out, time.Since(start))
 	}
 	// The last runs finish their steps before the worker stops, so that

@@ -2,14 +2,14 @@ package leaseadapter_test
 
 // Benchmarks (not timed tests): run with
 //
-//	go test -run '^$' -bench 'Throughput|EnqueueToFirstStep|SignalToWake' -benchtime 2000x ./leaseadapter
+//	go test -run '^$' -bench 'Throughput|EnqueueToFirstStep|EnqueueToLastStep|SignalToWake' -benchtime 2000x ./leaseadapter
 //
 // b.N is the number of runs (or samples). Each reports its figures with
 // ReportMetric, so the bench output is the table: runs/s and Postgres
 // commits per run (pg_stat_database xact_commit delta of the benchmark's own
 // database, every statement included: claims, heartbeats, polls) for a
-// 3-step no-op kind at concurrency 1, 8 and 32; enqueue -> first step and
-// signal -> wake latency percentiles.
+// 3-step no-op kind at concurrency 1, 8 and 32; enqueue -> first step,
+// enqueue -> last (third) step and signal -> wake latency percentiles.
 
 import (
 	"context"
@@ -39,27 +39,37 @@ var noopAct = port.DeclareActivity[int, int]("bench.noop")
 
 // benchProbe lets an activity tell the benchmark when it ran.
 type benchProbe struct {
-	mu    sync.Mutex
-	first map[port.RunID]chan struct{}
+	mu   sync.Mutex
+	seen map[probeKey]chan struct{}
 }
 
-func (p *benchProbe) expect(id port.RunID) chan struct{} {
+// probeKey is a run's step by index: 0 the first, lastStep the last.
+type probeKey struct {
+	run  port.RunID
+	step int
+}
+
+const lastStep = 2
+
+func newBenchProbe() *benchProbe { return &benchProbe{seen: map[probeKey]chan struct{}{}} }
+
+func (p *benchProbe) expect(id port.RunID, step int) chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ch, ok := p.first[id]
+	ch, ok := p.seen[probeKey{id, step}]
 	if !ok {
 		ch = make(chan struct{})
-		p.first[id] = ch
+		p.seen[probeKey{id, step}] = ch
 	}
 	return ch
 }
 
 func (p *benchProbe) noop(ctx context.Context, step int) (int, error) {
-	if step != 0 {
+	if step != 0 && step != lastStep {
 		return step, nil
 	}
 	si, _ := port.StepInfoFrom(ctx)
-	ch := p.expect(si.RunID)
+	ch := p.expect(si.RunID, step)
 	select {
 	case <-ch:
 	default:
@@ -77,7 +87,7 @@ func benchRegistry(b *testing.B, probe *benchProbe) *port.Registry {
 	}
 	err := reg.Register(
 		port.Definition{Kind: benchNoop, Version: 1, Retry: retry, Handler: port.Handle(func(f port.Flow, _ struct{}) error {
-			for i := range 3 {
+			for i := range lastStep + 1 {
 				if _, err := noopAct.Run(f, fmt.Sprintf("s%d", i), i); err != nil {
 					return err
 				}
@@ -156,7 +166,7 @@ func BenchmarkThroughput(b *testing.B) {
 		b.Run(fmt.Sprintf("noop3/concurrency=%d", c), func(b *testing.B) {
 			ctx := context.Background()
 			url := pgtest.NewDatabase(b)
-			probe := &benchProbe{first: map[port.RunID]chan struct{}{}}
+			probe := newBenchProbe()
 			reg := benchRegistry(b, probe)
 
 			loader, err := pgxpool.New(ctx, url)
@@ -234,7 +244,7 @@ func percentiles(b *testing.B, samples []time.Duration) {
 func latencyEngine(b *testing.B) (*pgxpool.Pool, *benchProbe, *leaseadapter.Engine) {
 	b.Helper()
 	pool := pgtest.Connect(b, sizedPool(b, pgtest.NewDatabase(b)))
-	probe := &benchProbe{first: map[port.RunID]chan struct{}{}}
+	probe := newBenchProbe()
 	eng := benchEngine(b, pool, benchRegistry(b, probe))
 	if err := eng.Start(context.Background(), port.StartOptions{Concurrency: 8}); err != nil {
 		b.Fatal(err)
@@ -243,9 +253,27 @@ func latencyEngine(b *testing.B) (*pgxpool.Pool, *benchProbe, *leaseadapter.Engi
 	return pool, probe, eng
 }
 
-func BenchmarkEnqueueToFirstStep(b *testing.B) {
+func BenchmarkEnqueueToFirstStep(b *testing.B) { benchEnqueueToStep(b, 0) }
+
+// BenchmarkEnqueueToLastStep adds to the first step's latency the commits
+// between steps on an idle worker: each step's result and the next step's
+// started marker, before the next body starts.
+func BenchmarkEnqueueToLastStep(b *testing.B) { benchEnqueueToStep(b, lastStep) }
+
+// benchEnqueueToStep times, one run at a time, from Enqueue to the start of
+// the body of the run's step at index step, and reports the database's
+// commits per run, every statement of the idle worker's included (the run's
+// end too: the worker is stopped once the last run finished).
+func benchEnqueueToStep(b *testing.B, step int) {
 	ctx := context.Background()
-	_, probe, eng := latencyEngine(b)
+	url := pgtest.NewDatabase(b)
+	pool := pgtest.Connect(b, sizedPool(b, url))
+	probe := newBenchProbe()
+	eng := benchEngine(b, pool, benchRegistry(b, probe))
+	if err := eng.Start(ctx, port.StartOptions{Concurrency: 8}); err != nil {
+		b.Fatal(err)
+	}
+	before, _ := dbStats(b, url)
 	samples := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
@@ -254,11 +282,17 @@ func BenchmarkEnqueueToFirstStep(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		<-probe.expect(id)
+		<-probe.expect(id, step)
 		samples = append(samples, time.Since(start))
 	}
 	b.StopTimer()
+	if err := eng.Stop(ctx); err != nil { // waits for the last run's end
+		b.Fatal(err)
+	}
+	pool.Close()
+	after, _ := dbStats(b, url)
 	percentiles(b, samples)
+	b.ReportMetric(float64(after-before)/float64(b.N), "commits/run")
 }
 
 func BenchmarkSignalToWake(b *testing.B) {
@@ -289,7 +323,7 @@ func BenchmarkSignalToWake(b *testing.B) {
 		if err != nil || n != 1 {
 			b.Fatalf("signal %s: delivered %d, %v", topic, n, err)
 		}
-		<-probe.expect(id)
+		<-probe.expect(id, 0)
 		samples = append(samples, time.Since(start))
 	}
 	b.StopTimer()

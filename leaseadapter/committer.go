@@ -106,15 +106,25 @@ func (w *worker) submitReq(ctx context.Context, req *commitReq) error {
 // statements a scan error would send again). The group reads every
 // starting step's flag in one statement (cancelFlagsSQL), one round of
 // executor work where each read used to be a statement of its own.
-func (w *worker) startStep(ctx context.Context, ex *execution, seq int, step string) (canceled bool, err error) {
+//
+// held, when set, is the run's step before, recorded (recordStepSQL) in
+// the same transaction ahead of the read and the marker; rec is that
+// statement's outcome.
+func (w *worker) startStep(ctx context.Context, ex *execution, seq int, step string, held *heldStep) (canceled bool, rec commitRes, err error) {
 	start := &stepStart{id: ex.id, token: ex.token, seq: int32(seq), step: step}
-	switch err := w.submitReq(ctx, &commitReq{start: start, done: make(chan error, 1)}); {
-	case err != nil:
-		return false, fmt.Errorf("read the cancel flag of run %s: %w", ex.id, err)
-	case !start.found:
-		return false, fmt.Errorf("run %s: %w", ex.id, port.ErrNotFound)
+	req := &commitReq{start: start, done: make(chan error, 1)}
+	if held != nil {
+		req.sql = recordStepSQL
+		req.args = []any{ex.id, ex.token, held.name, held.seq, held.result, held.attempt}
+		req.scan = func(row pgx.Row) error { return row.Scan(&rec.n, &rec.at) }
 	}
-	return start.canceled, nil
+	switch err := w.submitReq(ctx, req); {
+	case err != nil:
+		return false, rec, fmt.Errorf("read the cancel flag of run %s: %w", ex.id, err)
+	case !start.found:
+		return false, rec, fmt.Errorf("run %s: %w", ex.id, port.ErrNotFound)
+	}
+	return start.canceled, rec, nil
 }
 
 // committer groups the statements that arrive while the previous group is
@@ -200,6 +210,9 @@ func (w *worker) sendBatch(ctx context.Context, group []*commitReq, claim int, c
 		switch {
 		case r.start != nil:
 			starts = append(starts, r.start)
+			if r.sql != "" { // the run's held step, recorded before its next step's marker
+				b.Queue(r.sql, r.args...).QueryRow(r.scan)
+			}
 		case r.end != nil:
 			ends = append(ends, r.end)
 		default:

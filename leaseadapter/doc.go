@@ -47,7 +47,8 @@
 // the runs ending are one statement each, over arrays of their runs,
 // and the result of a step is committed when the handler's next move is
 // known (handler code between Flow calls has no side effects), so the last
-// step's result and the run's end share one commit.
+// step's result and the run's end share one commit, and a step's result
+// and the next step's started marker share one when a step slot is free.
 //
 // One heartbeat statement per HeartbeatInterval renews every lease a worker
 // holds; it skips rows locked by a commit in progress rather than wait (and

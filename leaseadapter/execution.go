@@ -227,8 +227,9 @@ type flow struct {
 	sawCancel bool // a Flow method returned port.ErrCanceled
 	// held is a completed step whose commit waits for the handler's next
 	// move: handler code between Flow calls has no side effects, so the
-	// result is committed before anything else starts (flush), or with the
-	// finish when the handler returns, saving a commit per run.
+	// result is committed before anything else starts (flush), with the
+	// next step's started marker (beginAttempt), or with the finish when
+	// the handler returns, saving a commit per step.
 	held *heldStep
 }
 
@@ -322,6 +323,19 @@ func (f *flow) gate() error {
 	return nil
 }
 
+// admit is gate for a step that may start: while nothing keeps the step
+// from starting it leaves the held step held, so that it commits with the
+// step's started marker (beginAttempt) or, should the step wait for a slot,
+// before the wait (takeStepSlot). Anything that would stop the step goes
+// through gate, whose flush commits the held step first, as before. The
+// conditions only ever become true, so gate sees what admit saw.
+func (f *flow) admit() error {
+	if f.sawCancel || f.runCtx.Err() != nil || f.w.isStopping() {
+		return f.gate()
+	}
+	return nil
+}
+
 // checkLease abandons the claim once the run context says it is gone.
 func (f *flow) checkLease() {
 	cause := context.Cause(f.runCtx)
@@ -353,7 +367,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		}
 		return enginekit.DecodePayload(h.Result, out)
 	}
-	if err := f.gate(); err != nil {
+	if err := f.admit(); err != nil {
 		return err
 	}
 	binding, err := engineapi.Activity(f.w.e.reg, activity)
@@ -424,6 +438,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 // failStep records step name as failed for good after attempt and returns
 // the *port.StepError the handler sees (again on every replay).
 func (f *flow) failStep(seq int, name, activity string, attempt int, msg string, nonRetryable bool) error {
+	f.flush() // Step's admit may have left the step before held
 	se := enginekit.StepFailed(name, activity, attempt, msg, nonRetryable)
 	enc, err := json.Marshal(se)
 	if err != nil {
@@ -463,8 +478,20 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 // nothing; a failed read abandons the claim, which goes back uncharged, no
 // body having started (unless the error came at the group's COMMIT and the
 // marker committed after all: then the attempt is charged without a body).
+// The step before, if still held (admit), is recorded in the same
+// transaction, ahead of the marker: one commit where a flush and the marker
+// took two in a row, and the result is durable before this body starts, as
+// a flush made it.
 func (f *flow) beginAttempt(seq int, step string) error {
-	canceled, err := f.w.startStep(f.dbCtx, f.ex, seq, step)
+	held := f.held
+	f.held = nil
+	canceled, rec, err := f.w.startStep(f.dbCtx, f.ex, seq, step, held)
+	if err == nil && held != nil {
+		if rec.n == 0 {
+			<-f.w.steps
+		}
+		f.committed(rec, nil, "step "+held.name) // a fenced record abandons the claim
+	}
 	if err == nil && !canceled {
 		return nil
 	}
@@ -487,6 +514,7 @@ func (f *flow) takeStepSlot() error {
 	select {
 	case f.w.steps <- struct{}{}:
 	default:
+		f.flush() // a held step does not wait for a slot uncommitted
 		f.w.slotWaiters.Add(1)
 		select {
 		case f.w.steps <- struct{}{}:
