@@ -10,10 +10,17 @@ GOBIN       := $(shell $(GO) env GOPATH)/bin
 TEMPORAL    := $(GOBIN)/temporal
 STATICCHECK := $(GOBIN)/staticcheck
 FLOWCHECK   := $(GOBIN)/flowcheck
-# The Temporal CLI (dev server + UI) from the Go module proxy. v1.9.1 is
-# refused by `go install` (its go.mod has a replace directive); v1.5.1 works.
-# It is built once into GOPATH/bin, outside the clone, and reused.
-TEMPORAL_CLI_VERSION := v1.5.1
+# The Temporal CLI (dev server + UI) from the Go module proxy, built from
+# tools/temporalcli: its go.mod pins the CLI (v1.5.1; v1.9.1's go.mod has a
+# replace directive, which the proxy's build refuses) and raises the dev
+# server's SQLite driver, modernc.org/sqlite, from v1.34.1 to TEMPORAL_CLI_SQLITE.
+# v1.34.1 can interrupt a statement that started after the canceled one ended;
+# the in-memory database's single connection then failed every statement
+# ("interrupted (9)") and the server lost its namespace mid-suite. It is built
+# once into GOPATH/bin, outside the clone, and reused while its embedded
+# module list names that driver version (`go version -m`).
+TEMPORAL_CLI_MODULE := tools/temporalcli
+TEMPORAL_CLI_SQLITE := v1.51.0
 # The production-shaped server of the tests (internal/testkit/temporalserver):
 # temporal-server and its SQL schema tool from the same module version.
 # `go install` names them after their folders (server, sql), so they are
@@ -39,7 +46,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 40m
 # Separate Go modules (deploy checks, tools, the DBOS comparison) keep their
 # heavy dependencies out of the main module's go.mod. bench/ holds no tests:
 # it is vetted by lint and run on demand (`make bench`).
-SUBMODULES := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
+SUBMODULES := $(filter-out ./$(TEMPORAL_CLI_MODULE),$(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort))
 TEST_SUBMODULES := $(filter-out ./bench,$(SUBMODULES))
 
 .PHONY: help
@@ -47,11 +54,15 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) temporal-server-source $(STATICCHECK) apt-packages ## install the Temporal CLI, temporal-server + its SQL tool, staticcheck and the Debian packages the tests need
+tools: temporal-cli $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) temporal-server-source $(STATICCHECK) apt-packages ## install the Temporal CLI, temporal-server + its SQL tool, staticcheck and the Debian packages the tests need
 
-$(TEMPORAL):
-	@echo "building the Temporal CLI $(TEMPORAL_CLI_VERSION) into $(GOBIN) (several minutes, once)"
-	GOFLAGS= $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+# A binary built before the driver was raised is rebuilt, not reused.
+.PHONY: temporal-cli
+temporal-cli:
+	@if ! $(GO) version -m $(TEMPORAL) 2>/dev/null | grep -qE '^\s+dep\s+modernc.org/sqlite\s+$(TEMPORAL_CLI_SQLITE)\s'; then \
+	  echo "building the Temporal CLI ($(TEMPORAL_CLI_MODULE)/go.mod) into $(GOBIN) (several minutes, once)"; \
+	  cd $(TEMPORAL_CLI_MODULE) && GOFLAGS= $(GO) build -o $(TEMPORAL) github.com/temporalio/cli/cmd/temporal; \
+	fi
 
 $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) &:
 	@echo "building temporal-server and temporal-sql-tool $(TEMPORAL_SERVER_VERSION) into $(GOBIN) (10-15 minutes, once)"
@@ -121,5 +132,5 @@ image: ## build the worker image from Go, offline: build/image/oci and build/ima
 	cd deploy && $(GO) run ./cmd/image -repo .. -out ../build/image
 
 .PHONY: run
-run: $(TEMPORAL) apt-packages ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
+run: temporal-cli apt-packages ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
 	$(GO) run ./cmd/taskport-dev --temporal-cli $(TEMPORAL)

@@ -3,8 +3,9 @@
 // tests (internal/testkit/devserver), or with the web UI for cmd/taskport-dev.
 //
 // The CLI is not a Go dependency of this module: `make tools` builds it
-// from the Go module proxy (go install github.com/temporalio/cli/cmd/temporal@v1.5.1)
-// into $(go env GOPATH)/bin, outside the clone, and every later run reuses it.
+// from the Go module proxy (v1.5.1, through tools/temporalcli's go.mod,
+// which also raises the dev server's SQLite driver) into
+// $(go env GOPATH)/bin, outside the clone, and every later run reuses it.
 // The in-process go.temporal.io/server/temporaltest does not compile beside
 // SDK v1.51, hence the binary.
 package devserver
@@ -29,7 +30,7 @@ import (
 func CLIPath() (string, error) {
 	p, err := gotool.Binary("temporal")
 	if err != nil {
-		return "", fmt.Errorf("temporal CLI: %w: run `make tools` (go install github.com/temporalio/cli/cmd/temporal@v1.5.1) or set Options.CLI", err)
+		return "", fmt.Errorf("temporal CLI: %w: run `make tools` (it builds the CLI from tools/temporalcli) or set Options.CLI", err)
 	}
 	return p, nil
 }
