@@ -3,6 +3,7 @@ package leaseadapter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,6 +29,15 @@ type commitReq struct {
 	// end, when set, is a run ending (worker.finish) instead of a
 	// statement: the group ends its runs in one finishSQL.
 	end *runEnd
+	// claims, set on an enqueue of a run this worker serves and due now,
+	// makes its group claim even when no backlog is known: an idle worker
+	// then takes the run in the transaction that inserts it, instead of in
+	// a claim transaction of its own after the enqueue's poke.
+	claims bool
+	// drained is set, before done, when the group's claim took fewer runs
+	// than it had places for: it left no ready run it could take, so an
+	// enqueue of the group needs no poke or notification.
+	drained bool
 }
 
 // runEnd is one run of finishSQL: its arguments, one element of each of
@@ -153,6 +163,16 @@ func (w *worker) committer(ctx context.Context) {
 	}
 }
 
+// claimsWith reports whether group's transaction should claim too: while
+// there may be a backlog, unless it only starts steps; or when it enqueues
+// a run this worker serves, due now.
+func (w *worker) claimsWith(group []*commitReq) bool {
+	if w.backlog.Load() && !onlyStepStarts(group) {
+		return true
+	}
+	return slices.ContainsFunc(group, func(r *commitReq) bool { return r.claims })
+}
+
 func onlyStepStarts(group []*commitReq) bool {
 	for _, r := range group {
 		if r.start == nil {
@@ -170,7 +190,7 @@ func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 	// reaching theirs, look to runsWanted like runs leaving slots idle.
 	var claimed []*execution
 	var n int
-	if w.backlog.Load() && !onlyStepStarts(group) {
+	if w.claimsWith(group) {
 		n = w.reserve(w.e.cfg.BatchSize, false)
 	}
 	sent := time.Now()
@@ -178,6 +198,10 @@ func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 	if n > 0 {
 		if err != nil {
 			claimed = nil // the transaction did not commit
+		}
+		drained := err == nil && len(claimed) < n
+		for _, r := range group {
+			r.drained = drained
 		}
 		w.claimed(claimed, n, sent)
 	}

@@ -76,7 +76,11 @@
 // Enqueue is one statement (the run row); it notifies workers at
 // most once per 5 ms per process (a NOTIFY serializes commits database-wide)
 // with a trailing NOTIFY for the rest, and wakes its own process's worker
-// directly. EnqueueMany is one statement per batch too: the runs inserted
+// directly. In a process whose worker serves the kind, the enqueue of a
+// run due now commits in a group that also claims, when the worker has a
+// free place and no claim in flight: the run is taken in the transaction
+// that inserts it (no other worker sees it ready), and when that claim
+// left no ready run, neither the wake nor the trailing NOTIFY is sent. EnqueueMany is one statement per batch too: the runs inserted
 // from arrays (runstore's batch insert, in (kind, key) order so that racing
 // batches never deadlock), each with its kind's retry policy, and one
 // NOTIFY if any is ready.

@@ -83,16 +83,23 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 	var owner *string
 	scan := func(row pgx.Row) error { return row.Scan(&got, &ready, &notified, &owner) }
 	w := e.serving()
+	var drained bool // this worker's claim took the run, and left no other
 	if w != nil {
 		// Concurrent enqueues of a worker process share group commits with
-		// its runs.
-		err = w.submit(ctx, enqueueSQL, args, scan)
+		// its runs, and one that this worker serves claims in its group.
+		req := &commitReq{sql: enqueueSQL, args: args, scan: scan, done: make(chan error, 1),
+			claims: w.served.has(kind, p.Definition.Version) && !opts.AvailableAt.After(time.Now())}
+		err = w.submitReq(ctx, req)
+		drained = err == nil && req.drained
 	}
 	if w == nil || errors.Is(err, errStopped) {
 		err = scan(e.pool.QueryRow(ctx, enqueueSQL, args...))
 	}
 	if err != nil {
 		return "", fmt.Errorf("enqueue %s: %w", kind, err)
+	}
+	if drained {
+		ready = 0 // claimed already: nobody needs to hear of it
 	}
 	if ready > 0 && !notify {
 		e.notifyLater()

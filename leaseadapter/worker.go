@@ -117,6 +117,16 @@ type servedPairs struct {
 	versions []int32
 }
 
+// has reports whether kind at version is one of the pairs.
+func (s servedPairs) has(kind port.Kind, version int) bool {
+	for i, k := range s.kinds {
+		if k == string(kind) && s.versions[i] == int32(version) {
+			return true
+		}
+	}
+	return false
+}
+
 // start launches the loops. ctx is the engine's service context
 // (startstop): it lives until Stop, not until Start's caller returns, and
 // the loops' contexts derive from it.
