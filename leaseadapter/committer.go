@@ -34,9 +34,9 @@ type commitReq struct {
 	// then takes the run in the transaction that inserts it, instead of in
 	// a claim transaction of its own after the enqueue's poke.
 	claims bool
-	// drained is set, before done, when the group's claim took fewer runs
-	// than it had places for: it left no ready run it could take, so an
-	// enqueue of the group needs no poke or notification.
+	// drained is set, before done, on a request that claims when the
+	// group's claim took fewer runs than it had places for: it left no
+	// ready run it could take, so the enqueue needs no poke or notification.
 	drained bool
 }
 
@@ -201,7 +201,9 @@ func (w *worker) commitGroup(ctx context.Context, group []*commitReq) {
 		}
 		drained := err == nil && len(claimed) < n
 		for _, r := range group {
-			r.drained = drained
+			// Only for the runs the claim could take: an enqueue of a kind
+			// this worker does not serve still notifies the workers that do.
+			r.drained = drained && r.claims
 		}
 		w.claimed(claimed, n, sent)
 	}
