@@ -44,7 +44,7 @@ func waitView(t *testing.T, eng *leaseadapter.Engine, id port.RunID, ok func(por
 		v, err = eng.Get(context.Background(), id)
 		require.NoError(t, err)
 		return ok(v)
-	}, 20*time.Second, 10*time.Millisecond, "last view: %+v", v)
+	}, 20*time.Second, 10*time.Millisecond, "last view: %+v", &v) // a pointer: the message is formatted at failure, after the last poll
 	return v
 }
 
