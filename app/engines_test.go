@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/acquisition"
@@ -136,9 +137,9 @@ func fullAcquisition(t *testing.T, w *apptest.World) {
 	// (EnqueueTx): one run of each kind, and no outbox row for them. The
 	// row is marked dispatched after Enqueue returns, which can be after
 	// its run already finished.
-	require.Eventually(t, func() bool {
-		return slices.Equal(w.Outbox(t, id), []string{"download.submit dispatched plan:" + id + ":download.submit"})
-	}, 30*time.Second, 20*time.Millisecond, "outbox rows: %v", w.Outbox(t, id))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, []string{"download.submit dispatched plan:" + id + ":download.submit"}, w.Outbox(t, id), "outbox rows")
+	}, 30*time.Second, 20*time.Millisecond)
 	kinds := map[port.Kind]int{}
 	for _, r := range runs {
 		kinds[r.Kind]++

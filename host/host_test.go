@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/host"
@@ -91,12 +92,11 @@ func TestHostOfAUsersKinds(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.Run(run) }()
 
-	var body string
-	require.Eventually(t, func() bool {
-		var code int
-		code, body = get(t, "http://"+addr+"/readyz")
-		return code == http.StatusServiceUnavailable && body == "schema check failed\n"
-	}, 30*time.Second, 20*time.Millisecond, "an unmigrated database must make the worker unready, naming the schema; last: %q", body)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, body := get(t, "http://"+addr+"/readyz")
+		assert.Equal(c, http.StatusServiceUnavailable, code)
+		assert.Equal(c, "schema check failed\n", body)
+	}, 30*time.Second, 20*time.Millisecond, "an unmigrated database must make the worker unready, naming the schema")
 
 	require.NoError(t, migrations.Up(ctx, pool))
 	require.Eventually(t, func() bool {
