@@ -125,7 +125,7 @@ func (w *worker) startStep(ctx context.Context, ex *execution, seq int, step str
 	req := &commitReq{start: start, done: make(chan error, 1)}
 	if held != nil {
 		req.sql = recordStepSQL
-		req.args = []any{ex.id, ex.token, held.name, held.seq, held.result, held.attempt}
+		req.args = []any{dbtx.UUID(ex.id), dbtx.UUID(ex.token), held.name, held.seq, held.result, held.attempt}
 		req.scan = func(row pgx.Row) error { return row.Scan(&rec.n, &rec.at) }
 	}
 	switch err := w.submitReq(ctx, req); {
@@ -277,7 +277,7 @@ func queueStepStarts(b *pgx.Batch, starts []*stepStart) {
 	b.Queue(cancelFlagsSQL, ids).Query(func(rows pgx.Rows) error {
 		var id uuid.UUID
 		var canceled bool
-		_, err := pgx.ForEachRow(rows, []any{&id, &canceled}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{(*dbtx.UUID)(&id), &canceled}, func() error {
 			for _, s := range byID[id] {
 				s.found, s.canceled = true, canceled
 			}
@@ -305,7 +305,7 @@ func queueRunEnds(b *pgx.Batch, ends []*runEnd) {
 	}
 	b.Queue(finishSQL, ids, tokens, statuses, errs, seqs, names, results, attempts, outputs).Query(func(rows pgx.Rows) error {
 		var id uuid.UUID
-		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{(*dbtx.UUID)(&id)}, func() error {
 			if e := byID[id]; e != nil {
 				e.ended = true
 			}

@@ -235,7 +235,7 @@ func (e *Engine) enqueueArgs(ctx context.Context, kind port.Kind, p enginekit.Pr
 	}
 	retry := p.Definition.Retry.WithDefaults()
 	tc := tracing.FromContext(ctx)
-	return []any{id, kind, p.Definition.Version, opts.IdempotencyKey, opts.BusinessKey,
+	return []any{dbtx.UUID(id), kind, p.Definition.Version, opts.IdempotencyKey, opts.BusinessKey,
 		opts.Priority, p.Input, avail, retry.MaxAttempts, retry.InitialInterval.Milliseconds(),
 		retry.MaxInterval.Milliseconds(), retry.BackoffCoefficient, e.channel(), hint, notify, tc.Parent, tc.State}, nil
 }
@@ -358,7 +358,7 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 		if old != "running" {
 			return nil
 		}
-		_, err = tx.Exec(ctx, notifySQL, e.channel(), "c:"+u.String())
+		_, err = tx.Exec(ctx, notifySQL, e.channel(), "c:"+uuid.UUID(u).String())
 		return err
 	})
 	if err != nil {
@@ -422,7 +422,7 @@ func (e *Engine) enqueueStored(ctx context.Context, failed runstore.Run, key str
 		var got *uuid.UUID
 		var notified int
 		var owner *string
-		err = e.pool.QueryRow(ctx, enqueueStoredSQL, id, string(failed.ID), key, tc.Parent, tc.State, e.channel(), e.enqueueHint()).
+		err = e.pool.QueryRow(ctx, enqueueStoredSQL, dbtx.UUID(id), string(failed.ID), key, tc.Parent, tc.State, e.channel(), e.enqueueHint()).
 			Scan(&got, &notified, &owner)
 		if err != nil {
 			return "", fmt.Errorf("enqueue %s: %w", failed.Kind, err)

@@ -228,7 +228,7 @@ func (w *worker) handBackAll(ctx context.Context) error {
 func (w *worker) handBack(ctx context.Context, ex *execution) error {
 	var n int64
 	var at time.Time
-	if err := w.e.pool.QueryRow(ctx, handBackSQL, ex.id, ex.token).Scan(&n, &at); err != nil {
+	if err := w.e.pool.QueryRow(ctx, handBackSQL, dbtx.UUID(ex.id), dbtx.UUID(ex.token)).Scan(&n, &at); err != nil {
 		return fmt.Errorf("hand back run %s: %w", ex.id, err)
 	}
 	w.log.Info("handed back run", slog.String("run_id", ex.id.String()), slog.Bool("released", n == 1))
@@ -375,7 +375,7 @@ func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
 		got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*execution, error) {
 			ex := &execution{}
 			var history []byte
-			if err := row.Scan(&ex.id, &ex.kind, &ex.version, &ex.input, &ex.claims, &ex.token, &ex.stepAttempts,
+			if err := row.Scan((*dbtx.UUID)(&ex.id), &ex.kind, &ex.version, &ex.input, &ex.claims, (*dbtx.UUID)(&ex.token), &ex.stepAttempts,
 				&ex.canceled, &ex.createdAt, &ex.generation, &ex.trace.Parent, &ex.trace.State, &ex.errorShown, &history); err != nil {
 				return nil, err
 			}
@@ -538,7 +538,7 @@ func (w *worker) heartbeat(ctx context.Context) error {
 	renewed := map[uuid.UUID]bool{}
 	var id uuid.UUID
 	var canceled, ok bool
-	_, err = pgx.ForEachRow(rows, []any{&id, &canceled, &ok}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{(*dbtx.UUID)(&id), &canceled, &ok}, func() error {
 		live[id], renewed[id] = canceled, ok
 		return nil
 	})

@@ -138,3 +138,12 @@ func BatchTx(ctx context.Context, db Pooled, queue func(b *pgx.Batch)) error {
 // lease worker's group commits and heartbeats send arrays of every run
 // they touch.
 type UUIDArray = [][16]byte
+
+// UUID is the Go type of a scalar uuid argument or scan target, for the
+// same reason: a uuid.UUID argument is formatted as text and parsed back,
+// and a *uuid.UUID target (a sql.Scanner) is handed the value as text and
+// parses it. Pass dbtx.UUID(id) and scan into (*dbtx.UUID)(&id); the bytes
+// on the wire are the same (TestUUIDEncodesAndScansAsUUID). The lease
+// worker's statements carry a run's id and lease token, and the engines
+// read ids back from every claim and group commit.
+type UUID = [16]byte

@@ -101,7 +101,7 @@ func Insert(ctx context.Context, q DBTX, r NewRun) (run Run, created bool, err e
 	if !r.AvailableAt.IsZero() {
 		avail = r.AvailableAt
 	}
-	run, err = collectRun(q.Query(ctx, insertRunSQL, id, r.Engine, r.Kind, r.Version, r.Key, r.BusinessKey, r.Priority, r.Input, avail,
+	run, err = collectRun(q.Query(ctx, insertRunSQL, dbtx.UUID(id), r.Engine, r.Kind, r.Version, r.Key, r.BusinessKey, r.Priority, r.Input, avail,
 		r.StartWanted, r.Trace.Parent, r.Trace.State))
 	if err == nil {
 		return run, true, nil
@@ -424,14 +424,15 @@ func (b *batch) lost(j int) error {
 	return fmt.Errorf("insert runs: run %s/%s neither inserted nor found", b.kinds[j], b.keys[j])
 }
 
-// ParseID validates a run id. A malformed id is reported as ErrNotFound: no
-// run can have it.
-func ParseID(id port.RunID) (uuid.UUID, error) {
+// ParseID validates a run id and returns it as the statements' argument
+// (dbtx.UUID). A malformed id is reported as ErrNotFound: no run can have
+// it.
+func ParseID(id port.RunID) (dbtx.UUID, error) {
 	u, err := uuid.Parse(string(id))
 	if err != nil {
-		return uuid.UUID{}, fmt.Errorf("run %q: %w", id, port.ErrNotFound)
+		return dbtx.UUID{}, fmt.Errorf("run %q: %w", id, port.ErrNotFound)
 	}
-	return u, nil
+	return dbtx.UUID(u), nil
 }
 
 // Get returns the stored run, or port.ErrNotFound, whichever engine owns
@@ -849,7 +850,7 @@ func scanRunAnd(row pgx.CollectableRow, more ...any) (Run, error) {
 		id                  uuid.UUID
 		finished, cancelReq *time.Time
 	)
-	dest := []any{&id, &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
+	dest := []any{(*dbtx.UUID)(&id), &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
 		&r.AvailableAt, &r.Status, &r.Attempts, &r.LastError, &r.CurrentStep, &cancelReq, &r.CancelReason,
 		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq, &r.Output}
 	if err := row.Scan(append(dest, more...)...); err != nil {
