@@ -5,10 +5,14 @@ package dbtx
 
 import (
 	"context"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -146,4 +150,28 @@ type UUIDArray = [][16]byte
 // on the wire are the same (TestUUIDEncodesAndScansAsUUID). The lease
 // worker's statements carry a run's id and lease token, and the engines
 // read ids back from every claim and group commit.
-type UUID = [16]byte
+//
+// It is a type of its own, not [16]byte, so that it works in every query
+// exec mode of the caller's pool: where pgx knows the parameter's type (the
+// default, cache_statement, and the describe modes) its uuid codec sends
+// the bytes through UUIDValue; where it does not (exec, simple_protocol:
+// the parameter's type is sent as unknown) it has no text form for a bare
+// [16]byte and fails, and falls back to Value, the text a uuid.UUID sends.
+type UUID [16]byte
+
+// UUIDValue is u for pgx's uuid codec (pgtype.UUIDValuer).
+func (u UUID) UUIDValue() (pgtype.UUID, error) { return pgtype.UUID{Bytes: u, Valid: true}, nil }
+
+// ScanUUID reads a uuid column into u (pgtype.UUIDScanner); the engines'
+// ids are never NULL, and a NULL is an error rather than a zero id.
+func (u *UUID) ScanUUID(v pgtype.UUID) error {
+	if !v.Valid {
+		return errors.New("cannot scan NULL into dbtx.UUID")
+	}
+	*u = v.Bytes
+	return nil
+}
+
+// Value is u as text, for a parameter whose type pgx does not know (see
+// UUID); pgx prefers UUIDValue wherever it does.
+func (u UUID) Value() (driver.Value, error) { return uuid.UUID(u).String(), nil }

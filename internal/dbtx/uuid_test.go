@@ -30,11 +30,17 @@ func TestUUIDArrayEncodesAsUUIDs(t *testing.T) {
 }
 
 // TestUUIDEncodesAndScansAsUUID: a UUID argument is sent as the same bytes
-// as the uuid.UUID, and scanning a uuid into a *UUID reads the id that
-// scanning into a *uuid.UUID does, in either format.
+// as the uuid.UUID, also as a parameter of unknown type (OID 0, the exec
+// and simple_protocol query exec modes), and scanning a uuid into a *UUID
+// reads the id that scanning into a *uuid.UUID does, in either format.
 func TestUUIDEncodesAndScansAsUUID(t *testing.T) {
 	m := pgtype.NewMap()
 	id := uuid.New()
+	want, err := m.Encode(0, pgtype.TextFormatCode, id, nil)
+	require.NoError(t, err)
+	got, err := m.Encode(0, pgtype.TextFormatCode, dbtx.UUID(id), nil)
+	require.NoError(t, err, "a parameter of unknown type")
+	require.Equal(t, want, got, "a parameter of unknown type")
 	for _, format := range []int16{pgtype.BinaryFormatCode, pgtype.TextFormatCode} {
 		want, err := m.Encode(pgtype.UUIDOID, format, id, nil)
 		require.NoError(t, err)
@@ -48,6 +54,8 @@ func TestUUIDEncodesAndScansAsUUID(t *testing.T) {
 		require.Equal(t, id, viaScanner, "format %d", format)
 		require.Equal(t, id, viaBytes, "format %d", format)
 	}
+	var u dbtx.UUID
+	require.Error(t, m.Scan(pgtype.UUIDOID, pgtype.BinaryFormatCode, nil, &u), "NULL")
 }
 
 // BenchmarkUUID encodes one id as pgx does a uuid argument, and scans one
