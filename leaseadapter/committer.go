@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskport/taskport/internal/dbtx"
@@ -43,7 +42,7 @@ type commitReq struct {
 // runEnd is one run of finishSQL: its arguments, one element of each of
 // the statement's arrays, and its outcome.
 type runEnd struct {
-	id, token     uuid.UUID
+	id, token     dbtx.UUID
 	status, err   string
 	seq, attempts *int32  // the held step's, or nil
 	name, result  *string // the held step's, or nil
@@ -54,7 +53,7 @@ type runEnd struct {
 // stepStart is one step of startStep: a row of cancelFlagsSQL and of
 // stepsStartedSQL.
 type stepStart struct {
-	id, token uuid.UUID
+	id, token dbtx.UUID
 	seq       int32
 	step      string
 	// Set by the group's cancelFlagsSQL: the run's row was found, and its
@@ -125,7 +124,7 @@ func (w *worker) startStep(ctx context.Context, ex *execution, seq int, step str
 	req := &commitReq{start: start, done: make(chan error, 1)}
 	if held != nil {
 		req.sql = recordStepSQL
-		req.args = []any{dbtx.UUID(ex.id), dbtx.UUID(ex.token), held.name, held.seq, held.result, held.attempt}
+		req.args = []any{ex.id, ex.token, held.name, held.seq, held.result, held.attempt}
 		req.scan = func(row pgx.Row) error { return row.Scan(&rec.n, &rec.at) }
 	}
 	switch err := w.submitReq(ctx, req); {
@@ -268,16 +267,16 @@ func queueStepStarts(b *pgx.Batch, starts []*stepStart) {
 	tokens := make(dbtx.UUIDArray, len(starts))
 	seqs := make([]int32, len(starts))
 	steps := make([]string, len(starts))
-	byID := make(map[uuid.UUID][]*stepStart, len(starts))
+	byID := make(map[dbtx.UUID][]*stepStart, len(starts))
 	for i, s := range starts {
 		ids[i], tokens[i], seqs[i], steps[i] = s.id, s.token, s.seq, s.step
 		s.found, s.canceled = false, false // a group sent again after a failed one
 		byID[s.id] = append(byID[s.id], s)
 	}
 	b.Queue(cancelFlagsSQL, ids).Query(func(rows pgx.Rows) error {
-		var id uuid.UUID
+		var id dbtx.UUID
 		var canceled bool
-		_, err := pgx.ForEachRow(rows, []any{(*dbtx.UUID)(&id), &canceled}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&id, &canceled}, func() error {
 			for _, s := range byID[id] {
 				s.found, s.canceled = true, canceled
 			}
@@ -296,7 +295,7 @@ func queueRunEnds(b *pgx.Batch, ends []*runEnd) {
 	statuses, errs := make([]string, n), make([]string, n)
 	seqs, attempts := make([]*int32, n), make([]*int32, n)
 	names, results, outputs := make([]*string, n), make([]*string, n), make([]*string, n)
-	byID := make(map[uuid.UUID]*runEnd, n)
+	byID := make(map[dbtx.UUID]*runEnd, n)
 	for i, e := range ends {
 		ids[i], tokens[i], statuses[i], errs[i] = e.id, e.token, e.status, e.err
 		seqs[i], attempts[i], names[i], results[i], outputs[i] = e.seq, e.attempts, e.name, e.result, e.output
@@ -304,8 +303,8 @@ func queueRunEnds(b *pgx.Batch, ends []*runEnd) {
 		byID[e.id] = e
 	}
 	b.Queue(finishSQL, ids, tokens, statuses, errs, seqs, names, results, attempts, outputs).Query(func(rows pgx.Rows) error {
-		var id uuid.UUID
-		_, err := pgx.ForEachRow(rows, []any{(*dbtx.UUID)(&id)}, func() error {
+		var id dbtx.UUID
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
 			if e := byID[id]; e != nil {
 				e.ended = true
 			}

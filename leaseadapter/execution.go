@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -25,13 +24,13 @@ import (
 
 // execution is one claim of one run, from the claim to the release.
 type execution struct {
-	id           uuid.UUID
+	id           dbtx.UUID
 	kind         string
 	version      int
 	input        json.RawMessage
 	claims       int64
 	generation   int64 // the run's seq: orders its fencing tokens against other runs'
-	token        uuid.UUID
+	token        dbtx.UUID
 	stepAttempts int
 	errorShown   bool // the run row shows a last error, which the next recorded step clears
 	canceled     bool
@@ -179,7 +178,7 @@ func jsonText(doc json.RawMessage) *string {
 
 func (w *worker) continueAsNew(ctx context.Context, ex *execution, input json.RawMessage) {
 	ex.released.Store(true)
-	res, err := w.commit(ctx, continueAsNewSQL, dbtx.UUID(ex.id), dbtx.UUID(ex.token), input)
+	res, err := w.commit(ctx, continueAsNewSQL, ex.id, ex.token, input)
 	if w.settled(ctx, ex, res, err, "continue as new") {
 		w.poke()
 	}
@@ -246,7 +245,7 @@ func (f *flow) flush() {
 	if h := f.held; h != nil {
 		f.checkLease()
 		f.held = nil
-		res, err := f.w.commit(f.dbCtx, recordStepSQL, dbtx.UUID(f.ex.id), dbtx.UUID(f.ex.token), h.name, h.seq, h.result, h.attempt)
+		res, err := f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, h.name, h.seq, h.result, h.attempt)
 		f.committed(res, err, "step "+h.name)
 	}
 }
@@ -428,7 +427,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 	if !final {
 		backoff := o.Retry.Backoff(attempt)
 		f.ex.released.Store(true)
-		res, err := f.w.commit(f.dbCtx, retryStepSQL, dbtx.UUID(f.ex.id), dbtx.UUID(f.ex.token), name, attempt, backoff.Milliseconds(), actErr.Error())
+		res, err := f.w.commit(f.dbCtx, retryStepSQL, f.ex.id, f.ex.token, name, attempt, backoff.Milliseconds(), actErr.Error())
 		f.committed(res, err, "retry "+name)
 		f.w.wakeAt(res.at.Add(backoff), res.at)
 		panic(unwind{why: "retry backoff"})
@@ -445,7 +444,7 @@ func (f *flow) failStep(seq int, name, activity string, attempt int, msg string,
 	if err != nil {
 		return fmt.Errorf("encode failure of step %s: %w", name, err)
 	}
-	res, err := f.w.commit(f.dbCtx, commitStepSQL, dbtx.UUID(f.ex.id), dbtx.UUID(f.ex.token), name, seq, enc, true, attempt, se.Error(),
+	res, err := f.w.commit(f.dbCtx, commitStepSQL, f.ex.id, f.ex.token, name, seq, enc, true, attempt, se.Error(),
 		f.w.e.cfg.LeaseDuration.Milliseconds())
 	f.committed(res, err, "failure of "+name)
 	f.ex.stepAttempts, f.ex.errorShown = 0, true
@@ -460,10 +459,10 @@ func (f *flow) record(seq int, name string, result json.RawMessage, attempt int)
 	var res commitRes
 	var err error
 	if f.ex.stepAttempts > 0 || f.ex.errorShown {
-		res, err = f.w.commit(f.dbCtx, commitStepSQL, dbtx.UUID(f.ex.id), dbtx.UUID(f.ex.token), name, seq, result, false, attempt, "",
+		res, err = f.w.commit(f.dbCtx, commitStepSQL, f.ex.id, f.ex.token, name, seq, result, false, attempt, "",
 			f.w.e.cfg.LeaseDuration.Milliseconds())
 	} else {
-		res, err = f.w.commit(f.dbCtx, recordStepSQL, dbtx.UUID(f.ex.id), dbtx.UUID(f.ex.token), name, seq, result, attempt)
+		res, err = f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, name, seq, result, attempt)
 	}
 	f.committed(res, err, "step "+name)
 	f.ex.stepAttempts, f.ex.errorShown = 0, false
@@ -713,7 +712,7 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 		waitUntil *time.Time
 		canceled  bool
 	)
-	err = runstore.InterpretError(tx.QueryRow(ctx, lockClaimSQL, dbtx.UUID(ex.id), dbtx.UUID(ex.token)).Scan(&curStep, &waitTopic, &waitUntil, &dbNow, &canceled))
+	err = runstore.InterpretError(tx.QueryRow(ctx, lockClaimSQL, ex.id, ex.token).Scan(&curStep, &waitTopic, &waitUntil, &dbNow, &canceled))
 	switch {
 	case errors.Is(err, port.ErrNotFound):
 		// No run row holds this claim's lease_token any more.
@@ -735,7 +734,7 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	if topic != "" {
 		var payload json.RawMessage
 		var signalled tracing.Stored
-		err := runstore.InterpretError(tx.QueryRow(ctx, consumeSignalSQL, topic, dbtx.UUID(ex.id)).Scan(&payload, &signalled.Parent, &signalled.State))
+		err := runstore.InterpretError(tx.QueryRow(ctx, consumeSignalSQL, topic, ex.id).Scan(&payload, &signalled.Parent, &signalled.State))
 		switch {
 		case err == nil:
 			outcome = waitOutcome{Received: true, Payload: payload}
@@ -760,7 +759,7 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 		if topic != "" {
 			topicArg = &topic
 		}
-		if _, err := tx.Exec(ctx, parkSQL, dbtx.UUID(ex.id), dbtx.UUID(ex.token), name, deadline, topicArg); err != nil {
+		if _, err := tx.Exec(ctx, parkSQL, ex.id, ex.token, name, deadline, topicArg); err != nil {
 			return nil, time.Time{}, time.Time{}, fmt.Errorf("park at %s: %w", name, err)
 		}
 		if err := tx.Commit(ctx); err != nil {
@@ -774,7 +773,7 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	}
 	var n int64
 	var at time.Time
-	if err := tx.QueryRow(ctx, commitStepSQL, dbtx.UUID(ex.id), dbtx.UUID(ex.token), name, seq, result, false, 0, "",
+	if err := tx.QueryRow(ctx, commitStepSQL, ex.id, ex.token, name, seq, result, false, 0, "",
 		w.e.cfg.LeaseDuration.Milliseconds()).Scan(&n, &at); err != nil {
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("record %s: %w", name, err)
 	}
@@ -803,7 +802,7 @@ func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
 	// A marker is no step: it leaves the view's step, attempts and last
 	// error as they are (recordStepSQL only adds to the history).
 	name := "version:" + changeID
-	res, err := f.w.commit(f.dbCtx, recordStepSQL, dbtx.UUID(f.ex.id), dbtx.UUID(f.ex.token), name, seq, json.RawMessage(fmt.Sprint(maxSupported)), 0)
+	res, err := f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, name, seq, json.RawMessage(fmt.Sprint(maxSupported)), 0)
 	f.committed(res, err, "marker "+name)
 	return maxSupported
 }

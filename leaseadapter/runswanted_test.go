@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/internal/dbtx"
 )
 
 // runsWanted's policy at concurrency 2 with the default ActiveRuns: a base
@@ -26,9 +28,9 @@ func TestRunsWanted(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &worker{concurrency: 2, baseRuns: tc.base, activeRuns: tc.active, prefetch: 2,
-				steps: make(chan struct{}, 2), running: map[uuid.UUID]*execution{}}
+				steps: make(chan struct{}, 2), running: map[dbtx.UUID]*execution{}}
 			for range tc.running {
-				w.running[uuid.New()] = &execution{}
+				w.running[dbtx.UUID(uuid.New())] = &execution{}
 			}
 			for range tc.busySlots {
 				w.steps <- struct{}{}

@@ -58,7 +58,7 @@ type worker struct {
 	stopping chan struct{}
 
 	mu       sync.Mutex
-	running  map[uuid.UUID]*execution
+	running  map[dbtx.UUID]*execution
 	reserved int             // places booked by the claim in flight (0: none in flight)
 	missed   bool            // the claim loop was turned away by a claim in flight
 	noClaims bool            // Stop began: no claim starts
@@ -84,7 +84,7 @@ func newWorker(e *Engine, opts port.StartOptions) *worker {
 		stopping:      make(chan struct{}),
 		wake:          make(chan struct{}, 1),
 		commits:       make(chan *commitReq, 4*e.cfg.BatchSize),
-		running:       map[uuid.UUID]*execution{},
+		running:       map[dbtx.UUID]*execution{},
 		committerDone: make(chan struct{}),
 	}
 	switch {
@@ -228,7 +228,7 @@ func (w *worker) handBackAll(ctx context.Context) error {
 func (w *worker) handBack(ctx context.Context, ex *execution) error {
 	var n int64
 	var at time.Time
-	if err := w.e.pool.QueryRow(ctx, handBackSQL, dbtx.UUID(ex.id), dbtx.UUID(ex.token)).Scan(&n, &at); err != nil {
+	if err := w.e.pool.QueryRow(ctx, handBackSQL, ex.id, ex.token).Scan(&n, &at); err != nil {
 		return fmt.Errorf("hand back run %s: %w", ex.id, err)
 	}
 	w.log.Info("handed back run", slog.String("run_id", ex.id.String()), slog.Bool("released", n == 1))
@@ -375,7 +375,7 @@ func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
 		got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*execution, error) {
 			ex := &execution{}
 			var history []byte
-			if err := row.Scan((*dbtx.UUID)(&ex.id), &ex.kind, &ex.version, &ex.input, &ex.claims, (*dbtx.UUID)(&ex.token), &ex.stepAttempts,
+			if err := row.Scan(&ex.id, &ex.kind, &ex.version, &ex.input, &ex.claims, &ex.token, &ex.stepAttempts,
 				&ex.canceled, &ex.createdAt, &ex.generation, &ex.trace.Parent, &ex.trace.State, &ex.errorShown, &history); err != nil {
 				return nil, err
 			}
@@ -534,11 +534,11 @@ func (w *worker) heartbeat(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("renew %d leases: %w", len(exs), err)
 	}
-	live := map[uuid.UUID]bool{}
-	renewed := map[uuid.UUID]bool{}
-	var id uuid.UUID
+	live := map[dbtx.UUID]bool{}
+	renewed := map[dbtx.UUID]bool{}
+	var id dbtx.UUID
 	var canceled, ok bool
-	_, err = pgx.ForEachRow(rows, []any{(*dbtx.UUID)(&id), &canceled, &ok}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &canceled, &ok}, func() error {
 		live[id], renewed[id] = canceled, ok
 		return nil
 	})
@@ -625,7 +625,7 @@ func (w *worker) listenOnce(ctx context.Context) error {
 		if len(n.Payload) > 2 && n.Payload[:2] == "c:" {
 			if id, err := uuid.Parse(n.Payload[2:]); err == nil {
 				w.mu.Lock()
-				ex := w.running[id]
+				ex := w.running[dbtx.UUID(id)]
 				w.mu.Unlock()
 				if ex != nil {
 					w.cancelRun(ex)

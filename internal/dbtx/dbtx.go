@@ -134,30 +134,30 @@ func BatchTx(ctx context.Context, db Pooled, queue func(b *pgx.Batch)) error {
 	return db.SendBatch(ctx, b).Close()
 }
 
-// UUIDArray is the Go type of a uuid[] argument; a uuid.UUID is assignable
-// to its elements. Not []uuid.UUID: uuid.UUID implements driver.Valuer,
-// which pgx prefers to its own uuid codec, so every element would be
-// formatted as text and parsed back: 2.3 µs and 20 allocations each,
-// against 0.11 µs and 2 as [16]byte (BenchmarkUUIDArray, 2-core VM). The
-// lease worker's group commits and heartbeats send arrays of every run
-// they touch.
-type UUIDArray = [][16]byte
+// UUIDArray is the Go type of a uuid[] argument. Not []uuid.UUID:
+// uuid.UUID implements driver.Valuer, which pgx prefers to its own uuid
+// codec, so every element would be formatted as text and parsed back
+// (BenchmarkUUIDArray). The lease worker's group commits and heartbeats
+// send arrays of every run they touch.
+type UUIDArray = []UUID
 
-// UUID is the Go type of a scalar uuid argument or scan target, for the
-// same reason: a uuid.UUID argument is formatted as text and parsed back,
-// and a *uuid.UUID target (a sql.Scanner) is handed the value as text and
-// parses it. Pass dbtx.UUID(id) and scan into (*dbtx.UUID)(&id); the bytes
-// on the wire are the same (TestUUIDEncodesAndScansAsUUID). The lease
-// worker's statements carry a run's id and lease token, and the engines
-// read ids back from every claim and group commit.
+// UUID is the Go type of a uuid argument or scan target, for the same
+// reason: a uuid.UUID argument is formatted as text and parsed back, and a
+// *uuid.UUID target (a sql.Scanner) is handed the value as text and parses
+// it. The bytes on the wire are the same (TestUUIDEncodesAndScansAsUUID).
+// The lease worker keeps its runs' ids and lease tokens as UUIDs, since
+// nearly every statement it sends carries them, and every claim and group
+// commit reads ids back.
 //
-// It is a type of its own, not [16]byte, so that it works in every query
-// exec mode of the caller's pool: where pgx knows the parameter's type (the
-// default, cache_statement, and the describe modes) its uuid codec sends
-// the bytes through UUIDValue; where it does not (exec, simple_protocol:
-// the parameter's type is sent as unknown) it has no text form for a bare
-// [16]byte and fails, and falls back to Value, the text a uuid.UUID sends.
+// It is a type of its own, not [16]byte: where pgx knows the parameter's
+// type (the default, cache_statement, and the describe modes) its uuid
+// codec sends the bytes through UUIDValue; where it does not (exec,
+// simple_protocol) it has no text form for a bare [16]byte, and falls back
+// to Value, the text a uuid.UUID sends.
 type UUID [16]byte
+
+// String is u in the canonical text form of a uuid.
+func (u UUID) String() string { return uuid.UUID(u).String() }
 
 // UUIDValue is u for pgx's uuid codec (pgtype.UUIDValuer).
 func (u UUID) UUIDValue() (pgtype.UUID, error) { return pgtype.UUID{Bytes: u, Valid: true}, nil }

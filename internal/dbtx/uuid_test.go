@@ -18,7 +18,7 @@ func TestUUIDArrayEncodesAsUUIDs(t *testing.T) {
 	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
 	arr := make(dbtx.UUIDArray, len(ids))
 	for i, id := range ids {
-		arr[i] = id
+		arr[i] = dbtx.UUID(id)
 	}
 	for _, format := range []int16{pgtype.BinaryFormatCode, pgtype.TextFormatCode} {
 		want, err := m.Encode(pgtype.UUIDArrayOID, format, ids, nil)
@@ -92,7 +92,7 @@ func BenchmarkUUIDArray(b *testing.B) {
 	arr := make(dbtx.UUIDArray, len(ids))
 	for i := range ids {
 		ids[i] = uuid.New()
-		arr[i] = ids[i]
+		arr[i] = dbtx.UUID(ids[i])
 	}
 	for _, c := range []struct {
 		name string
