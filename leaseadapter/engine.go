@@ -55,6 +55,9 @@ func New(pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*Engine, error) {
 	if pool == nil || reg == nil {
 		return nil, &port.FieldError{Field: "engine", Reason: "pool and registry are required"}
 	}
+	if err := dbtx.CheckQueryExecMode(pool.Config().ConnConfig); err != nil {
+		return nil, &port.FieldError{Field: "pool", Reason: err.Error()}
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("lease engine config: %w", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -224,6 +225,17 @@ func TestConfigValidation(t *testing.T) {
 	var fe *port.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "active_runs", fe.Field)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		cfg := pool.Config().Copy()
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		untyped, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(untyped.Close)
+		_, err = leaseadapter.New(untyped, reg, leaseadapter.Config{})
+		require.ErrorAs(t, err, &fe, mode.String())
+		require.Equal(t, "pool", fe.Field)
+		require.ErrorContains(t, err, "cache_statement")
+	}
 	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{})
 	require.NoError(t, err)
 	require.Error(t, eng.Start(context.Background(), port.StartOptions{}), "a worker with nothing to serve is refused")

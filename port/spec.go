@@ -63,6 +63,9 @@
 //	                     Enqueue recorded
 //	tx rolls back        nothing written; nothing runs
 //	a refusal            nothing written by it; tx stays usable
+//	tx on a connection in pgx's exec or simple_protocol query exec mode
+//	                     as in the default mode (the engine's own pool must
+//	                     not be in those modes: New refuses it)
 //	the same key twice in one tx
 //	                     one run, the first call's input
 //

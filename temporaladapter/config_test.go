@@ -1,6 +1,7 @@
 package temporaladapter
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/taskport/taskport/port"
 )
 
 // writeCert writes a self-signed certificate and its key as PEM files.
@@ -83,4 +88,21 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	require.NoError(t, Config{ReconcileInterval: -1}.withDefaults().validate(), "a negative interval turns the reconciler off")
 	_, err := New(nil, nil, nil, Config{})
 	require.Error(t, err)
+}
+
+// TestNewRefusesAPoolThatSendsNoParameterTypes: see dbtx.CheckQueryExecMode.
+// Neither the client nor the pool connects before the engine serves.
+func TestNewRefusesAPoolThatSendsNoParameterTypes(t *testing.T) {
+	c, err := client.NewLazyClient(client.Options{})
+	require.NoError(t, err)
+	defer c.Close()
+	for _, mode := range []string{"exec", "simple_protocol"} {
+		pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none?default_query_exec_mode="+mode)
+		require.NoError(t, err)
+		defer pool.Close()
+		_, err = New(c, pool, port.NewRegistry(), Config{})
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, mode)
+		require.Equal(t, "pool", fe.Field)
+	}
 }

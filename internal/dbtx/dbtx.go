@@ -134,6 +134,27 @@ func BatchTx(ctx context.Context, db Pooled, queue func(b *pgx.Batch)) error {
 	return db.SendBatch(ctx, b).Close()
 }
 
+// CheckQueryExecMode refuses a connection config whose default query exec
+// mode leaves the parameters' types unknown to pgx: exec and
+// simple_protocol (default_query_exec_mode in a URL, often set for
+// PgBouncer's transaction pooling). There pgx encodes each argument as text
+// from its Go type alone, and the engines' statements fail at run time,
+// long after the pool was handed over: a uuid[] of run ids finds no encode
+// plan, and a JSON payload sent as []byte reaches Postgres as bytea text
+// ("invalid input syntax for type json"). A lease worker would log and
+// retry such a failure forever, so the engines refuse the pool at New
+// instead. A caller's transaction (EnqueueTx) may be in any mode: the
+// statements it runs carry no such argument, as the conformance suite
+// checks.
+func CheckQueryExecMode(c *pgx.ConnConfig) error {
+	switch m := c.DefaultQueryExecMode; m {
+	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+		return fmt.Errorf("pgx query exec mode %q does not send parameter types, which taskport's statements need; "+
+			"use cache_statement (pgx's default), cache_describe or describe_exec", m)
+	}
+	return nil
+}
+
 // UUIDArray is the Go type of a uuid[] argument. Not []uuid.UUID:
 // uuid.UUID implements driver.Valuer, which pgx prefers to its own uuid
 // codec, so every element would be formatted as text and parsed back
@@ -153,7 +174,9 @@ type UUIDArray = []UUID
 // type (the default, cache_statement, and the describe modes) its uuid
 // codec sends the bytes through UUIDValue; where it does not (exec,
 // simple_protocol) it has no text form for a bare [16]byte, and falls back
-// to Value, the text a uuid.UUID sends.
+// to Value, the text a uuid.UUID sends. The engines refuse those modes for
+// their other arguments (CheckQueryExecMode); Value keeps a UUID a plain
+// driver.Valuer for any other caller.
 type UUID [16]byte
 
 // String is u in the canonical text form of a uuid.

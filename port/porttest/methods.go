@@ -291,6 +291,33 @@ func checkEnqueue(c *cell) {
 	}
 }
 
+// enqueueTxUntyped enqueues a run of a new key through a transaction on a
+// connection in each of pgx's query exec modes that send no parameter
+// types (exec, simple_protocol: a business pool behind PgBouncer's
+// transaction pooling), commits each, and returns their runs, which must
+// read and run as any other.
+func enqueueTxUntyped(c *cell, eng porttx.Enqueuer) []port.RunID {
+	t := c.t
+	var ids []port.RunID
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		cfg := c.h.Pool.Config().ConnConfig.Copy()
+		cfg.DefaultQueryExecMode = mode
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		id, err := eng.EnqueueTx(ctx, tx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + "/" + mode.String(), BusinessKey: c.bk})
+		require.NoError(t, err, mode.String())
+		require.NoError(t, tx.Commit(ctx))
+		require.NoError(t, conn.Close(ctx))
+		v := c.get(id)
+		require.Equal(t, port.RunView{ID: id, Kind: kind, Version: 1, BusinessKey: c.bk, Status: port.StatusPending,
+			CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Cursor: v.Cursor}, v, mode.String())
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // enqueueAgain enqueues the state's (kind, key) with another input and
 // expects the recorded run back.
 func (c *cell) enqueueAgain() {
@@ -355,13 +382,17 @@ func checkEnqueueTx(c *cell) {
 		v := c.get(id)
 		require.Equal(t, port.RunView{ID: id, Kind: kind, Version: 1, BusinessKey: c.bk, Status: port.StatusPending,
 			CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Cursor: v.Cursor}, v)
+		untyped := enqueueTxUntyped(c, eng)
+		require.Equal(t, n+1+len(untyped), c.count())
 		c.start(port.StartOptions{})
 		rctx, cancel := context.WithTimeout(ctx, waitFor)
 		defer cancel()
-		got, err := port.Result[programResult](rctx, c.eng, id)
-		require.NoError(t, err)
-		require.Equal(t, programResult{Run: id}, got)
-		require.Equal(t, 1, c.executions(id, "work", 0), "the committed run's first step ran once")
+		for _, id := range append([]port.RunID{id}, untyped...) {
+			got, err := port.Result[programResult](rctx, c.eng, id)
+			require.NoError(t, err)
+			require.Equal(t, programResult{Run: id}, got)
+			require.Equal(t, 1, c.executions(id, "work", 0), "the committed run's first step ran once")
+		}
 		require.Zero(t, c.executions(rolledBack, "work", 0), "the rolled back run never ran")
 	default:
 		again := func() {
