@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -225,13 +224,8 @@ func TestConfigValidation(t *testing.T) {
 	var fe *port.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "active_runs", fe.Field)
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
-		cfg := pool.Config().Copy()
-		cfg.ConnConfig.DefaultQueryExecMode = mode
-		untyped, err := pgxpool.NewWithConfig(context.Background(), cfg)
-		require.NoError(t, err)
-		t.Cleanup(untyped.Close)
-		_, err = leaseadapter.New(untyped, reg, leaseadapter.Config{})
+	for _, mode := range pgtest.UntypedModes {
+		_, err = leaseadapter.New(pgtest.WithExecMode(t, pool, mode), reg, leaseadapter.Config{})
 		require.ErrorAs(t, err, &fe, mode.String())
 		require.Equal(t, "pool", fe.Field)
 		require.ErrorContains(t, err, "cache_statement")

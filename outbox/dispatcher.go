@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
@@ -113,6 +114,9 @@ type Dispatcher struct {
 func NewDispatcher(pool *pgxpool.Pool, engine port.TaskEngine, runs port.Admin, cfg Config) (*Dispatcher, error) {
 	if pool == nil || engine == nil || runs == nil {
 		return nil, errors.New("outbox dispatcher: pool, engine and run listing are required")
+	}
+	if err := dbtx.CheckQueryExecMode(pool.Config().ConnConfig); err != nil {
+		return nil, &port.FieldError{Field: "pool", Reason: err.Error()}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

@@ -141,6 +141,12 @@ func TestEnqueueFailureBacksOff(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	eng := &failingEngine{RecordingEngine: apptest.NewRecordingEngine(pool, nil), err: errors.New("engine down")}
 	eng.left.Store(2)
+	for _, mode := range pgtest.UntypedModes {
+		_, err := outbox.NewDispatcher(pgtest.WithExecMode(t, pool, mode), eng, eng, outbox.Config{})
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, "a pool whose statements would fail: %s", mode)
+		require.Equal(t, "pool", fe.Field)
+	}
 	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{})
 	require.NoError(t, err)
 	write(t, pool, "k.ind", "x")

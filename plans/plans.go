@@ -79,6 +79,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("plans: pool is required")
 	}
+	if err := dbtx.CheckQueryExecMode(pool.Config().ConnConfig); err != nil {
+		return nil, &port.FieldError{Field: "pool", Reason: err.Error()}
+	}
 	for field, dir := range map[string]string{"library_root": cfg.LibraryRoot, "download_dir": cfg.DownloadDir} {
 		if dir != "" && !filepath.IsAbs(dir) {
 			return nil, &port.FieldError{Field: field, Reason: fmt.Sprintf("must be an absolute path, got %q", dir)}

@@ -17,6 +17,7 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/fileimport"
+	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows"
@@ -91,6 +92,11 @@ func TestCreatePlanRejectsBadInputAndWritesNothing(t *testing.T) {
 	_, err = plans.New(w.Pool, plans.Config{LibraryRoot: "library"})
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "library_root", fe.Field)
+	for _, mode := range pgtest.UntypedModes {
+		_, err = plans.New(pgtest.WithExecMode(t, w.Pool, mode), plans.Config{})
+		require.ErrorAs(t, err, &fe, mode.String())
+		require.Equal(t, "pool", fe.Field)
+	}
 	require.Equal(t, before, counts(t, w.Pool), "a rejected call writes nothing")
 
 	p, err := w.Plans.CreatePlan(context.Background(), good)

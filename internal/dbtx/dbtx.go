@@ -141,11 +141,13 @@ func BatchTx(ctx context.Context, db Pooled, queue func(b *pgx.Batch)) error {
 // from its Go type alone, and the engines' statements fail at run time,
 // long after the pool was handed over: a uuid[] of run ids finds no encode
 // plan, and a JSON payload sent as []byte reaches Postgres as bytea text
-// ("invalid input syntax for type json"). A lease worker would log and
-// retry such a failure forever, so the engines refuse the pool at New
-// instead. A caller's transaction (EnqueueTx) may be in any mode: the
-// statements it runs carry no such argument, as the conformance suite
-// checks.
+// ("invalid input syntax for type json"), and the business packages'
+// statements fail alike (an outbox row's uuid, the ledger's JSON). A lease
+// worker or an outbox dispatcher would log and retry such a failure
+// forever, so the engines, plans.New and outbox.NewDispatcher refuse the
+// pool instead, and the CLI refuses such a URL. A caller's transaction
+// (EnqueueTx) may be in any mode: the statements it runs carry no such
+// argument, as the conformance suite checks.
 func CheckQueryExecMode(c *pgx.ConnConfig) error {
 	switch m := c.DefaultQueryExecMode; m {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:

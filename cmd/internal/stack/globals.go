@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/tracing"
 )
 
@@ -199,6 +200,9 @@ func (g *Globals) pool(ctx context.Context, log *slog.Logger, size int, t Timeou
 	}
 	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
 	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if err := dbtx.CheckQueryExecMode(cfg.ConnConfig); err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
 	if !strings.Contains(g.DatabaseURL, "pool_max_conns") {

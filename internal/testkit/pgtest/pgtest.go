@@ -258,6 +258,25 @@ func Connect(tb testing.TB, url string) *pgxpool.Pool {
 	return pool
 }
 
+// UntypedModes are pgx's query exec modes that send no parameter types,
+// which every taskport constructor over a pool refuses
+// (dbtx.CheckQueryExecMode).
+var UntypedModes = []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
+
+// WithExecMode returns a pool like pool in query exec mode m, closed when
+// tb ends; it connects when first used.
+func WithExecMode(tb testing.TB, pool *pgxpool.Pool, m pgx.QueryExecMode) *pgxpool.Pool {
+	tb.Helper()
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.DefaultQueryExecMode = m
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		tb.Fatalf("pgtest: open pool: %v", err)
+	}
+	tb.Cleanup(p.Close)
+	return p
+}
+
 func sanitize(s string) string {
 	s = strings.ToLower(s)
 	var b strings.Builder
