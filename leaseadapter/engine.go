@@ -55,8 +55,8 @@ func New(pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*Engine, error) {
 	if pool == nil || reg == nil {
 		return nil, &port.FieldError{Field: "engine", Reason: "pool and registry are required"}
 	}
-	if err := dbtx.CheckQueryExecMode(pool.Config().ConnConfig); err != nil {
-		return nil, &port.FieldError{Field: "pool", Reason: err.Error()}
+	if err := dbtx.CheckPool(pool); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

@@ -115,8 +115,8 @@ func NewDispatcher(pool *pgxpool.Pool, engine port.TaskEngine, runs port.Admin, 
 	if pool == nil || engine == nil || runs == nil {
 		return nil, errors.New("outbox dispatcher: pool, engine and run listing are required")
 	}
-	if err := dbtx.CheckQueryExecMode(pool.Config().ConnConfig); err != nil {
-		return nil, &port.FieldError{Field: "pool", Reason: err.Error()}
+	if err := dbtx.CheckPool(pool); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

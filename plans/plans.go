@@ -79,8 +79,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("plans: pool is required")
 	}
-	if err := dbtx.CheckQueryExecMode(pool.Config().ConnConfig); err != nil {
-		return nil, &port.FieldError{Field: "pool", Reason: err.Error()}
+	if err := dbtx.CheckPool(pool); err != nil {
+		return nil, err
 	}
 	for field, dir := range map[string]string{"library_root": cfg.LibraryRoot, "download_dir": cfg.DownloadDir} {
 		if dir != "" && !filepath.IsAbs(dir) {

@@ -133,8 +133,8 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 	if c == nil || pool == nil || reg == nil {
 		return nil, errors.New("temporaladapter: client, pool and registry are required")
 	}
-	if err := dbtx.CheckQueryExecMode(pool.Config().ConnConfig); err != nil {
-		return nil, &port.FieldError{Field: "pool", Reason: err.Error()}
+	if err := dbtx.CheckPool(pool); err != nil {
+		return nil, err
 	}
 	schema, err := dbtx.ParseSchema(cfg.Schema)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskport/taskport/port"
 )
 
 // DBTX is satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
@@ -153,6 +155,15 @@ func CheckQueryExecMode(c *pgx.ConnConfig) error {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
 		return fmt.Errorf("pgx query exec mode %q does not send parameter types, which taskport's statements need; "+
 			"use cache_statement (pgx's default), cache_describe or describe_exec", m)
+	}
+	return nil
+}
+
+// CheckPool is CheckQueryExecMode for a pool handed to a constructor: a
+// *port.FieldError on "pool".
+func CheckPool(pool *pgxpool.Pool) error {
+	if err := CheckQueryExecMode(pool.Config().ConnConfig); err != nil {
+		return &port.FieldError{Field: "pool", Reason: err.Error()}
 	}
 	return nil
 }
