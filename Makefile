@@ -114,7 +114,7 @@ bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M sched
 	$(GO) test -run '^$$' -bench Backlog -benchtime 1x -timeout 30m ./leaseadapter/
 	$(GO) test -run '^$$' -bench ClaimBesideUnserved -benchtime 1x -timeout 20m ./leaseadapter/
 	$(GO) test -run '^$$' -bench 'AdapterVsRawSDK$$' -benchtime 7x ./temporaladapter/
-	cd bench && $(GO) run ./cmd/adaptervsraw -server dev -runs 320 -rounds 3 -db "$$TEST_DATABASE_URL"
+	cd bench && $(GO) run ./cmd/adaptervsraw -server dev -runs 320 -rounds 5 -db "$$TEST_DATABASE_URL"
 	cd bench && $(GO) run ./cmd/adaptervsraw -server pg -runs 320 -rounds 3 -db "$$TEST_DATABASE_URL"
 	$(GO) test -run '^$$' -bench CommitToRunStart -benchtime 200x ./outbox/ ./app/
 	$(GO) test -run '^$$' -bench SteadyRetention -benchtime 1x -timeout 60m ./retention/
@@ -133,4 +133,4 @@ image: ## build the worker image from Go, offline: build/image/oci and build/ima
 
 .PHONY: run
 run: temporal-cli apt-packages ## start the local stack: Temporal dev server + UI, worker, dispatcher, admin, and a demo
-	$(GO) run ./cmd/taskport-dev --temporal-cli $(TEMPORAL)
+	$(GO) run ./cmd/taskport-dev --temporal-cli $(TEMPORAL) $(RUN_ARGS)

@@ -2,7 +2,9 @@
 // source alone: who may import whom, and which package may name which table
 // in SQL. Its test runs the rules over this module; Load and Check are
 // exported so that the same test also runs them over synthetic modules that
-// break each rule, which proves they can fail.
+// break each rule, which proves they can fail. Its tests also hold
+// docs/dependencies.md to the modules the repository's go.mod files
+// require directly (TestEveryDirectDependencyHasARow).
 //
 // # What is read
 //
