@@ -447,7 +447,7 @@ func (e *Engine) enqueueStored(ctx context.Context, failed runstore.Run, key str
 // Config.DefaultConcurrency) among up to Config.ActiveRuns runs. Waiting
 // runs hold neither. The lifecycle rules are the port's (port.TaskEngine).
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
-	opts, err := enginekit.ValidateStartOptions(opts)
+	opts, err := enginekit.ValidateStartOptions(opts, e.reg.Definitions())
 	if err != nil {
 		return err
 	}
@@ -456,9 +456,6 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	}
 	return startstop.Start(ctx, &e.Base, func(ctx context.Context) error {
 		w := newWorker(e, opts)
-		if len(w.served.kinds) == 0 {
-			return &port.FieldError{Field: "versions", Reason: "the worker serves no registered definition"}
-		}
 		w.start(ctx)
 		e.mu.Lock()
 		e.worker = w

@@ -15,7 +15,10 @@
 //	succeeded  terminal: the handler returned nil
 //	failed     terminal: the handler returned an error
 //	canceled   terminal: Cancel ended it
-//	unknown    no run has that id (a well-formed uuid, or not an id at all)
+//	unknown    no run has that id (a well-formed uuid, or not an id at all,
+//	           or a run's uuid spelt otherwise than the lowercase,
+//	           hyphenated string Enqueue returned: uppercase, braced,
+//	           urn:uuid:)
 //	other      the id is a run of another engine (same tables, other owner)
 //
 // "Nothing written" means the run's row (every column, updated_at included)
@@ -32,7 +35,8 @@
 //	                     written. Invalid: anything Postgres refuses, such as
 //	                     U+0000 in any JSON string of the input (Field
 //	                     "input"), in the idempotency key or the business key,
-//	                     or invalid UTF-8 in a key.
+//	                     invalid UTF-8 in a key, or an AvailableAt outside
+//	                     the years 1 to 9999 (Field "available_at").
 //
 // # EnqueueMany(items)
 //
@@ -161,6 +165,10 @@
 //	other      never taken: an engine serves only its own runs
 //	serving engine
 //	           ErrAlreadyStarted; nothing changes
+//	opts.Versions naming a kind@version not registered, or serving no
+//	registered definition (an empty map, an empty registry)
+//	           *FieldError{Field: "versions"} wrapping ErrInvalidInput;
+//	           nothing served, a later Start may serve
 //
 // # Stop(ctx)
 //

@@ -26,7 +26,7 @@ import (
 // port's (port.TaskEngine); a fatal worker error (OnFatalError) ends the
 // serving: Done closes and Err returns it.
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
-	opts, err := enginekit.ValidateStartOptions(opts)
+	opts, err := enginekit.ValidateStartOptions(opts, e.reg.Definitions())
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,8 @@ func TestPrepareEnqueueRejectsBadInput(t *testing.T) {
 		{"wrong input type", "asset.import", "a string", port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrInvalidInput},
 		{"oversize payload", "asset.import", map[string]string{"plan_id": strings.Repeat("x", port.MaxPayloadBytes)}, port.EnqueueOptions{IdempotencyKey: "k"}, "input", port.ErrPayloadTooLarge},
 		{"priority too high", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", Priority: port.MaxPriority + 1}, "priority", port.ErrInvalidInput},
+		{"available after year 9999", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", AvailableAt: time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)}, "available_at", port.ErrInvalidInput},
+		{"available before year 1", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", AvailableAt: time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC)}, "available_at", port.ErrInvalidInput},
 		{"business key control char", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", BusinessKey: "\x00"}, "business_key", port.ErrInvalidInput},
 		{"negative min version", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", MinVersion: -1}, "min_version", port.ErrInvalidInput},
 		{"input for a newer version", "asset.import", ok, port.EnqueueOptions{IdempotencyKey: "k", MinVersion: 2}, "", port.ErrUnknownVersion},
@@ -117,13 +119,35 @@ func TestSignalAndTimeoutValidation(t *testing.T) {
 	require.ErrorIs(t, enginekit.ValidateTimeout("timeout", -time.Second), port.ErrInvalidInput)
 	require.NoError(t, enginekit.ValidateTimeout("timeout", 0))
 
-	_, err = enginekit.ValidateStartOptions(port.StartOptions{Concurrency: -1})
+	defs := []port.Definition{{Kind: "k", Version: 1}, {Kind: "k", Version: 2}}
+	_, err = enginekit.ValidateStartOptions(port.StartOptions{Concurrency: -1}, defs)
 	require.ErrorIs(t, err, port.ErrInvalidInput)
-	_, err = enginekit.ValidateStartOptions(port.StartOptions{Roles: []port.Role{"dispatcher"}})
+	_, err = enginekit.ValidateStartOptions(port.StartOptions{Roles: []port.Role{"dispatcher"}}, defs)
 	require.ErrorIs(t, err, port.ErrInvalidInput)
-	opts, err := enginekit.ValidateStartOptions(port.StartOptions{})
+	opts, err := enginekit.ValidateStartOptions(port.StartOptions{}, defs)
 	require.NoError(t, err)
 	require.Equal(t, []port.Role{port.RoleWorker}, opts.Roles)
+	_, err = enginekit.ValidateStartOptions(port.StartOptions{Versions: map[port.Kind][]int{"k": {2}}}, defs)
+	require.NoError(t, err)
+
+	// A worker that would serve less than asked, or nothing, is refused.
+	for name, c := range map[string]struct {
+		opts port.StartOptions
+		defs []port.Definition
+		want string
+	}{
+		"no definition":        {port.StartOptions{}, nil, "the worker serves no registered definition"},
+		"empty versions":       {port.StartOptions{Versions: map[port.Kind][]int{}}, defs, "the worker serves no registered definition"},
+		"unregistered kind":    {port.StartOptions{Versions: map[port.Kind][]int{"k": {1}, "kk": {1}}}, defs, "kk@v1 is not registered"},
+		"unregistered version": {port.StartOptions{Versions: map[port.Kind][]int{"k": {3}}}, defs, "k@v3 is not registered"},
+	} {
+		_, err := enginekit.ValidateStartOptions(c.opts, c.defs)
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, name)
+		require.Equal(t, "versions", fe.Field, name)
+		require.ErrorContains(t, err, c.want, name)
+		require.ErrorIs(t, err, port.ErrInvalidInput, name)
+	}
 }
 
 func TestResolveStepOptions(t *testing.T) {

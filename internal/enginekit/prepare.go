@@ -52,6 +52,12 @@ func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.Enq
 	if opts.Priority < port.MinPriority || opts.Priority > port.MaxPriority {
 		return PreparedEnqueue{}, fieldErr("priority", "must lie in [%d, %d], got %d", port.MinPriority, port.MaxPriority, opts.Priority)
 	}
+	// Years 1-9999: RFC 3339's and protobuf Timestamp's range, inside
+	// Postgres's, which refused an instant beyond it with its own error
+	// ("timestamp out of range") after validation had passed.
+	if at := opts.AvailableAt; !at.IsZero() && (at.Before(minAvailableAt) || !at.Before(maxAvailableAt)) {
+		return PreparedEnqueue{}, fieldErr("available_at", "must lie in the years 1 to 9999, got %s", at.Format(time.RFC3339))
+	}
 	raw, err := EncodePayload("input", input)
 	if err != nil {
 		return PreparedEnqueue{}, err
@@ -61,6 +67,11 @@ func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.Enq
 	}
 	return PreparedEnqueue{Definition: def, Input: raw, Options: opts}, nil
 }
+
+var (
+	minAvailableAt = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxAvailableAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // PrepareBatch validates every item of an EnqueueMany batch with
 // PrepareEnqueue, in order. The first bad item refuses the batch: its error
@@ -121,8 +132,22 @@ func PrepareSignal(topic port.Topic, payload any) (json.RawMessage, error) {
 	return EncodePayload("payload", payload)
 }
 
-// ValidateStartOptions checks StartOptions and fills in the default role.
-func ValidateStartOptions(opts port.StartOptions) (port.StartOptions, error) {
+// ValidateStartOptions checks StartOptions against the definitions
+// registered (defs) and fills in the default role. A worker must serve at
+// least one definition, and Versions may list only registered ones: a
+// misspelt kind or a version this binary lacks would otherwise start a
+// worker that serves less than its caller asked, or nothing, in silence.
+func ValidateStartOptions(opts port.StartOptions, defs []port.Definition) (port.StartOptions, error) {
+	for kind, versions := range opts.Versions {
+		for _, v := range versions {
+			if !slices.ContainsFunc(defs, func(d port.Definition) bool { return d.Kind == kind && d.Version == v }) {
+				return opts, fieldErr("versions", "%s@v%d is not registered", kind, v)
+			}
+		}
+	}
+	if !slices.ContainsFunc(defs, func(d port.Definition) bool { return Serves(opts, d.Kind, d.Version) }) {
+		return opts, fieldErr("versions", "the worker serves no registered definition")
+	}
 	if opts.Concurrency < 0 {
 		return opts, fieldErr("concurrency", "must not be negative, got %d", opts.Concurrency)
 	}

@@ -426,11 +426,18 @@ func (b *batch) lost(j int) error {
 
 // ParseID validates a run id and returns it as the statements' argument
 // (dbtx.UUID). A malformed id is reported as ErrNotFound: no run can have
-// it.
+// it. So is another spelling of a run's UUID than the one Enqueue returns
+// (uppercase, braced, urn:uuid:): accepted, it reached the run's row but
+// not its Temporal workflow, whose id is the string as returned, so a
+// Cancel returned nil and canceled nothing, and a Retry keyed on the
+// string started a second run per spelling.
 func ParseID(id port.RunID) (dbtx.UUID, error) {
 	u, err := uuid.Parse(string(id))
 	if err != nil {
 		return dbtx.UUID{}, fmt.Errorf("run %q: %w", id, port.ErrNotFound)
+	}
+	if u.String() != string(id) {
+		return dbtx.UUID{}, fmt.Errorf("run %q: %w (a run id is the lowercase hyphenated form Enqueue returns, here %s)", id, port.ErrNotFound, u)
 	}
 	return dbtx.UUID(u), nil
 }

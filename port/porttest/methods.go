@@ -125,6 +125,10 @@ func checkGet(c *cell) {
 			requireErr(t, err, port.ErrNotFound)
 		}
 	case c.held():
+		for _, id := range otherSpellings(c.id) {
+			_, err := c.eng.Get(ctx, id)
+			requireErr(t, err, port.ErrNotFound)
+		}
 		// A step that started shows in the view within the engine's
 		// report interval (the lease engine: the step-start marker's
 		// group commit or the next heartbeat), not at the instant the
@@ -135,7 +139,13 @@ func checkGet(c *cell) {
 		}
 		checkView(c, c.get(c.id))
 	default:
-		c.unchanged(c.id, func() { checkView(c, c.get(c.id)) })
+		c.unchanged(c.id, func() {
+			for _, id := range otherSpellings(c.id) {
+				_, err := c.eng.Get(ctx, id)
+				requireErr(t, err, port.ErrNotFound)
+			}
+			checkView(c, c.get(c.id))
+		})
 	}
 }
 
@@ -214,6 +224,19 @@ func checkCancel(c *cell) {
 	case !c.open():
 		c.unchanged(c.id, func() { require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest")) })
 	default:
+		// Under another spelling of its id the run is unknown: Cancel
+		// cancels nothing (Temporal's used to write the flag, miss the
+		// workflow, and return nil).
+		spelt := func() {
+			for _, id := range otherSpellings(c.id) {
+				requireErr(t, c.eng.Cancel(ctx, id, "porttest"), port.ErrNotFound)
+			}
+		}
+		if c.held() {
+			spelt()
+		} else {
+			c.unchanged(c.id, spelt)
+		}
 		before := c.get(c.id)
 		require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest"))
 		mark := c.lastExecution()
@@ -267,6 +290,8 @@ func checkEnqueue(c *cell) {
 			"NUL in the key":          {IdempotencyKey: c.key + "\x00"},
 			"NUL in the business key": {IdempotencyKey: c.key + ":nul-bk", BusinessKey: "a\x00b"},
 			"invalid UTF-8 key":       {IdempotencyKey: c.key + "\xff"},
+			"available after 9999":    {IdempotencyKey: c.key + ":late", AvailableAt: time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)},
+			"available before year 1": {IdempotencyKey: c.key + ":early", AvailableAt: time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC)},
 		}
 		for name, opts := range invalid {
 			in := program{}
@@ -624,6 +649,12 @@ func checkRetry(c *cell) {
 			requireErr(t, err, port.ErrNotFound)
 		}
 	case c.st.status == port.StatusFailed:
+		c.unchanged(c.id, func() {
+			for _, id := range otherSpellings(c.id) {
+				_, err := c.admin().Retry(ctx, id)
+				requireErr(t, err, port.ErrNotFound)
+			}
+		})
 		var again port.RunID
 		c.rowUnchanged(c.id, func() {
 			var err error
@@ -668,6 +699,15 @@ func checkStart(c *cell) {
 	t := c.t
 	switch {
 	case c.st.name == "pending":
+		// Versions that name what is not registered, or serve nothing,
+		// are refused before anything is served: the run stays pending.
+		c.unchanged(c.id, func() {
+			for _, v := range []map[port.Kind][]int{{kind: {99}}, {kind: {1}, kind + "_misspelt": {1}}, {}} {
+				var fe *port.FieldError
+				require.ErrorAs(t, c.eng.Start(ctx, port.StartOptions{Versions: v}), &fe, "Start with Versions %v", v)
+				require.Equal(t, "versions", fe.Field)
+			}
+		})
 		c.start(port.StartOptions{})
 		c.bodies.release(c.id)
 		c.waitStatus(c.id, port.StatusWaiting)

@@ -2,6 +2,7 @@ package porttest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,6 +194,18 @@ func (c *cell) held() bool { return c.st.name == "leased" || c.st.name == "runni
 // unknownIDs are ids no run has: a well-formed one and one that is not an id.
 func unknownIDs() []port.RunID {
 	return []port.RunID{port.RunID(uuid.NewString()), "not-a-run-id"}
+}
+
+// otherSpellings are forms of id that uuid.Parse reads as the same UUID
+// but that are not the string Enqueue returned: the specification calls
+// them unknown.
+func otherSpellings(id port.RunID) []port.RunID {
+	s := string(id)
+	out := []port.RunID{port.RunID("{" + s + "}"), port.RunID("urn:uuid:" + s)}
+	if up := strings.ToUpper(s); up != s { // an id of digits only has no other case
+		out = append(out, port.RunID(up))
+	}
+	return out
 }
 
 // The states of the specification, in its order. Each waits on the cell's
