@@ -221,6 +221,7 @@ type flow struct {
 	dbCtx     context.Context // for commits: outlives runCtx
 	log       *slog.Logger
 	seq       enginekit.StepSequence
+	markers   map[string]int // the version of each change id met in this execution
 	now       time.Time
 	replaying bool
 	newSteps  int  // steps run (not replayed) in this claim
@@ -260,7 +261,7 @@ func (f *flow) run() (u *unwind, out any, herr error) {
 		case unwind:
 			u = &p
 		default:
-			u = &unwind{why: "panic", fatal: fmt.Errorf("handler panicked: %v", p)}
+			u = &unwind{why: "panic", fatal: enginekit.HandlerPanicked(p)}
 		}
 	}()
 	out, herr = engineapi.Run(f.def.Handler, f, f.ex.input)
@@ -365,9 +366,15 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 			}
 			return se
 		}
-		return enginekit.DecodePayload(h.Result, out)
+		return enginekit.DecodeStepResult(name, activity, h.Result, out)
 	}
 	if err := f.admit(); err != nil {
+		return err
+	}
+	// Options and input first, as on Temporal, where they are checked in
+	// the workflow and the binding only when the activity runs.
+	o, raw, err := enginekit.PrepareStep(f.def, name, in, opts...)
+	if err != nil {
 		return err
 	}
 	binding, err := engineapi.Activity(f.w.e.reg, activity)
@@ -376,14 +383,6 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		// Temporal engine's dynamic activity fails it, with no attempt
 		// that could succeed on this worker.
 		return f.failStep(seq, name, activity, 1, err.Error(), true)
-	}
-	o, err := enginekit.ResolveStepOptions(f.def, opts...)
-	if err != nil {
-		return fmt.Errorf("step %s: %w", name, err)
-	}
-	raw, err := enginekit.EncodePayload("input", in)
-	if err != nil {
-		return fmt.Errorf("step %s: %w", name, err)
 	}
 	attempt := 1
 	if f.newSteps == 0 {
@@ -421,7 +420,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 		} else {
 			f.held = &heldStep{seq: seq, name: name, result: result, attempt: attempt}
 		}
-		return enginekit.DecodePayload(result, out)
+		return enginekit.DecodeStepResult(name, activity, result, out)
 	}
 	final := port.IsNonRetryable(actErr) || attempt >= o.Retry.MaxAttempts
 	if !final {
@@ -640,8 +639,8 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		return false, fmt.Errorf("decode recorded wait %s: %w", name, err)
 	}
 	if o.Received {
-		if err := enginekit.DecodePayload(o.Payload, payload); err != nil {
-			return true, fmt.Errorf("decode signal payload of %s: %w", name, err)
+		if err := enginekit.DecodeSignalPayload(name, o.Payload, payload); err != nil {
+			return true, err
 		}
 	}
 	return o.Received, nil
@@ -655,7 +654,7 @@ func (f *flow) Sleep(name string, d time.Duration) error {
 	if h != nil {
 		return nil
 	}
-	if err := enginekit.ValidateTimeout("duration", d); err != nil {
+	if err := enginekit.ValidateSleep(d); err != nil {
 		return err
 	}
 	if err := f.gate(); err != nil {
@@ -783,26 +782,49 @@ func (w *worker) waitTx(ctx context.Context, ex *execution, seq int, name, topic
 	return &historyEntry{Seq: seq, Name: name, Result: result, At: at}, time.Time{}, dbNow, nil
 }
 
-// GetVersion records a marker the first time and returns it on replay.
+// GetVersion records a marker the first time and returns it on replay. A
+// change id met again in the same execution returns the version it got the
+// first time, as on Temporal, without a record of its own.
 func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
-	seq, h, err := f.next("version:" + changeID)
+	if err := enginekit.CheckMarker(changeID, minSupported, maxSupported); err != nil {
+		panic(unwind{why: "bad marker", fatal: err})
+	}
+	if v, ok := f.markers[changeID]; ok {
+		f.checkMarker(changeID, v, minSupported, maxSupported)
+		return v
+	}
+	seq, h, err := f.next(enginekit.MarkerStep(changeID))
 	if err != nil {
 		panic(unwind{why: "bad marker", fatal: fmt.Errorf("version marker %q: %w", changeID, err)})
 	}
+	if f.markers == nil {
+		f.markers = map[string]int{}
+	}
 	if h != nil {
 		var v int
-		if err := json.Unmarshal(h.Result, &v); err != nil || v < minSupported || v > maxSupported {
-			panic(unwind{why: "marker", fatal: fmt.Errorf("version marker %q recorded %s, supported [%d, %d]: %w",
-				changeID, h.Result, minSupported, maxSupported, port.ErrNondeterminism)})
+		if err := json.Unmarshal(h.Result, &v); err != nil {
+			panic(unwind{why: "marker", fatal: fmt.Errorf("version marker %q recorded %s: %w", changeID, h.Result, err)})
 		}
+		f.checkMarker(changeID, v, minSupported, maxSupported)
+		f.markers[changeID] = v
 		return v
 	}
+	f.markers[changeID] = maxSupported
 	f.flush()
 	f.checkLease()
 	// A marker is no step: it leaves the view's step, attempts and last
 	// error as they are (recordStepSQL only adds to the history).
-	name := "version:" + changeID
+	name := enginekit.MarkerStep(changeID)
 	res, err := f.w.commit(f.dbCtx, recordStepSQL, f.ex.id, f.ex.token, name, seq, json.RawMessage(fmt.Sprint(maxSupported)), 0)
 	f.committed(res, err, "marker "+name)
 	return maxSupported
+}
+
+// checkMarker fails the run when the version v recorded for changeID lies
+// outside what the code now supports.
+func (f *flow) checkMarker(changeID string, v, minSupported, maxSupported int) {
+	if v < minSupported || v > maxSupported {
+		panic(unwind{why: "marker", fatal: fmt.Errorf("version marker %q recorded %d, supported [%d, %d]: %w",
+			changeID, v, minSupported, maxSupported, port.ErrNondeterminism)})
+	}
 }

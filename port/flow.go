@@ -43,7 +43,11 @@ type Flow interface {
 	// Sleep parks the run for d without holding a worker slot.
 	Sleep(name string, d time.Duration) error
 	// GetVersion marks a compatible in-place change: it returns maxSupported
-	// on a first execution and the recorded version on replay.
+	// on a first execution and the recorded version on replay; a changeID
+	// met again in the same run returns the version it got the first time.
+	// "version:" + changeID must be a valid step name (ValidateName) and
+	// minSupported must not exceed maxSupported; otherwise, or when the
+	// recorded version lies outside the range, the run fails.
 	GetVersion(changeID string, minSupported, maxSupported int) int
 	// RestartSuggested reports that the run's history is long; a loop should
 	// then return ContinueAsNew with its current state.

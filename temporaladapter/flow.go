@@ -62,7 +62,7 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 			// as canceled runs end, having run nothing.
 			return f.end(port.StatusCanceled, "", nil, fmt.Errorf("%w: %s", port.ErrCanceled, in.Reason))
 		}
-		next, output, err := enginekit.Outcome(engineapi.Run(def.Handler, f, in.Input))
+		next, output, err := enginekit.Outcome(f.run(in.Input))
 		if next != nil {
 			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}
 			return nil, workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
@@ -159,14 +159,69 @@ type flow struct {
 
 var _ port.Flow = (*flow)(nil)
 
-func (f *flow) RunID() port.RunID      { return f.runID }
-func (f *flow) Kind() port.Kind        { return f.def.Kind }
-func (f *flow) Version() int           { return f.def.Version }
-func (f *flow) Now() time.Time         { return workflow.Now(f.ctx) }
-func (f *flow) Logger() *slog.Logger   { return f.logger }
-func (f *flow) RestartSuggested() bool { return workflow.GetInfo(f.ctx).GetContinueAsNewSuggested() }
+// flowPanic carries a panic raised inside a Flow call (by the SDK's
+// illegal-state checks, or by this adapter) out through the handler, so
+// that run tells it from a panic of the handler's own.
+type flowPanic struct{ v any }
+
+// flowFailure is panicked by a Flow call that has no error to return
+// (GetVersion) to fail the run with err, as the lease engine's unwind does.
+type flowFailure struct{ err error }
+
+// guard, deferred by every Flow method that calls the SDK, marks a panic
+// raised inside it as a flowPanic. runtime.Goexit, with which the SDK ends
+// an evicted workflow's coroutine, is no panic: recover returns nil.
+func (f *flow) guard() {
+	if p := recover(); p != nil {
+		switch p.(type) {
+		case flowPanic, flowFailure:
+		default:
+			p = flowPanic{p}
+		}
+		panic(p)
+	}
+}
+
+// run calls the handler. A panic of the handler's own fails the run with
+// the lease engine's words (enginekit.HandlerPanicked), and, as any other
+// failure, with its terminal projection; one raised inside a Flow call is
+// raised again for the SDK, whose panic policy (worker.FailWorkflow) fails
+// the workflow with it.
+func (f *flow) run(input json.RawMessage) (out any, err error) {
+	defer func() {
+		switch p := recover().(type) {
+		case nil:
+		case flowPanic:
+			panic(p.v)
+		case flowFailure:
+			out, err = nil, p.err
+		default:
+			out, err = nil, enginekit.HandlerPanicked(p)
+		}
+	}()
+	return engineapi.Run(f.def.Handler, f, input)
+}
+
+func (f *flow) RunID() port.RunID    { return f.runID }
+func (f *flow) Kind() port.Kind      { return f.def.Kind }
+func (f *flow) Version() int         { return f.def.Version }
+func (f *flow) Logger() *slog.Logger { return f.logger }
+
+func (f *flow) Now() time.Time {
+	defer f.guard()
+	return workflow.Now(f.ctx)
+}
+
+func (f *flow) RestartSuggested() bool {
+	defer f.guard()
+	return workflow.GetInfo(f.ctx).GetContinueAsNewSuggested()
+}
 
 func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
+	if err := enginekit.CheckMarker(changeID, minSupported, maxSupported); err != nil {
+		panic(flowFailure{err})
+	}
+	defer f.guard()
 	return int(workflow.GetVersion(f.ctx, changeID, workflow.Version(minSupported), workflow.Version(maxSupported)))
 }
 
@@ -175,19 +230,16 @@ func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
 // cancel request, which the step sees at its next heartbeat, and the step is
 // awaited to its end. A canceled run starts no further step.
 func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOption) error {
+	defer f.guard()
 	if _, err := f.seq.Next(name); err != nil {
 		return err
 	}
 	if f.ctx.Err() != nil {
 		return port.ErrCanceled
 	}
-	so, err := enginekit.ResolveStepOptions(f.def, opts...)
+	so, raw, err := enginekit.PrepareStep(f.def, name, in, opts...)
 	if err != nil {
 		return err
-	}
-	raw, err := enginekit.EncodePayload("input", in)
-	if err != nil {
-		return fmt.Errorf("step %s: %w", name, err)
 	}
 	actx, cancelActivity := workflow.NewDisconnectedContext(f.ctx)
 	defer cancelActivity()
@@ -243,10 +295,7 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 		return se
 	}
 	f.lastAttempts = result.Attempt
-	if err := enginekit.DecodePayload(result.Output, out); err != nil {
-		return fmt.Errorf("step %s: decode result of %s: %w", name, activityName, err)
-	}
-	return nil
+	return enginekit.DecodeStepResult(name, activityName, result.Output, out)
 }
 
 // canceledAttempts reports whether err is a step attempt's answer to its
@@ -309,6 +358,7 @@ func stepError(name, activityName string, so port.StepOptions, err error) *port.
 // history, so replay takes the same branch. A zero timeout only takes a
 // signal already buffered, as on the lease engine; a negative one is refused.
 func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, payload any) (bool, error) {
+	defer f.guard()
 	if _, err := f.seq.Next(name); err != nil {
 		return false, err
 	}
@@ -323,7 +373,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	}
 	if carried := f.pending[topic]; len(carried) > 0 {
 		f.pending[topic] = carried[1:]
-		return true, decodeSignal(name, carried[0], payload)
+		return true, enginekit.DecodeSignalPayload(name, carried[0], payload)
 	}
 	if timeout == 0 {
 		// A wait that does not park is still the run's last move, as the
@@ -332,7 +382,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		var raw json.RawMessage
 		if workflow.GetSignalChannel(f.ctx, string(topic)).ReceiveAsync(&raw) {
 			f.continueTrace(topic)
-			return true, decodeSignal(name, raw, payload)
+			return true, enginekit.DecodeSignalPayload(name, raw, payload)
 		}
 		// A signal sent while the run waited on nothing was kept in
 		// Postgres (SignalTargets): take it, as a wait that parks would
@@ -348,7 +398,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 				return false, fmt.Errorf("wait %s: take a kept signal: %w", name, err)
 			}
 			if kept.OK {
-				return true, decodeSignal(name, kept.Payload, payload)
+				return true, enginekit.DecodeSignalPayload(name, kept.Payload, payload)
 			}
 		}
 		return false, nil
@@ -387,7 +437,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	}
 	if received {
 		f.continueTrace(topic)
-		return true, decodeSignal(name, raw, payload)
+		return true, enginekit.DecodeSignalPayload(name, raw, payload)
 	}
 	return false, nil
 }
@@ -418,13 +468,6 @@ func (f *flow) unregister(ctx workflow.Context) error {
 		return nil
 	}
 	return workflow.ExecuteLocalActivity(ctx, f.books.removeWaiters, f.runID, f.topics).Get(ctx, nil)
-}
-
-func decodeSignal(name string, raw json.RawMessage, payload any) error {
-	if err := enginekit.DecodePayload(raw, payload); err != nil {
-		return fmt.Errorf("wait %s: decode signal payload: %w", name, err)
-	}
-	return nil
 }
 
 // drain collects the signals still buffered on the topics this run waited
@@ -464,10 +507,11 @@ const sleepProjectsChange = "taskport/sleep-projects-waiting"
 // sleep's failure: it is a read model, which the next step's projection
 // repairs.
 func (f *flow) Sleep(name string, d time.Duration) error {
+	defer f.guard()
 	if _, err := f.seq.Next(name); err != nil {
 		return err
 	}
-	if err := enginekit.ValidateTimeout("sleep", d); err != nil {
+	if err := enginekit.ValidateSleep(d); err != nil {
 		return err
 	}
 	if f.ctx.Err() != nil {

@@ -12,10 +12,16 @@
 //     UTF-8), and ValidateText what its text would, whether or not the
 //     engine stores the value in Postgres, so that both refuse alike.
 //   - Replay: StepSequence numbers a run's steps and refuses reused names;
-//     CheckReplay compares (sequence, name) with the history.
-//   - Steps: ResolveStepOptions applies a step's options over its kind's
-//     defaults; StepFailed is the one place a *port.StepError is built;
-//     ContinueAsNew reads a handler's request to continue as new.
+//     CheckReplay compares (sequence, name) with the history; CheckMarker
+//     refuses a GetVersion that cannot be recorded.
+//   - Steps: PrepareStep (ResolveStepOptions, which applies a step's
+//     options over its kind's defaults, and the input's encoding) comes
+//     before the activity's binding is looked at; StepFailed is the one
+//     place a *port.StepError is built; ContinueAsNew reads a handler's
+//     request to continue as new.
+//   - What a handler gets from its Flow and may return as its run's
+//     LastError is worded here once: DecodeStepResult,
+//     DecodeSignalPayload, ValidateSleep, CheckMarker, HandlerPanicked.
 //   - Activities: RunActivity is the one activity runtime. It installs the
 //     step's identity and fencing token (TemporalToken, LeaseToken) where
 //     port.StepInfoFrom and port.Heartbeat read them (internal/stepctx),

@@ -321,6 +321,66 @@ func DecodePayload(raw json.RawMessage, out any) error {
 	return json.Unmarshal(raw, out)
 }
 
+// The errors a handler gets from its Flow, worded once for both engines:
+// a handler that returns one fails its run with it as LastError, which
+// must read the same on either engine.
+
+// DecodeStepResult decodes the result of step name (activity) into out.
+func DecodeStepResult(name, activity string, raw json.RawMessage, out any) error {
+	if err := DecodePayload(raw, out); err != nil {
+		return fmt.Errorf("step %s: decode result of %s: %w", name, activity, err)
+	}
+	return nil
+}
+
+// DecodeSignalPayload decodes the payload wait name received into payload.
+func DecodeSignalPayload(name string, raw json.RawMessage, payload any) error {
+	if err := DecodePayload(raw, payload); err != nil {
+		return fmt.Errorf("wait %s: decode signal payload: %w", name, err)
+	}
+	return nil
+}
+
+// PrepareStep resolves step name's options and encodes its input, before
+// anything else of the step (its activity's binding included) is looked
+// at: an error here, "step <name>: ...", means the step never started.
+func PrepareStep(def port.Definition, name string, in any, opts ...port.StepOption) (port.StepOptions, json.RawMessage, error) {
+	o, err := ResolveStepOptions(def, opts...)
+	if err != nil {
+		return o, nil, fmt.Errorf("step %s: %w", name, err)
+	}
+	raw, err := EncodePayload("input", in)
+	if err != nil {
+		return o, nil, fmt.Errorf("step %s: %w", name, err)
+	}
+	return o, raw, nil
+}
+
+// CheckMarker checks a Flow.GetVersion call before either engine records
+// or replays it: the change id, recorded as the step "version:<id>" on the
+// lease engine, must make a valid step name, and the range must not be
+// empty. The run fails with the error.
+func CheckMarker(changeID string, minSupported, maxSupported int) error {
+	err := port.ValidateName("change_id", MarkerStep(changeID))
+	if err == nil && minSupported > maxSupported {
+		err = fieldErr("max_supported", "%d is below min_supported %d", maxSupported, minSupported)
+	}
+	if err != nil {
+		return fmt.Errorf("version marker %q: %w", changeID, err)
+	}
+	return nil
+}
+
+// MarkerStep is the step name under which the lease engine records the
+// marker changeID.
+func MarkerStep(changeID string) string { return "version:" + changeID }
+
+// HandlerPanicked is the failure of a run whose handler panicked with v.
+func HandlerPanicked(v any) error { return fmt.Errorf("handler panicked: %v", v) }
+
+// ValidateSleep refuses a negative Flow.Sleep duration.
+func ValidateSleep(d time.Duration) error { return ValidateTimeout("duration", d) }
+
 // Outcome splits what a handler returned (engineapi.Run). When err is the
 // request port.ContinueAsNew made, next is the new input, encoded;
 // otherwise next is nil and outcome is what the run ends with: err, or nil

@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -110,4 +111,72 @@ func heartbeatTimeout(w *world) {
 	require.Equal(w.t, map[string]int{"silent": kinds.FastRetry.MaxAttempts}, w.effects(id))
 	require.Contains(w.t, strings.ToLower(v.LastError), "heartbeat", "the run says why its step failed")
 	require.Equal(w.t, kinds.FastRetry.MaxAttempts, v.Attempts)
+}
+
+// A handler that misuses its Flow and returns the error fails its run with
+// that error as LastError, worded the same on every engine, and the checks
+// come in the same order: a step's options before its activity's binding,
+// so such a step never starts (no current step, no attempt). So does a
+// GetVersion that cannot be recorded, which has no error to return, and a
+// handler that panics. A change id met twice in one run returns the version
+// it got the first time.
+func flowMisuse(w *world) {
+	const misuse port.Kind = "ct.misuse"
+	topic := port.Topic("ct:misuse-signal")
+	def := port.Definition{Kind: misuse, Version: 1, Retry: port.FileRetry(), Handler: port.Handle(func(f port.Flow, m string) error {
+		var s string
+		switch m {
+		case "sleep":
+			return f.Sleep("nap", -time.Second)
+		case "timeout":
+			_, err := kinds.Effect.Run(f, "s", kinds.EffectIn{Label: "timeout"}, port.WithTimeout(-time.Second))
+			return err
+		case "unbound-timeout":
+			return f.Step("s", "ct.never_bound", "x", nil, port.WithTimeout(-time.Second))
+		case "decode":
+			return f.Step("s", kinds.Effect.Name(), kinds.EffectIn{Label: "decode"}, &s)
+		case "signal":
+			_, err := f.WaitSignal("w", topic, time.Minute, &s)
+			return err
+		case "marker-bad-id":
+			f.GetVersion("bad id", 1, 2)
+		case "marker-empty-range":
+			f.GetVersion("c", 3, 1)
+		case "marker-twice":
+			if a, b := f.GetVersion("c", 1, 2), f.GetVersion("c", 1, 3); a != 2 || b != 2 {
+				return fmt.Errorf("GetVersion returned %d, then %d", a, b)
+			}
+		case "panic":
+			panic("boom")
+		}
+		return nil
+	})}
+	const notString = "json: cannot unmarshal number into Go value of type string"
+	cases := []struct {
+		misuse, lastError, step string
+		attempts                int
+	}{
+		{"sleep", "invalid duration: must not be negative, got -1s", "", 0},
+		{"timeout", "step s: invalid timeout: must not be negative, got -1s", "", 0},
+		{"unbound-timeout", "step s: invalid timeout: must not be negative, got -1s", "", 0},
+		{"decode", "step s: decode result of ct.effect: " + notString, "s", 1},
+		{"signal", "wait w: decode signal payload: " + notString, "w", 0},
+		{"marker-bad-id", `version marker "bad id": invalid change_id: character ' ' not allowed in "version:bad id" (letters, digits and . _ - : / only)`, "", 0},
+		{"marker-empty-range", `version marker "c": invalid max_supported: 1 is below min_supported 3`, "", 0},
+		{"panic", "handler panicked: boom", "", 0},
+	}
+	e := w.start(registry(w.t, w.pool, append(kinds.Definitions(false), def)...), port.StartOptions{})
+	// Kept for the wait, which receives it at once.
+	_, err := e.Signal(bg, topic, 42)
+	require.NoError(w.t, err)
+	for _, c := range cases {
+		id := w.enqueue(e, misuse, c.misuse, c.misuse)
+		v := w.waitStatus(e, id, port.StatusFailed)
+		require.Equal(w.t, c.lastError, v.LastError, c.misuse)
+		require.Equal(w.t, c.step, v.CurrentStep, c.misuse)
+		require.Equal(w.t, c.attempts, v.Attempts, c.misuse)
+	}
+	twice := w.enqueue(e, misuse, "marker-twice", "marker-twice")
+	v := w.waitStatus(e, twice, port.StatusSucceeded, port.StatusFailed)
+	require.Equal(w.t, port.StatusSucceeded, v.Status, "%+v", v)
 }
