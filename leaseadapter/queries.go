@@ -323,12 +323,14 @@ SELECT id FROM t`
 
 // continueAsNewSQL clears the history and restarts the run with a new input
 // under the same id. The input it was enqueued with stays in input, as on
-// the Temporal engine.
+// the Temporal engine. The view keeps the step the run was last in and its
+// attempts until the new execution begins one, as Temporal's does: the
+// spec's CurrentStep is the step the run is in or last was in.
 const continueAsNewSQL = `
 WITH t AS (
   UPDATE taskport.run
-  SET status = 'pending', continued_input = $3, next_run_at = now(), current_step = '', step_attempts = 0,
-      attempts = 0, last_error = '', wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
+  SET status = 'pending', continued_input = $3, next_run_at = now(), step_attempts = 0,
+      last_error = '', wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
   WHERE ` + claimedRun + `
   RETURNING id
 ), s AS (

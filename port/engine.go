@@ -206,13 +206,18 @@ type Role string
 // without any role: a process that only submits work does not Start a worker.
 const RoleWorker Role = "worker"
 
+// Callers: MaxConcurrency bounds StartOptions.Concurrency: an engine sizes
+// its queues and slots by it, and a larger value (a typo's extra zeros)
+// would exhaust the process's memory before serving anything.
+const MaxConcurrency = 10000
+
 // Callers: StartOptions configure Start.
 type StartOptions struct {
 	// Roles to serve. Empty means [RoleWorker].
 	Roles []Role
 	// Concurrency is the number of steps this process runs at once. Zero
-	// means the engine's default (documented by each engine); negative is an
-	// error.
+	// means the engine's default (documented by each engine); negative or
+	// above MaxConcurrency is an error.
 	Concurrency int
 	// Versions restricts which registered versions this worker serves, per
 	// kind. Nil means every registered version. A run whose version no worker
@@ -257,7 +262,8 @@ type RunFilter struct {
 	// Version, when non-zero, keeps only runs of this handler version.
 	Version int
 	// BelowVersion, when non-zero, keeps only runs of versions lower than it:
-	// "runs still on an old version".
+	// "runs still on an old version". Either version outside [0,
+	// math.MaxInt32] is refused with ErrInvalidInput.
 	BelowVersion int
 	Statuses     []Status // empty: every status
 	// BusinessKey, when non-empty, keeps only the runs enqueued with this

@@ -140,6 +140,10 @@
 //	                     where the run is now
 //	unknown              not listed
 //	other                never listed: an engine lists only its own runs
+//	a filter out of range (Limit, a status, Version or BelowVersion, a
+//	cursor that is none; see RunFilter)
+//	                     *FieldError naming the field, wrapping
+//	                     ErrInvalidInput
 //
 // # Admin.Retry(id)
 //
@@ -169,6 +173,8 @@
 //	registered definition (an empty map, an empty registry)
 //	           *FieldError{Field: "versions"} wrapping ErrInvalidInput;
 //	           nothing served, a later Start may serve
+//	opts.Concurrency negative or above MaxConcurrency
+//	           *FieldError{Field: "concurrency"}, the same
 //
 // # Stop(ctx)
 //
@@ -209,7 +215,9 @@
 // (err.Error() of what the handler returned; for a *StepError its Error()).
 //
 // CurrentStep: the name of the step, wait or sleep the run is in or last
-// was in; "" before the first. The end of the run does not change it.
+// was in; "" before the first. The end of the run does not change it, nor
+// does a ContinueAsNew: the new execution's first step, wait or sleep
+// replaces it (with its Attempts) when it begins.
 // A step becomes CurrentStep when its first body starts, a wait or sleep
 // when it parks (a wait with a zero timeout, which never parks, when it
 // returns): a step scheduled and waiting for a worker or a slot is not

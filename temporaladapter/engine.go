@@ -38,6 +38,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
@@ -251,7 +252,11 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 		return nil, err
 	}
 	runs, created, err := runstore.InsertMany(ctx, e.pool, runstore.NewRuns(runstore.EngineTemporal, prep))
-	if err != nil {
+	// A key another engine holds comes with the batch's other runs, which
+	// the insert recorded: they are started before the item is refused, as
+	// the lease engine's workers take theirs.
+	var foreign *port.ItemError
+	if err != nil && (runs == nil || !errors.As(err, &foreign)) {
 		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
 	}
 	out := make([]port.EnqueueResult, len(runs))
@@ -260,7 +265,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 	started := make(map[port.RunID]bool, len(runs))
 	for i, run := range runs {
 		out[i] = port.EnqueueResult{ID: run.ID, Created: created[i]}
-		if started[run.ID] || (!created[i] && run.Status.Terminal()) {
+		if started[run.ID] || run.Engine != runstore.EngineTemporal || (!created[i] && run.Status.Terminal()) {
 			continue
 		}
 		started[run.ID] = true
@@ -268,6 +273,9 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 	}
 	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), err)
+	}
+	if foreign != nil {
+		return nil, fmt.Errorf("enqueue %d runs: %w", len(items), foreign)
 	}
 	return out, nil
 }
@@ -427,12 +435,39 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	return view, err
 }
 
-// viewFromDescription lays what Temporal reports over the projection v. A
-// pending activity one of whose attempts started is the current step: its
-// attempts are those whose body started (an attempt SCHEDULED, due or in
-// its retry backoff, has not), and during the backoff no worker holds the
-// run, so it reads pending. A first attempt still SCHEDULED is not yet.
+// viewFromDescription lays what Temporal reports over the projection v
+// (overlay). When that changes a field of an open run, UpdatedAt advances
+// as the spec has it, to the latest time Temporal gives for the change (the
+// current activity's schedule, start or last completed attempt, or the
+// workflow's start), and at least past the projection's: the same value on
+// every Get of the same state, since it is read from the description.
 func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription, now time.Time) port.RunView {
+	o := overlay(v, desc, now)
+	if o.Status.Terminal() || (o.Status == v.Status && o.CurrentStep == v.CurrentStep && o.Attempts == v.Attempts && o.LastError == v.LastError) {
+		return o
+	}
+	at := desc.RawResponse.GetWorkflowExecutionInfo().GetStartTime().AsTime()
+	if pending := desc.RawResponse.GetPendingActivities(); len(pending) > 0 {
+		pa := pending[0]
+		for _, t := range []*timestamppb.Timestamp{pa.GetScheduledTime(), pa.GetLastStartedTime(), pa.GetLastAttemptCompleteTime()} {
+			if t != nil && t.AsTime().After(at) {
+				at = t.AsTime()
+			}
+		}
+	}
+	if !at.After(v.UpdatedAt) {
+		at = v.UpdatedAt.Add(time.Microsecond) // Postgres's resolution
+	}
+	o.UpdatedAt = at.UTC().Truncate(time.Microsecond)
+	return o
+}
+
+// overlay lays what Temporal reports over the projection v. A pending
+// activity one of whose attempts started is the current step: its attempts
+// are those whose body started (an attempt SCHEDULED, due or in its retry
+// backoff, has not), and during the backoff no worker holds the run, so it
+// reads pending. A first attempt still SCHEDULED is not yet.
+func overlay(v port.RunView, desc *client.WorkflowExecutionDescription, now time.Time) port.RunView {
 	projected := v.Status
 	switch desc.Status {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:

@@ -170,12 +170,15 @@ func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunV
 	if err != nil {
 		return port.RunView{}, false, err
 	}
-	if cur.Status != view.Status || cur.LastError != view.LastError || cur.Attempts != view.Attempts || cur.CurrentStep != view.CurrentStep {
-		return viewFromDescription(cur.RunView, desc, time.Now()), false, nil
+	fixed = cur.Status == view.Status && cur.LastError == view.LastError && cur.Attempts == view.Attempts && cur.CurrentStep == view.CurrentStep
+	if fixed {
+		e.logger.InfoContext(ctx, "recorded a run's end that its workflow did not project",
+			slog.String("run_id", string(run.ID)), slog.String("status", string(view.Status)), slog.String("last_error", view.LastError))
 	}
-	e.logger.InfoContext(ctx, "recorded a run's end that its workflow did not project",
-		slog.String("run_id", string(run.ID)), slog.String("status", string(view.Status)), slog.String("last_error", view.LastError))
-	return view, true, nil
+	// The row as written, not the description: its FinishedAt and
+	// UpdatedAt are the Postgres clock's, which every later Get reads (the
+	// workflow's close time, returned before, moved on the next Get).
+	return viewFromDescription(cur.RunView, desc, time.Now()), fixed, nil
 }
 
 // closeMessage reads why a workflow closed from its close event, for the

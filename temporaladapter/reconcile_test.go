@@ -111,3 +111,29 @@ func TestReconcilerRecordsANondeterminismFailure(t *testing.T) {
 	require.Len(t, dead, 1)
 	require.Equal(t, map[string]int{"first": 1}, h.effects(id))
 }
+
+// Get of a run whose workflow was terminated records its end, and answers
+// with the row it wrote: the first Get's FinishedAt and UpdatedAt are those
+// every later Get reads (Postgres's clock), not the workflow's close time.
+func TestGetOfATerminatedWorkflowReadsOneFinishedAt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	eng := h.engine(temporaladapter.Config{ReconcileInterval: -1})
+	id := h.enqueue(eng, kinds.Memo, wait("get:terminated"), port.EnqueueOptions{IdempotencyKey: "get-terminated"})
+	h.waitStatus(id, port.StatusWaiting)
+	require.NoError(t, h.c.TerminateWorkflow(ctx, temporaladapter.WorkflowID(id), "", "operator gave up"))
+	var first port.RunView
+	require.Eventually(t, func() bool {
+		v, err := eng.Get(ctx, id)
+		require.NoError(t, err)
+		first = v
+		return v.Status == port.StatusFailed
+	}, time.Minute, 50*time.Millisecond, "the run never read failed")
+	again, err := eng.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, first, again, "a second Get of the ended run reads otherwise")
+	row, err := runstore.Get(ctx, h.pool, id)
+	require.NoError(t, err)
+	require.Equal(t, row.FinishedAt, first.FinishedAt)
+}

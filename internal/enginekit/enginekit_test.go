@@ -122,6 +122,8 @@ func TestSignalAndTimeoutValidation(t *testing.T) {
 	defs := []port.Definition{{Kind: "k", Version: 1}, {Kind: "k", Version: 2}}
 	_, err = enginekit.ValidateStartOptions(port.StartOptions{Concurrency: -1}, defs)
 	require.ErrorIs(t, err, port.ErrInvalidInput)
+	_, err = enginekit.ValidateStartOptions(port.StartOptions{Concurrency: port.MaxConcurrency + 1}, defs)
+	require.ErrorIs(t, err, port.ErrInvalidInput)
 	_, err = enginekit.ValidateStartOptions(port.StartOptions{Roles: []port.Role{"dispatcher"}}, defs)
 	require.ErrorIs(t, err, port.ErrInvalidInput)
 	opts, err := enginekit.ValidateStartOptions(port.StartOptions{}, defs)

@@ -148,8 +148,8 @@ func ValidateStartOptions(opts port.StartOptions, defs []port.Definition) (port.
 	if !slices.ContainsFunc(defs, func(d port.Definition) bool { return Serves(opts, d.Kind, d.Version) }) {
 		return opts, fieldErr("versions", "the worker serves no registered definition")
 	}
-	if opts.Concurrency < 0 {
-		return opts, fieldErr("concurrency", "must not be negative, got %d", opts.Concurrency)
+	if opts.Concurrency < 0 || opts.Concurrency > port.MaxConcurrency {
+		return opts, fieldErr("concurrency", "must lie in [0, %d], got %d", port.MaxConcurrency, opts.Concurrency)
 	}
 	if len(opts.Roles) == 0 {
 		opts.Roles = []port.Role{port.RoleWorker}

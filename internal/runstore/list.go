@@ -77,8 +77,11 @@ func listQuery(ctx context.Context, q DBTX, engine Engine, f port.RunFilter) (st
 			return "", nil, &port.FieldError{Field: "status", Reason: fmt.Sprintf("unknown status %q", s)}
 		}
 	}
-	if f.Version < 0 || f.BelowVersion < 0 {
-		return "", nil, &port.FieldError{Field: "version", Reason: "must not be negative"}
+	// version is an int4 column: a larger filter would fail to encode.
+	for field, v := range map[string]int{"version": f.Version, "below_version": f.BelowVersion} {
+		if v < 0 || v > math.MaxInt32 {
+			return "", nil, &port.FieldError{Field: field, Reason: fmt.Sprintf("must lie in [0, %d], got %d", math.MaxInt32, v)}
+		}
 	}
 	after := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
 	var afterID uuid.UUID

@@ -149,6 +149,8 @@ func TestListRefusesBadFilters(t *testing.T) {
 		{port.RunFilter{Limit: port.MaxRunsPerPage + 1}, "limit"},
 		{port.RunFilter{Statuses: []port.Status{"dead"}}, "status"},
 		{port.RunFilter{Version: -1}, "version"},
+		{port.RunFilter{Version: 1 << 40}, "version"},
+		{port.RunFilter{Kind: "k", BelowVersion: 1 << 40}, "below_version"},
 		{port.RunFilter{After: "not a cursor"}, "after"},
 		{port.RunFilter{After: "AAAA"}, "after"},
 	} {

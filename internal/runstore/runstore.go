@@ -214,7 +214,11 @@ func NewRuns(engine Engine, prep []enginekit.PreparedEnqueue) []NewRun {
 // keys already taken: runs[i] is the run of rs[i], created[i] whether rs[i]
 // started it. Entries with the same kind and key name one run: the first
 // of them is inserted (its input wins), the later ones report created
-// false. A batch that fails writes nothing.
+// false. A batch that fails writes nothing, except on a key another
+// engine holds: the statement inserted the batch's other runs before the
+// read that finds the key's owner, so the error is that item's
+// *port.ItemError and runs and created are still filled in (the other
+// engine's run among them), for the caller to start what it recorded.
 //
 // The statement inserts the rows ordered by (kind, key), so that two
 // batches racing on overlapping keys wait on each other's unique-index
@@ -241,9 +245,7 @@ func InsertMany(ctx context.Context, pool dbtx.PoolDB, rs []NewRun) (runs []Run,
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := b.foreign(existing, rs); err != nil {
-		return nil, nil, err
-	}
+	foreign := b.foreign(existing, rs)
 	for _, r := range existing {
 		got[b.slot[runKey{r.Kind, r.IdempotencyKey}]] = r
 	}
@@ -254,7 +256,7 @@ func InsertMany(ctx context.Context, pool dbtx.PoolDB, rs []NewRun) (runs []Run,
 		}
 		runs[i] = got[j]
 	}
-	return runs, b.created(fresh), nil
+	return runs, b.created(fresh), foreign
 }
 
 // InsertManyWith is InsertMany through ins, which returns ids only: a

@@ -453,12 +453,23 @@ func checkEnqueueMany(c *cell) {
 			requireErr(t, err, port.ErrOtherEngine)
 		})
 		// The specification: the item is named; the batch's other items
-		// are recorded (the check rides on the read of the taken keys).
-		_, err := c.eng.EnqueueMany(ctx, []port.EnqueueItem{item(fresh, program{}), item(c.key, program{})})
+		// are recorded (the check rides on the read of the taken keys),
+		// and run: the Temporal engine used to record them and start no
+		// workflow, so they stayed pending for good.
+		recorded := item(fresh, program{})
+		recorded.Options.BusinessKey = c.bk + ":recorded"
+		_, err := c.eng.EnqueueMany(ctx, []port.EnqueueItem{recorded, item(c.key, program{})})
 		var ie *port.ItemError
 		require.ErrorAs(t, err, &ie, "%v", err)
 		require.Equal(t, 1, ie.Index)
 		requireErr(t, err, port.ErrOtherEngine)
+		vs, err := c.admin().ListRuns(ctx, port.RunFilter{BusinessKey: recorded.Options.BusinessKey})
+		require.NoError(t, err)
+		require.Len(t, vs, 1, "the batch's other item was not recorded")
+		if !c.started {
+			c.start(port.StartOptions{})
+		}
+		c.waitStatus(vs[0].ID, port.StatusSucceeded)
 	case !c.st.known():
 		n := c.count()
 		res, err := c.eng.EnqueueMany(ctx, nil)
@@ -608,6 +619,19 @@ func checkListRuns(c *cell) {
 		})
 	case !c.st.known():
 		require.NotContains(t, ids(list(port.RunFilter{Kind: kind})), c.id)
+		for field, f := range map[string]port.RunFilter{
+			"limit":         {Limit: port.MaxRunsPerPage + 1},
+			"status":        {Statuses: []port.Status{"dead"}},
+			"version":       {Version: 1 << 40},
+			"below_version": {Kind: kind, BelowVersion: -1},
+			"after":         {After: "not a cursor"},
+		} {
+			_, err := c.admin().ListRuns(ctx, f)
+			var fe *port.FieldError
+			require.ErrorAs(t, err, &fe, "ListRuns(%+v)", f)
+			require.Equal(t, field, fe.Field)
+			require.ErrorIs(t, err, port.ErrInvalidInput)
+		}
 	default:
 		vs := list(port.RunFilter{Kind: kind, BusinessKey: c.bk})
 		require.Equal(t, []port.RunID{c.id}, ids(vs))
@@ -707,6 +731,9 @@ func checkStart(c *cell) {
 				require.ErrorAs(t, c.eng.Start(ctx, port.StartOptions{Versions: v}), &fe, "Start with Versions %v", v)
 				require.Equal(t, "versions", fe.Field)
 			}
+			var fe *port.FieldError
+			require.ErrorAs(t, c.eng.Start(ctx, port.StartOptions{Concurrency: port.MaxConcurrency + 1}), &fe)
+			require.Equal(t, "concurrency", fe.Field)
 		})
 		c.start(port.StartOptions{})
 		c.bodies.release(c.id)

@@ -119,8 +119,9 @@ func heartbeatTimeout(w *world) {
 // so such a step never starts (no current step, no attempt). So does a
 // GetVersion that cannot be recorded, which has no error to return, and a
 // handler that panics. A change id met twice in one run returns the version
-// it got the first time.
-func flowMisuse(w *world) {
+// it got the first time, and a run that continued as new after a step and
+// then ran none still names that step.
+func flowAlike(w *world) {
 	const misuse port.Kind = "ct.misuse"
 	topic := port.Topic("ct:misuse-signal")
 	def := port.Definition{Kind: misuse, Version: 1, Retry: port.FileRetry(), Handler: port.Handle(func(f port.Flow, m string) error {
@@ -148,6 +149,11 @@ func flowMisuse(w *world) {
 			}
 		case "panic":
 			panic("boom")
+		case "continue":
+			if _, err := kinds.Effect.Run(f, "s", kinds.EffectIn{Label: "continue"}); err != nil {
+				return err
+			}
+			return port.ContinueAsNew("continued")
 		}
 		return nil
 	})}
@@ -179,4 +185,9 @@ func flowMisuse(w *world) {
 	twice := w.enqueue(e, misuse, "marker-twice", "marker-twice")
 	v := w.waitStatus(e, twice, port.StatusSucceeded, port.StatusFailed)
 	require.Equal(w.t, port.StatusSucceeded, v.Status, "%+v", v)
+	continued := w.enqueue(e, misuse, "continue", "continue")
+	v = w.waitStatus(e, continued, port.StatusSucceeded, port.StatusFailed)
+	require.Equal(w.t, port.StatusSucceeded, v.Status, "%+v", v)
+	require.Equal(w.t, "s", v.CurrentStep, "the step the run last was in, before it continued as new")
+	require.Equal(w.t, 1, v.Attempts)
 }
