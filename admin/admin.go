@@ -389,19 +389,36 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 // retryOutbox hands a failed outbox row back to the dispatchers; the row
 // records who retried it.
 func (s *Server) retryOutbox(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(r.PathValue("id"))
+	id, err := parseID(r)
 	if err != nil {
-		s.fail(w, &port.FieldError{Field: "id", Reason: fmt.Sprintf("not a UUID: %q", r.PathValue("id"))})
+		s.fail(w, err)
 		return
 	}
 	err = outbox.Retry(r.Context(), s.pool, id, identityOf(r).User)
 	s.act(w, r, "/admin", "outbox row "+id.String()+" handed back to the dispatchers", err)
 }
 
+// parseID reads the {id} of a route naming a row by uuid: anything else is
+// a 400, as the plans API answers a malformed plan or decision id, and never
+// reaches SQL (a NUL or invalid UTF-8 there is Postgres's error, a 500).
+func parseID(r *http.Request) (uuid.UUID, error) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return uuid.Nil, &port.FieldError{Field: "id", Reason: fmt.Sprintf("not a UUID: %q", r.PathValue("id"))}
+	}
+	return id, nil
+}
+
 // retryRun retries a dead letter as a new run under a derived key (the
 // failed run stays listed). A run the decision centre owns is refused, and
-// nothing is enqueued (acquisition.CheckRunRetry).
+// nothing is enqueued (acquisition.CheckRunRetry). An id that is no uuid is
+// a 400; one spelt otherwise than Enqueue returns it (uppercase, braced) is
+// passed on as given, and is an unknown run (404), as the port's spec says.
 func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
+	if _, err := parseID(r); err != nil {
+		s.fail(w, err)
+		return
+	}
 	id := port.RunID(r.PathValue("id"))
 	if err := acquisition.CheckRunRetry(r.Context(), s.pool, id); err != nil {
 		s.fail(w, err)

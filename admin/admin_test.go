@@ -409,8 +409,54 @@ func TestDeadLetterRetry(t *testing.T) {
 	status, _ = ann.post("/admin/runs/"+m[1]+"/retry", nil)
 	require.Equal(t, http.StatusBadRequest, status, "a pending run is no dead letter")
 	status, _ = ann.post("/admin/runs/not-a-run/retry", nil)
-	require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, status)
+	require.Equal(t, http.StatusBadRequest, status)
 	require.Equal(t, before, snapshot(t, w.Pool))
+}
+
+// Input Postgres cannot store (U+0000, invalid UTF-8) is the request's
+// fault: a 400 naming the field, not a 500 with SQLSTATE 22021 in the log,
+// and nothing written. A run id is read as the plan, decision and outbox
+// ids are: one that is not a uuid is a 400; a uuid spelt otherwise than
+// Enqueue returns it is an unknown run (port/spec.go), a 404.
+func TestBadInputIsABadRequest(t *testing.T) {
+	t.Parallel()
+	w, srv, u := newServer(t)
+	p := w.CreatePlan(t, apptest.NewAsset("bad-input.mkv", 10))
+	dead := failedRun(t, w, "plan:bad-input", p.ID.String())
+	ann := newClient(t, srv, u.operator)
+	ann.get("/admin/plans/" + p.ID.String())
+	before := snapshot(t, w.Pool)
+
+	bodies := ann.requireStatuses(map[string]int{
+		"/admin?q=%00":              http.StatusBadRequest,
+		"/admin?q=%ff":              http.StatusBadRequest,
+		"/admin?q=a%1b%5B2J":        http.StatusBadRequest,
+		"/admin/api/overview?q=%00": http.StatusBadRequest,
+		"/admin/api/overview?q=%ff": http.StatusBadRequest,
+	})
+	for path, body := range bodies {
+		require.Contains(t, body, "search", path)
+	}
+	for _, tc := range []struct {
+		path   string
+		form   url.Values
+		status int
+		says   string
+	}{
+		{"/admin/plans/" + p.ID.String() + "/cancel", url.Values{"reason": {"a\x00b"}}, http.StatusBadRequest, "reason"},
+		{"/admin/plans/" + p.ID.String() + "/cancel", url.Values{"reason": {"bad\xff"}}, http.StatusBadRequest, "reason"},
+		{"/admin/plans/" + p.ID.String() + "/approve", url.Values{"note": {"a\x00b"}}, http.StatusBadRequest, "note"},
+		{"/admin/plans/" + p.ID.String() + "/reject", url.Values{"note": {"bad\xff"}}, http.StatusBadRequest, "note"},
+		{"/admin/runs/%00/retry", nil, http.StatusBadRequest, "not a UUID"},
+		{"/admin/runs/%ff/retry", nil, http.StatusBadRequest, "not a UUID"},
+		{"/admin/runs/not-a-uuid/retry", nil, http.StatusBadRequest, "not a UUID"},
+		{"/admin/runs/" + strings.ToUpper(string(dead)) + "/retry", nil, http.StatusNotFound, "not found"},
+	} {
+		status, body := ann.post(tc.path, tc.form)
+		require.Equal(t, tc.status, status, "%s %v: %s", tc.path, tc.form, body)
+		require.Contains(t, body, tc.says, tc.path)
+	}
+	require.Equal(t, before, snapshot(t, w.Pool), "nothing written")
 }
 
 // The decision page shows the step's error and the failed run's attempts

@@ -151,27 +151,57 @@ func bounded(field, s string, maxLen int) error {
 	return nil
 }
 
-// actor checks who acts: required, and bounded.
+// What free text may hold besides valid UTF-8 without U+0000 (which
+// Postgres refuses in text, answering SQLSTATE 22021): a one-line field (a
+// title, who acted, a search, a source) no control character at all, since
+// the CLI prints it to an operator's terminal, where one is an escape code;
+// a multi-line one (a note, a reason) a line feed and a tab, and no other.
+const (
+	oneLine   = ""
+	multiLine = "\n\t"
+)
+
+// text refuses s unless it is valid UTF-8 without U+0000 and without control
+// characters other than those in keep (oneLine or multiLine).
+func text(field, s, keep string) error {
+	if !utf8.ValidString(s) {
+		return invalid(field, "must be valid UTF-8 text, got %.40q", s)
+	}
+	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && !strings.ContainsRune(keep, r) }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return invalid(field, "must not contain control characters, got %U at byte %d", r, i)
+	}
+	return nil
+}
+
+// checkNote checks a note or a reason: multi-line text, bounded.
+func checkNote(field, s string) error {
+	return cmp.Or(text(field, s, multiLine), bounded(field, s, MaxNote))
+}
+
+// actor checks who acts: required, one line, and bounded.
 func actor(field, by string) error {
 	if strings.TrimSpace(by) == "" {
 		return invalid(field, "must not be empty")
 	}
-	return bounded(field, by, MaxActor)
+	return cmp.Or(text(field, by, oneLine), bounded(field, by, MaxActor))
 }
 
 // validate checks np and returns the plan row to insert.
 func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
 	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize, CreateKey: np.IdempotencyKey}
-	if !utf8.ValidString(p.CreateKey) || strings.ContainsFunc(p.CreateKey, unicode.IsControl) {
-		return p, invalid("idempotency_key", "must be UTF-8 text without control characters")
-	}
-	if err := bounded("idempotency_key", p.CreateKey, MaxIdempotencyKey); err != nil {
+	if err := cmp.Or(text("idempotency_key", p.CreateKey, oneLine), bounded("idempotency_key", p.CreateKey, MaxIdempotencyKey)); err != nil {
 		return p, err
 	}
 	if p.Title == "" {
 		return p, invalid("title", "must not be empty")
 	}
-	if err := bounded("title", p.Title, MaxTitle); err != nil {
+	if err := cmp.Or(text("title", p.Title, oneLine), bounded("title", p.Title, MaxTitle)); err != nil {
+		return p, err
+	}
+	// The sources are stored as given: url.Parse refuses ASCII control
+	// characters but lets invalid UTF-8 and C1 controls through.
+	if err := cmp.Or(text("magnet", np.Magnet, oneLine), text("torrent_url", np.TorrentURL, oneLine)); err != nil {
 		return p, err
 	}
 	var err error
@@ -295,12 +325,8 @@ func (s *Service) target(path string) (string, error) {
 	if s.root == "" {
 		return "", invalid("library_root", "not configured: this service cannot create plans")
 	}
-	if !utf8.ValidString(path) {
-		return "", invalid("target_path", "must be valid UTF-8, got %q", path)
-	}
-	if i := strings.IndexFunc(path, unicode.IsControl); i >= 0 {
-		r, _ := utf8.DecodeRuneInString(path[i:])
-		return "", invalid("target_path", "must not contain control characters, got %U at byte %d", r, i)
+	if err := text("target_path", path, oneLine); err != nil {
+		return "", err
 	}
 	if !filepath.IsAbs(path) {
 		return "", invalid("target_path", "must be an absolute path, got %q", path)
@@ -377,7 +403,7 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 	if err != nil {
 		return Ack{}, fmt.Errorf("%s plan: %w", decision, err)
 	}
-	if err := cmp.Or(actor("decided_by", by), bounded("note", note, MaxNote)); err != nil {
+	if err := cmp.Or(actor("decided_by", by), checkNote("note", note)); err != nil {
 		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, err)
 	}
 	var ack Ack
@@ -425,7 +451,7 @@ func (s *Service) Cancel(ctx context.Context, planID, by, reason string) (Ack, e
 	if err != nil {
 		return Ack{}, fmt.Errorf("cancel plan: %w", err)
 	}
-	if err := cmp.Or(actor("canceled_by", by), bounded("reason", reason, MaxNote)); err != nil {
+	if err := cmp.Or(actor("canceled_by", by), checkNote("reason", reason)); err != nil {
 		return Ack{}, fmt.Errorf("cancel plan %s: %w", id, err)
 	}
 	var ack Ack
@@ -484,6 +510,11 @@ func compensationStuck(ctx context.Context, q acquisition.DBTX, id uuid.UUID) er
 // payload is, if the reporter knows it. A download recorded complete before
 // changes nothing and says so.
 func (s *Service) ReportDownloadComplete(ctx context.Context, planIDOrHash, contentPath string) (Ack, error) {
+	// Only what Postgres text cannot store is refused: a file name may hold
+	// control characters, and the download it names must still complete.
+	if !utf8.ValidString(contentPath) || strings.IndexByte(contentPath, 0) >= 0 {
+		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "must be valid UTF-8 without U+0000, got %.40q", contentPath))
+	}
 	if contentPath != "" && !filepath.IsAbs(contentPath) {
 		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "must be an absolute path, got %q", contentPath))
 	}
@@ -630,7 +661,7 @@ func (s *Service) ListPlans(ctx context.Context, q PlanQuery) (PlanPage, error) 
 		return PlanPage{}, fmt.Errorf("list plans: %w", invalid("limit", "must be 1 to %d, got %d", MaxPage, q.Limit))
 	}
 	search := strings.TrimSpace(q.Search)
-	if err := bounded("search", search, MaxTitle); err != nil {
+	if err := cmp.Or(text("search", search, oneLine), bounded("search", search, MaxTitle)); err != nil {
 		return PlanPage{}, fmt.Errorf("list plans: %w", err)
 	}
 	if id, err := uuid.Parse(search); err == nil {

@@ -388,6 +388,68 @@ func TestFreeTextIsBounded(t *testing.T) {
 	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", strings.Repeat("é", plans.MaxNote)))
 }
 
+// Free text is text: a field holding invalid UTF-8 or U+0000 (which
+// Postgres refuses with SQLSTATE 22021), or a control character in a
+// one-line field (a title, who acted: printed to a terminal, an escape code
+// there), is refused naming the field, and nothing is written. A note may
+// hold line feeds and tabs.
+func TestFreeTextIsText(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := apptest.NewWorld(t, apptest.Options{})
+	id := w.CreatePlan(t, apptest.NewAsset("text.mkv", 10)).ID.String()
+	b := apptest.NewAsset("titled.mkv", 10)
+	create := func(mut func(*plans.NewPlan)) error {
+		np := plans.NewPlan{Title: "B", Magnet: b.Magnet(), InfoHash: b.Hash, TargetPath: w.Target(b), ExpectedSize: 10, ExpectedSHA256: b.SHA256}
+		mut(&np)
+		_, err := w.Plans.CreatePlan(ctx, np)
+		return err
+	}
+	list := func(search string) error {
+		_, err := w.Plans.ListPlans(ctx, plans.PlanQuery{Search: search})
+		return err
+	}
+	before := counts(t, w.Pool)
+	for name, tc := range map[string]struct {
+		err   error
+		field string
+	}{
+		"invalid UTF-8 title":      {create(func(p *plans.NewPlan) { p.Title = "bad\xff" }), "title"},
+		"NUL in title":             {create(func(p *plans.NewPlan) { p.Title = "a\x00b" }), "title"},
+		"escape in title":          {create(func(p *plans.NewPlan) { p.Title = "x\x1b[31mRED" }), "title"},
+		"newline in title":         {create(func(p *plans.NewPlan) { p.Title = "a\nb" }), "title"},
+		"C1 control in title":      {create(func(p *plans.NewPlan) { p.Title = "a\u0085b" }), "title"},
+		"invalid UTF-8 magnet":     {create(func(p *plans.NewPlan) { p.Magnet += "&dn=\xff" }), "magnet"},
+		"invalid UTF-8 url":        {create(func(p *plans.NewPlan) { p.Magnet, p.TorrentURL = "", "https://x/\xff.torrent" }), "torrent_url"},
+		"invalid UTF-8 approver":   {apptest.ErrOf(w.Plans.Approve(ctx, id, "ann\xff", "")), "decided_by"},
+		"escape in rejecter":       {apptest.ErrOf(w.Plans.Reject(ctx, id, "x\x1b[31mRED", "")), "decided_by"},
+		"invalid UTF-8 note":       {apptest.ErrOf(w.Plans.Approve(ctx, id, "ann", "bad\xff")), "note"},
+		"NUL in note":              {apptest.ErrOf(w.Plans.Reject(ctx, id, "ann", "a\x00b")), "note"},
+		"escape in note":           {apptest.ErrOf(w.Plans.Approve(ctx, id, "ann", "a\x1b[2Jb")), "note"},
+		"NUL in canceler":          {apptest.ErrOf(w.Plans.Cancel(ctx, id, "ann\x00", "why")), "canceled_by"},
+		"invalid UTF-8 reason":     {apptest.ErrOf(w.Plans.Cancel(ctx, id, "ann", "bad\xff")), "reason"},
+		"NUL in reason":            {apptest.ErrOf(w.Plans.Cancel(ctx, id, "ann", "a\x00b")), "reason"},
+		"invalid UTF-8 resolver":   {apptest.ErrOf(w.Plans.ResolveDecision(ctx, uuid.NewString(), acquisition.DecisionRetry, "x\xff")), "resolved_by"},
+		"escape in resolver":       {apptest.ErrOf(w.Plans.ResolveDecision(ctx, uuid.NewString(), acquisition.DecisionRetry, "x\x1b[31m")), "resolved_by"},
+		"invalid UTF-8 content":    {apptest.ErrOf(w.Plans.ReportDownloadComplete(ctx, id, "/downloads/\xff")), "content_path"},
+		"NUL in search":            {list("a\x00b"), "search"},
+		"invalid UTF-8 search":     {list("\xff"), "search"},
+		"invalid UTF-8 idem. key":  {create(func(p *plans.NewPlan) { p.IdempotencyKey = "k\xff" }), "idempotency_key"},
+		"truncated UTF-8 in title": {create(func(p *plans.NewPlan) { p.Title = "\xc3" }), "title"},
+	} {
+		require.ErrorIs(t, tc.err, port.ErrInvalidInput, name)
+		var fe *port.FieldError
+		require.ErrorAs(t, tc.err, &fe, name)
+		require.Equal(t, tc.field, fe.Field, name)
+	}
+	require.Equal(t, before, counts(t, w.Pool), "a refused call writes nothing")
+
+	apptest.Acked(t)(w.Plans.Approve(ctx, id, "Anaïs", "first line\n\tsecond line"))
+	tl, err := w.Plans.Timeline(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, acquisition.Approved, tl.Plan.Status, "a multi-line note passes")
+}
+
 // The plans list searches by id, info hash or part of a title, filters by
 // status, and pages by cursor; bad input names its field.
 func TestListPlansSearchesAndPages(t *testing.T) {

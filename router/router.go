@@ -474,12 +474,26 @@ type Switch struct {
 // It wraps port.ErrInvalidInput; nothing was written.
 var ErrAlreadyActive = runstore.ErrAlreadyActive
 
+// MaxSwitchReason bounds a switch's reason, in characters (a plan's note's
+// bound, plans.MaxNote); MaxSwitchBy bounds who switched.
+const (
+	MaxSwitchReason = runstore.MaxSwitchReason
+	MaxSwitchBy     = runstore.MaxSwitchBy
+)
+
 // SwitchTo makes to the active engine: new runs go to it from then on (in
 // every process within its Refresh), and open runs stay where they are.
-// An engine this router lacks, the active one, or an empty by is refused,
-// writing nothing.
+// An engine this router lacks, the active one, an empty by, or a by or
+// reason that is not valid text (invalid UTF-8, U+0000, a control
+// character other than a reason's line feeds and tabs) or over its bound is
+// refused, writing nothing; bad input is a *port.FieldError. An empty
+// reason is accepted.
 func (r *Router) SwitchTo(ctx context.Context, to, by, reason string) (Switch, error) {
 	if err := runstore.ValidEngine("engine", runstore.Engine(to)); err != nil {
+		return Switch{}, err
+	}
+	// Checked before anything is read or dialed; RecordSwitch checks again.
+	if err := runstore.CheckSwitch(by, reason); err != nil {
 		return Switch{}, err
 	}
 	cur, err := runstore.ActiveEngine(ctx, r.pool)

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,4 +37,61 @@ func TestStartStopRepeatedly(t *testing.T) {
 		}
 		require.NoError(t, r.Err())
 	}
+}
+
+// A switch records who switched and why as text `engine status` and /admin
+// show: a reason or a by that is not valid UTF-8, holds U+0000 or a control
+// character (a reason may hold line feeds and tabs), or is over its bound
+// is a *port.FieldError naming it, and nothing is written. An empty reason
+// is accepted (the flag documents it as optional).
+func TestSwitchRefusesBadText(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// newRouter is a router over a database of its own, with the lease
+	// engine only: one switch (to lease) can be recorded.
+	newRouter := func() (*router.Router, func() int) {
+		pool := pgtest.NewPool(t)
+		eng, err := leaseadapter.New(pool, port.NewRegistry(), leaseadapter.Config{})
+		require.NoError(t, err)
+		r, err := router.New(pool, map[string]router.Engine{"lease": eng}, router.Config{})
+		require.NoError(t, err)
+		return r, func() int {
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.engine_switch`).Scan(&n))
+			return n
+		}
+	}
+	r, switches := newRouter()
+	for _, tc := range []struct{ by, reason, field string }{
+		{"ops", "bad\xff", "reason"},
+		{"ops", "a\x00b", "reason"},
+		{"ops", "a\x1b[31mRED", "reason"},
+		{"ops", strings.Repeat("é", router.MaxSwitchReason+1), "reason"},
+		{"x\xff", "why", "by"},
+		{"x\x00", "why", "by"},
+		{"x\x1b[31mRED", "why", "by"},
+		{"a\nb", "why", "by"},
+		{strings.Repeat("o", router.MaxSwitchBy+1), "why", "by"},
+	} {
+		_, err := r.SwitchTo(ctx, "lease", tc.by, tc.reason)
+		require.ErrorIs(t, err, port.ErrInvalidInput, "%q %q", tc.by, tc.reason)
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, "%q %q", tc.by, tc.reason)
+		require.Equal(t, tc.field, fe.Field, "%q %q", tc.by, tc.reason)
+	}
+	require.Zero(t, switches(), "a refused switch writes nothing")
+
+	longest := strings.Repeat("é", router.MaxSwitchReason-10) + "\nline\ttwo."
+	s, err := r.SwitchTo(ctx, "lease", "ops", longest)
+	require.NoError(t, err)
+	require.Equal(t, longest, s.Reason)
+	st, err := r.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, longest, st.Active.Reason, "the longest reason is recorded whole")
+	require.Equal(t, 1, switches())
+
+	r, switches = newRouter()
+	_, err = r.SwitchTo(ctx, "lease", "ops", "")
+	require.NoError(t, err, "a reason is optional")
+	require.Equal(t, 1, switches())
 }

@@ -44,6 +44,7 @@ import (
 	"log/slog"
 	"os"
 	"os/user"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -141,13 +142,22 @@ func New(cfg Config) *cobra.Command {
 		Short: "List runs, newest first, one page at a time (--after the cursor the previous page printed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// What the port defines is checked before the engine is opened;
+			// the rest (a cursor's format is the engine's) is the engine's
+			// refusal of the filter, which only the flags make.
 			for _, s := range statuses {
+				if !port.Status(s).Valid() {
+					return UsageError{fmt.Errorf("--status: unknown status %q", s)}
+				}
 				f.Statuses = append(f.Statuses, port.Status(s))
+			}
+			if f.Limit < 0 || f.Limit > port.MaxRunsPerPage {
+				return UsageError{fmt.Errorf("--limit must lie in [1, %d] (0: %d), got %d", port.MaxRunsPerPage, port.DefaultRunsPerPage, f.Limit)}
 			}
 			return cfg.with(cmd, func(cl Client) error {
 				page, err := cl.Engine.ListRuns(cmd.Context(), f)
 				if err != nil {
-					return err
+					return filterError(cmd, err)
 				}
 				next := ""
 				if len(page) > 0 && len(page) == pageSize(f) {
@@ -186,7 +196,7 @@ func New(cfg Config) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if as == "" {
-				return errors.New("--as: who cancels must not be empty")
+				return UsageError{errors.New("--as: who cancels must not be empty")}
 			}
 			id := port.RunID(args[0])
 			return cfg.with(cmd, func(cl Client) error {
@@ -226,7 +236,7 @@ func New(cfg Config) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if as == "" {
-				return errors.New("--as: who retries must not be empty")
+				return UsageError{errors.New("--as: who retries must not be empty")}
 			}
 			id := port.RunID(args[0])
 			return cfg.with(cmd, func(cl Client) error {
@@ -247,9 +257,8 @@ func New(cfg Config) *cobra.Command {
 			})
 		},
 	}
-	for _, sub := range []*cobra.Command{cancel, retry} {
-		sub.Flags().StringVar(&as, "as", DefaultActor(), "who acts, recorded in the log (and in the cancel reason); default: the OS user")
-	}
+	cancel.Flags().StringVar(&as, "as", DefaultActor(), "who cancels, recorded in the log and in the run's cancel reason; default: the OS user")
+	retry.Flags().StringVar(&as, "as", DefaultActor(), "who retries, recorded in the log and printed with the new run; default: the OS user")
 
 	var payload string
 	signal := &cobra.Command{
@@ -276,6 +285,21 @@ func New(cfg Config) *cobra.Command {
 	cmd.AddCommand(list, get, cancel, retry, signal)
 	RefuseUsage(cmd)
 	return cmd
+}
+
+// filterError is err, from ListRuns, as a UsageError naming the flag when
+// the engine refused a field of the filter: only the flags make the filter,
+// so such a refusal is of the command line (a --after that is no cursor).
+func filterError(cmd *cobra.Command, err error) error {
+	var fe *port.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	name := strings.ReplaceAll(fe.Field, "_", "-")
+	if cmd.Flags().Lookup(name) == nil {
+		return err
+	}
+	return UsageError{fmt.Errorf("--%s: %w", name, err)}
 }
 
 // pageSize is the number of runs a full page of f holds.

@@ -294,6 +294,11 @@ func TestRunsCommandLine(t *testing.T) {
 		{"runs", "get", "a", "b"},
 		{"runs", "list", "extra"},
 		{"runs", "list", "--limit", "many"},
+		{"runs", "list", "--limit", "1001"},
+		{"runs", "list", "--limit", "-1"},
+		{"runs", "list", "--status", "failed,bogus"},
+		{"runs", "cancel", "x", "--as", ""},
+		{"runs", "retry", "x", "--as", ""},
 		{"runs", "retry", "--no-such-flag", "x"},
 		{"runs", "signal"},
 	} {
@@ -319,6 +324,14 @@ func TestRunsCommandLine(t *testing.T) {
 		"retry":  {"--as"},
 		"signal": {"--payload"},
 	}
+	// Each --as says what its own command records.
+	help, err := binary("runs", "retry", "--help")
+	require.NoError(t, err)
+	require.NotContains(t, help, "cancel reason", "runs retry --help")
+	help, err = binary("runs", "cancel", "--help")
+	require.NoError(t, err)
+	require.Contains(t, help, "cancel reason", "runs cancel --help")
+
 	for sub, flags := range own {
 		help, err := binary("runs", sub, "--help")
 		require.NoError(t, err)
@@ -333,6 +346,29 @@ func TestRunsCommandLine(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A required flag left out is a usage error too, in any command of a tree
+// RefuseUsage was applied to, before the command's own PreRun.
+func TestRefuseUsageRequiredFlag(t *testing.T) {
+	ran := false
+	root := &cobra.Command{Use: "shopctl", SilenceUsage: true, SilenceErrors: true}
+	sub := &cobra.Command{Use: "send", Args: cobra.NoArgs,
+		PreRun: func(*cobra.Command, []string) { ran = true },
+		RunE:   func(*cobra.Command, []string) error { return nil }}
+	sub.Flags().String("to", "", "who")
+	require.NoError(t, sub.MarkFlagRequired("to"))
+	root.AddCommand(sub)
+	runscmd.RefuseUsage(root)
+
+	root.SetArgs([]string{"send"})
+	err := root.ExecuteContext(context.Background())
+	require.ErrorContains(t, err, `required flag(s) "to" not set`)
+	require.Equal(t, 2, runscmd.ExitCode(err))
+	require.False(t, ran)
+	root.SetArgs([]string{"send", "--to", "ann"})
+	require.NoError(t, root.ExecuteContext(context.Background()))
+	require.True(t, ran, "the command's own PreRun still runs")
 }
 
 // runscmd is for any binary: it imports the task layer, never the media

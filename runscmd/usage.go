@@ -28,13 +28,31 @@ func ExitCode(err error) int {
 }
 
 // RefuseUsage makes every refusal of a command line at or below cmd a
-// UsageError: a flag that does not parse, arguments a command does not
-// take, and a group command called without one of its subcommands, which
-// cobra would otherwise answer with its help and exit 0. New applies it to
-// the runs commands; a binary applies it to its root once its tree is
-// built. Applying it again to a tree is harmless.
+// UsageError: a flag that does not parse, a required flag left out,
+// arguments a command does not take, and a group command called without one
+// of its subcommands, which cobra would otherwise answer with its help and
+// exit 0. New applies it to the runs commands; a binary applies it to its
+// root once its tree is built. Applying it again to a tree is harmless.
 func RefuseUsage(cmd *cobra.Command) {
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	if cmd.Runnable() {
+		// cobra checks the required flags (and flag groups) after PreRunE
+		// and returns its error as is: the same checks run first here, as
+		// usage errors, and cobra's then pass.
+		pre, preNoErr := cmd.PreRunE, cmd.PreRun
+		cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+			if err := errors.Join(cmd.ValidateRequiredFlags(), cmd.ValidateFlagGroups()); err != nil {
+				return usage(err)
+			}
+			if pre != nil {
+				return pre(cmd, args)
+			}
+			if preNoErr != nil {
+				preNoErr(cmd, args)
+			}
+			return nil
+		}
+	}
 	if cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil {
 		cmd.Args = cobra.NoArgs
 		cmd.RunE = func(cmd *cobra.Command, _ []string) error {

@@ -75,7 +75,7 @@ func newRootCmd() *cobra.Command {
 	c.Bind(cmd.Flags())
 	fs := cmd.Flags()
 	fs.StringVar(&rc.StateDir, "state-dir", ".cache/run", "where the library, downloads, qBittorrent profile and Temporal state live")
-	fs.StringVar(&rc.TemporalCLI, "temporal-cli", "", "temporal CLI to start the dev server with; default the one `make tools` installed")
+	fs.StringVar(&rc.TemporalCLI, "temporal-cli", "", "temporal CLI to start the dev server with; default: the one make tools installed")
 	fs.StringVar(&rc.UIPort, "ui-port", "8233", "Temporal UI port")
 	fs.StringVar(&rc.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin UI address; a non-loopback one needs --auth")
 	rc.AdminAuth.Bind(fs)

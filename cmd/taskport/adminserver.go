@@ -53,7 +53,7 @@ func newAdminTokenCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r, err := admin.ParseRole(role)
 			if err != nil {
-				return fmt.Errorf("--role: %w", err)
+				return usageError{Err: fmt.Errorf("--role: %w", err)}
 			}
 			token, line, err := admin.NewToken(user, r)
 			if err != nil {

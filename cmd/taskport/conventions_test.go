@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -114,6 +115,25 @@ func TestEveryFlagHasAnEnvironmentFallback(t *testing.T) {
 	require.ErrorContains(t, stack.ApplyEnv(worker.Flags()), "STOP_TIMEOUT (for --stop-timeout)")
 }
 
+// An empty variable counts as unset, but for DATABASE_URL: an empty URL is
+// refused whether the flag or the variable gives it, rather than the
+// built-in default's database being used.
+func TestEmptyDatabaseURLVariableIsRefused(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("LOG_LEVEL", "")
+	err := run(context.Background(), []string{"runs", "list", "--engine", "lease"})
+	require.ErrorContains(t, err, "--database-url (env DATABASE_URL) is empty")
+	require.Equal(t, 2, exitCode(err))
+
+	// The flag beats the variable, empty or not; LOG_LEVEL's emptiness
+	// leaves its default.
+	root := newRootCmd()
+	root.SetArgs([]string{"migrate", "status", "--database-url", pgtest.NewEmptyDatabase(t)})
+	root.SetOut(io.Discard)
+	require.NoError(t, root.ExecuteContext(context.Background()))
+	require.Equal(t, "info", root.PersistentFlags().Lookup("log-level").Value.String())
+}
+
 // No flag takes a secret's value: secrets come from the environment or a
 // file, so that `ps` never shows them.
 func TestSecretsAreNeverFlagValues(t *testing.T) {
@@ -151,33 +171,76 @@ func TestSecretsAreNeverFlagValues(t *testing.T) {
 	require.Equal(t, "from-env", c.TemporalAPIKey)
 }
 
-// A command line the CLI refuses exits 2; a command that ran and failed
-// exits 1.
+// A command line the CLI refuses exits 2, a flag's or a variable's value it
+// refuses without a query included; a command that ran and failed exits 1.
 func TestUsageErrorsExit2(t *testing.T) {
-	for _, args := range [][]string{
-		{"bogus"},
-		{"runs", "bogus"},
-		{"runs"},
-		{"plan"},
-		{"migrate"},
-		{"runs", "get"},
-		{"runs", "get", "a", "b"},
-		{"worker", "--concurrency", "many"},
-		{"worker", "--no-such-flag"},
-		{"plan", "approve"},
-		{"engine", "switch", "--to", "bogus"},
-		{"engine", "evacuate", "--from", ""},
+	// A database is reached only by the refusal that is the engine's (a
+	// cursor's format): the others are refused before anything connects.
+	db := pgtest.NewEmptyDatabase(t)
+	nowhere := []string{"--database-url", "postgres://nowhere.invalid/x"}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		db   bool // reaches the database: the refusal is the engine's
+	}{
+		{args: []string{"bogus"}},
+		{args: []string{"runs", "bogus"}},
+		{args: []string{"runs"}},
+		{args: []string{"plan"}},
+		{args: []string{"migrate"}},
+		{args: []string{"runs", "get"}},
+		{args: []string{"runs", "get", "a", "b"}},
+		{args: []string{"worker", "--concurrency", "many"}},
+		{args: []string{"worker", "--no-such-flag"}},
+		{args: []string{"plan", "approve"}},
+		{args: []string{"engine", "switch", "--to", "bogus"}},
+		{args: []string{"engine", "evacuate", "--from", ""}},
+		{args: []string{"engine", "switch", "--to", "lease", "--as", ""}},
+		{args: []string{"migrate", "down", "--set", "bogus"}},
+		{args: []string{"runs", "list", "--engine", "bogus"}},
+		{args: []string{"worker", "--engine", "bogus"}},
+		{args: []string{"admin", "--auth", "bogus"}},
+		{args: []string{"admin", "token", "--user", "ann", "--role", "bogus"}},
+		{args: []string{"admin", "token"}}, // --user is required
+		{args: []string{"decision", "list", "--status", "bogus"}},
+		{args: []string{"runs", "list", "--engine", "lease", "--status", "bogus"}},
+		{args: []string{"runs", "list", "--engine", "lease", "--limit", "1001"}},
+		{args: []string{"runs", "list", "--engine", "lease", "--after", "garbage"}, db: true},
+		{args: []string{"runs", "list", "--engine", "lease", "--log-level", "bogus"}},
+		{args: []string{"runs", "cancel", "x", "--engine", "lease", "--as", ""}},
+		{args: []string{"runs", "retry", "x", "--engine", "lease", "--as", ""}},
+		{args: []string{"migrate", "up", "--db-statement-timeout", "500us"}},
+		{args: []string{"migrate", "up", "--db-lock-timeout", "1000000h"}},
+		{args: []string{"migrate", "up", "--database-url", ""}},
+		{args: []string{"migrate", "up"}, env: map[string]string{"DB_POOL_SIZE": "abc"}},
+		{args: []string{"worker", "--engine", "lease"}, env: map[string]string{"STOP_TIMEOUT": "soon"}},
+		{args: []string{"runs", "list", "--engine", "lease"}, env: map[string]string{"DATABASE_URL": ""}},
 	} {
-		t.Run(strings.Join(args, "_"), func(t *testing.T) {
+		name := strings.Join(tc.args, "_")
+		for k, v := range tc.env {
+			name = k + "=" + v + "_" + name
+		}
+		t.Run(name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			args := tc.args
+			if tc.db {
+				args = append(slices.Clip(args), "--database-url", db)
+			} else if _, env := tc.env["DATABASE_URL"]; !env && !slices.Contains(args, "--database-url") {
+				args = append(slices.Clip(args), nowhere...)
+			}
 			err := run(context.Background(), args)
 			require.Error(t, err)
 			var u usageError
 			require.True(t, errors.As(err, &u), "taskport %v: %v is not a usage error", args, err)
 			require.Equal(t, 2, exitCode(err))
+			require.NotContains(t, err.Error(), "nowhere.invalid", "refused before connecting")
 		})
 	}
-	err := run(context.Background(), []string{"migrate", "up", "--database-url", ""})
-	require.ErrorContains(t, err, "--database-url (env DATABASE_URL) is empty")
+	// A database without taskport's tables: the command ran, and failed.
+	err := run(context.Background(), []string{"runs", "list", "--engine", "lease", "--database-url", db, "--log-level", "error"})
+	require.ErrorContains(t, err, "run `taskport migrate up`")
 	require.Equal(t, 1, exitCode(err))
 }
 
@@ -190,6 +253,18 @@ func TestEveryReadCommandTakesJSON(t *testing.T) {
 		require.NoError(t, cmd.ParseFlags(nil))
 		require.NotNil(t, cmd.Flags().Lookup(jsonFlag), "taskport %s has no --json", path)
 	}
+}
+
+// No flag's help has a backquote: pflag would show the first quoted word as
+// the value's placeholder in --help (--auth-tokens-file taskport admin token).
+func TestNoBackquoteInFlagHelp(t *testing.T) {
+	walk(newRootCmd(), func(cmd *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{cmd.Flags(), cmd.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) {
+				require.NotContains(t, f.Usage, "`", "%s --%s", cmd.CommandPath(), f.Name)
+			})
+		}
+	})
 }
 
 // taskport admin lists the flags the admin reads, and none that only a
@@ -260,7 +335,9 @@ func configurationReference(root *cobra.Command) string {
 		"Generated from the command tree of `cmd/taskport` by\n" +
 		"`go test ./cmd/taskport/ -run TestConfigurationReference -update`; the test\n" +
 		"fails when this page and the flags disagree. Every setting is a flag with\n" +
-		"an environment fallback: the variable applies when the flag is not given.\n" +
+		"an environment fallback: the variable applies when the flag is not given;\n" +
+		"one set but empty counts as unset, except `DATABASE_URL`, whose empty\n" +
+		"value is refused like an empty `--database-url`.\n" +
 		"Secrets are never flag values: they come from their variable or from the\n" +
 		"file a `--…-file` flag names. Defaults are shown as on a machine that sets\n" +
 		"none of the variables.\n")

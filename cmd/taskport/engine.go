@@ -82,7 +82,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 	}
 	switchCmd.Flags().StringVar(&to, "to", "", "the engine to make active: lease or temporal")
 	switchCmd.Flags().StringVar(&as, "as", osUser(), "who switches, recorded with the switch; default: the OS user")
-	switchCmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the switch")
+	switchCmd.Flags().StringVar(&reason, "reason", "", fmt.Sprintf("why, recorded with the switch and shown by status (optional; at most %d characters)", router.MaxSwitchReason))
 
 	var from string
 	evacuate := &cobra.Command{
@@ -137,8 +137,13 @@ func printEngineStatus(w io.Writer, st router.Status) error {
 	if st.Active.At.IsZero() {
 		fmt.Fprintf(tw, "active engine: %s (the primary; no switch recorded)\n", st.Active.Engine)
 	} else {
-		fmt.Fprintf(tw, "active engine: %s (switched by %s at %s: %s)\n", st.Active.Engine, st.Active.By,
-			st.Active.At.UTC().Format(time.RFC3339), st.Active.Reason)
+		// The reason is optional (--reason); none is shown as none, as /admin does.
+		why := ""
+		if st.Active.Reason != "" {
+			why = ": " + st.Active.Reason
+		}
+		fmt.Fprintf(tw, "active engine: %s (switched by %s at %s%s)\n", st.Active.Engine, st.Active.By,
+			st.Active.At.UTC().Format(time.RFC3339), why)
 	}
 	fmt.Fprintln(tw, "ENGINE\tKIND\tOPEN RUNS\tOLDEST OPEN")
 	for _, o := range st.Open {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,6 +48,10 @@ func TestEngineCommands(t *testing.T) {
 		{"switch", "--to", "bogus"},
 		{"switch", "--to", "temporal"},
 		{"switch", "--to", "lease", "--as", ""},
+		{"switch", "--to", "lease", "--as", "x\xff"},
+		{"switch", "--to", "lease", "--as", "x\x1b[31mRED"},
+		{"switch", "--to", "lease", "--as", "ops", "--reason", "bad\xff"},
+		{"switch", "--to", "lease", "--as", "ops", "--reason", strings.Repeat("r", router.MaxSwitchReason+1)},
 		{"evacuate", "--from", "temporal"},
 		{"evacuate", "--from", "bogus"},
 	} {
@@ -55,6 +61,8 @@ func TestEngineCommands(t *testing.T) {
 	}
 	_, err := run("switch", "--to", "bogus")
 	require.ErrorContains(t, err, `got "bogus"`)
+	_, err = run("switch", "--to", "lease", "--as", "ops", "--reason", "bad\xff")
+	require.ErrorContains(t, err, "invalid reason")
 	_, err = run("switch", "--to", "temporal")
 	require.ErrorContains(t, err, "already the active engine")
 	_, err = run("evacuate", "--from", "temporal")
@@ -81,4 +89,20 @@ func TestEngineCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "evacuated temporal to lease: 0 moved, 0 skipped, 0 failed")
 	require.Equal(t, 1, switches())
+}
+
+// A switch without a reason (--reason is optional) is shown without one,
+// not with an empty one after a colon.
+func TestEngineStatusWithoutReason(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	run := func(args ...string) (string, error) {
+		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
+			"--temporal-address", testkit.FreeAddr(t))
+	}
+	_, err := run("switch", "--to", "lease", "--as", "ops")
+	require.NoError(t, err)
+	out, err := run("status")
+	require.NoError(t, err)
+	require.Regexp(t, regexp.MustCompile(`(?m)^active engine: lease \(switched by ops at \S+\)$`), out)
 }

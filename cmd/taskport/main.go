@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/runscmd"
 )
 
@@ -36,5 +37,8 @@ func exitCode(err error) int { return runscmd.ExitCode(err) }
 func run(ctx context.Context, args []string) error {
 	root := newRootCmd()
 	root.SetArgs(args)
-	return root.ExecuteContext(ctx)
+	// A command on a database without taskport's tables says so the way
+	// the worker's schema check does, whichever statement found them
+	// missing.
+	return stack.MissingSchema(root.ExecuteContext(ctx))
 }

@@ -81,3 +81,24 @@ func TestStartRefusesASchemaBehindTheBinary(t *testing.T) {
 		cancel()
 	}
 }
+
+// The commands that only read or write a few rows run no schema check of
+// their own; on a database never migrated they fail (exit 1) with the
+// worker's schema-check message, which names the cure, rather than with
+// Postgres's missing relation alone.
+func TestCommandsOnAnUnmigratedDatabaseSayMigrate(t *testing.T) {
+	db := pgtest.NewEmptyDatabase(t)
+	for _, args := range [][]string{
+		{"runs", "list", "--engine", "lease"},
+		{"runs", "get", "0190a0a0-0000-7000-8000-000000000000", "--engine", "lease"},
+		{"runs", "signal", "approval:x", "--engine", "lease"},
+		{"plan", "approve", "0190a0a0-0000-7000-8000-000000000000"},
+		{"decision", "list"},
+		{"engine", "status", "--temporal-address", "127.0.0.1:1"},
+	} {
+		err := run(context.Background(), append(args, "--database-url", db, "--log-level", "error"))
+		require.ErrorContains(t, err, "schema check: database schema: relation", args)
+		require.ErrorContains(t, err, "run `taskport migrate up`", args)
+		require.Equal(t, 1, exitCode(err), args)
+	}
+}

@@ -184,6 +184,12 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List decisions", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Refused before the database is opened, as the command line's.
+			switch acquisition.DecisionStatus(status) {
+			case "", acquisition.DecisionOpen, acquisition.DecisionRetry, acquisition.DecisionAbandon:
+			default:
+				return usageError{Err: fmt.Errorf("--status must be open, retry, abandon or empty, got %q", status)}
+			}
 			return withPlans(cmd, g, plans.Config{}, func(svc *plans.Service) error {
 				ds, err := svc.ListDecisions(cmd.Context(), acquisition.DecisionStatus(status), 0)
 				if err != nil {

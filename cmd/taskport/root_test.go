@@ -136,10 +136,13 @@ func TestPoolTimeouts(t *testing.T) {
 		values(map[string]string{"DB_LOCK_TIMEOUT": "3s", "DB_IDLE_IN_TRANSACTION_TIMEOUT": "4s", "DB_STATEMENT_TIMEOUT": "5s"}))
 	require.Equal(t, "7s", values(nil, "--db-lock-timeout", "7s")["db-lock-timeout"], "a flag beats the environment")
 
-	for env, want := range map[string]string{"x": `DB_STATEMENT_TIMEOUT (for --db-statement-timeout): invalid argument "x"`, "-1s": "--db-statement-timeout must not be negative"} {
+	for env, want := range map[string]string{"x": `DB_STATEMENT_TIMEOUT (for --db-statement-timeout): invalid argument "x"`, "-1s": "--db-statement-timeout must not be negative",
+		"500us": "--db-statement-timeout must be 0 (the server's setting) or at least 1ms", "1000000h": "--db-statement-timeout must be at most 596h31m23.647s"} {
 		t.Setenv("DB_STATEMENT_TIMEOUT", env)
 		root := newRootCmd()
 		root.SetArgs([]string{"migrate", "status", "--database-url", "postgres://nowhere.invalid/x"})
-		require.ErrorContains(t, root.ExecuteContext(context.Background()), want)
+		err := root.ExecuteContext(context.Background())
+		require.ErrorContains(t, err, want)
+		require.Equal(t, 2, exitCode(err), "a refused value is a usage error")
 	}
 }

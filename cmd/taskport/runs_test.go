@@ -141,7 +141,7 @@ func TestRunsCommands(t *testing.T) {
 				says string
 			}{
 				{[]string{"list", "--status", "dead"}, `unknown status "dead"`},
-				{[]string{"list", "--limit", "-1"}, "invalid limit"},
+				{[]string{"list", "--limit", "-1"}, "--limit must lie in [1, 1000]"},
 				{[]string{"list", "--after", "not-a-cursor"}, "not a run cursor"},
 				{[]string{"signal", "approval:" + plan, "--payload", "{not json"}, "not valid JSON"},
 				{[]string{"signal", "bad topic"}, "invalid topic"},

@@ -5,15 +5,20 @@ package runstore
 // an engine's open runs to another.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -71,15 +76,54 @@ func ActiveEngineLocked(ctx context.Context, tx DBTX) (Switch, error) {
 	return ActiveEngine(ctx, tx)
 }
 
+// Bounds of a switch's record, in characters: `engine status` and /admin
+// show it on one line. They are the plans API's bounds of who acted and of
+// a note or reason (plans.MaxActor, plans.MaxNote), which this package
+// cannot import.
+const (
+	MaxSwitchBy     = 200
+	MaxSwitchReason = 1000
+)
+
+// CheckSwitch refuses, with a *port.FieldError, a switch's by that is empty,
+// or either of by and reason that is not text a terminal shows as written:
+// not valid UTF-8, a U+0000 (Postgres text stores neither), a control
+// character (an escape code where `engine status` prints it; the reason may
+// hold line feeds and tabs), or longer than its bound. An empty reason is
+// accepted: the flag documents it as optional, and it is shown as none.
+func CheckSwitch(by, reason string) error {
+	if by == "" {
+		return &port.FieldError{Field: "by", Reason: "must name who switches"}
+	}
+	return cmp.Or(switchText("by", by, "", MaxSwitchBy), switchText("reason", reason, "\n\t", MaxSwitchReason))
+}
+
+// switchText refuses s unless it is valid text of at most maxLen characters
+// without control characters other than those in keep.
+func switchText(field, s, keep string, maxLen int) error {
+	if err := enginekit.ValidateText(field, s); err != nil {
+		return err
+	}
+	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && !strings.ContainsRune(keep, r) }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return &port.FieldError{Field: field, Reason: fmt.Sprintf("must not contain control characters, got %U at byte %d", r, i)}
+	}
+	if n := utf8.RuneCountInString(s); n > maxLen {
+		return &port.FieldError{Field: field, Reason: fmt.Sprintf("must be at most %d characters, got %d", maxLen, n)}
+	}
+	return nil
+}
+
 // RecordSwitch makes to the active engine, recording who switched and why.
 // A switch to the active engine is ErrAlreadyActive, an engine that is not
-// one or an empty by a *port.FieldError; none of them writes anything.
+// one, or a by or reason CheckSwitch refuses, a *port.FieldError; none of
+// them writes anything.
 func RecordSwitch(ctx context.Context, db dbtx.Beginner, to Engine, by, reason string) (Switch, error) {
 	if !validEngine(to) {
 		return Switch{}, &port.FieldError{Field: "engine", Reason: fmt.Sprintf("must be one of %v, got %q", engines, to)}
 	}
-	if by == "" {
-		return Switch{}, &port.FieldError{Field: "by", Reason: "must name who switches"}
+	if err := CheckSwitch(by, reason); err != nil {
+		return Switch{}, err
 	}
 	s := Switch{Engine: to, By: by, Reason: reason}
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {

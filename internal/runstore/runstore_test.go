@@ -3,6 +3,7 @@ package runstore_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -314,4 +315,35 @@ func TestStartStep(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, port.StatusSucceeded, got.Status, "a terminal run never moves back")
 	require.Equal(t, "fetch", got.CurrentStep)
+}
+
+// RecordSwitch refuses what `engine status` could not show as written (a
+// by or reason that is not valid UTF-8, holds U+0000 or an escape code, or
+// is over its bound) naming the field, before it writes anything; an empty
+// reason is recorded.
+func TestRecordSwitchRefusesBadText(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	for _, tc := range []struct{ by, reason, field string }{
+		{"ops", "bad\xff", "reason"},
+		{"ops", "a\x00b", "reason"},
+		{"ops", "\x1b[2J", "reason"},
+		{"ops", strings.Repeat("r", runstore.MaxSwitchReason+1), "reason"},
+		{"", "why", "by"},
+		{"ann\xff", "why", "by"},
+		{"ann\tx", "why", "by"},
+		{strings.Repeat("b", runstore.MaxSwitchBy+1), "why", "by"},
+	} {
+		_, err := runstore.RecordSwitch(ctx, pool, runstore.EngineLease, tc.by, tc.reason)
+		var fe *port.FieldError
+		require.ErrorAs(t, err, &fe, "%q %q", tc.by, tc.reason)
+		require.Equal(t, tc.field, fe.Field, "%q %q", tc.by, tc.reason)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.engine_switch`).Scan(&n))
+	require.Zero(t, n, "nothing written")
+	s, err := runstore.RecordSwitch(ctx, pool, runstore.EngineLease, "ops", "")
+	require.NoError(t, err)
+	require.Empty(t, s.Reason)
 }

@@ -40,8 +40,10 @@ func (a *AdminAuth) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&a.Mode, "auth", EnvOr("ADMIN_AUTH", ""),
 		"token (bearer or basic tokens from --auth-tokens-file) or proxy (a user header from a trusted proxy such as oauth2-proxy); "+
 			"empty: loopback only (env ADMIN_AUTH)")
+	// No backquotes in a flag's help: pflag shows the first quoted word as
+	// the value's placeholder.
 	fs.StringVar(&a.TokensFile, "auth-tokens-file", EnvOr("ADMIN_TOKENS_FILE", ""),
-		"token mode: file of token lines from `taskport admin token` (env ADMIN_TOKENS_FILE; or the lines in env ADMIN_TOKENS)")
+		"token mode: file of the token lines taskport admin token prints (env ADMIN_TOKENS_FILE; or the lines in env ADMIN_TOKENS)")
 	fs.StringVar(&a.ProxyHeader, "auth-proxy-header", EnvOr("ADMIN_PROXY_HEADER", "X-Forwarded-User"),
 		"proxy mode: the header carrying the user (env ADMIN_PROXY_HEADER)")
 	fs.StringSliceVar(&a.ProxyFrom, "auth-proxy-cidrs", splitEnv("ADMIN_PROXY_CIDRS"),
@@ -72,19 +74,20 @@ type AdminAccess struct {
 	Mode string
 }
 
-// Resolve checks the flags for a listener on addr and loads the tokens.
+// Resolve checks the flags for a listener on addr and loads the tokens. A
+// refused flag or variable value is a usage error (exit 2).
 func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 	out := AdminAccess{Origins: a.Origins, Mode: a.Mode, TemporalUI: a.TemporalUI}
 	if a.TemporalUI != "" {
 		if u, err := url.Parse(a.TemporalUI); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return out, fmt.Errorf("--temporal-ui-url must be an http(s) URL, got %q", a.TemporalUI)
+			return out, usage(fmt.Errorf("--temporal-ui-url must be an http(s) URL, got %q", a.TemporalUI))
 		}
 	}
 	if a.Mode != "" && a.InsecureNoAuth {
-		return out, fmt.Errorf("--insecure-no-auth and --auth %s contradict each other", a.Mode)
+		return out, usage(fmt.Errorf("--insecure-no-auth and --auth %s contradict each other", a.Mode))
 	}
 	if (a.Mode == "token" || a.Mode == "proxy") && len(a.Origins) == 0 {
-		return out, fmt.Errorf("--auth %s needs --public-origin (https://admin.example.com): the admin answers only to the hosts it is published under, against DNS rebinding", a.Mode)
+		return out, usage(fmt.Errorf("--auth %s needs --public-origin (https://admin.example.com): the admin answers only to the hosts it is published under, against DNS rebinding", a.Mode))
 	}
 	switch a.Mode {
 	case "token":
@@ -97,7 +100,13 @@ func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 		}
 		tokens, err := admin.ParseTokens(data)
 		if err != nil {
-			return out, fmt.Errorf("--auth token: %w", err)
+			err = fmt.Errorf("--auth token: %w", err)
+			if a.TokensFile == "" {
+				// Lines from ADMIN_TOKENS are a variable's value; a file's
+				// are not, and fail the command like a file it cannot read.
+				err = usage(err)
+			}
+			return out, err
 		}
 		out.Auth.Tokens = tokens
 	case "proxy":
@@ -105,12 +114,12 @@ func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 		for _, s := range a.ProxyFrom {
 			n, err := parseNetwork(strings.TrimSpace(s))
 			if err != nil {
-				return out, fmt.Errorf("--auth-proxy-cidrs: %w", err)
+				return out, usage(fmt.Errorf("--auth-proxy-cidrs: %w", err))
 			}
 			p.From = append(p.From, n)
 		}
 		if len(p.From) == 0 {
-			return out, errors.New("--auth proxy needs --auth-proxy-cidrs: the header is believed only from the proxy")
+			return out, usage(errors.New("--auth proxy needs --auth-proxy-cidrs: the header is believed only from the proxy"))
 		}
 		out.Auth.Proxy = p
 	case "":
@@ -124,11 +133,11 @@ func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 		case loopback(addr):
 			out.Auth.Local, out.Mode = "local:"+name, "loopback"
 		default:
-			return out, fmt.Errorf("admin: %s is not a loopback address and no --auth is set: "+
-				"use --auth token or --auth proxy (see docs/admin.md), or --insecure-no-auth to expose it to anyone", addr)
+			return out, usage(fmt.Errorf("admin: %s is not a loopback address and no --auth is set: "+
+				"use --auth token or --auth proxy (see docs/admin.md), or --insecure-no-auth to expose it to anyone", addr))
 		}
 	default:
-		return out, fmt.Errorf("--auth must be token or proxy, got %q", a.Mode)
+		return out, usage(fmt.Errorf("--auth must be token or proxy, got %q", a.Mode))
 	}
 	return out, nil
 }

@@ -37,7 +37,7 @@ type Client struct {
 // retry checks its input against the kind's current version). Close it.
 func OpenClient(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Client, err error) {
 	if err := c.validateEngine(); err != nil {
-		return nil, err
+		return nil, usage(err)
 	}
 	reg := port.NewRegistry()
 	if err := reg.Register(workflows.Definitions()...); err != nil {

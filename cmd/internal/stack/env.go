@@ -27,7 +27,9 @@ func EnvName(f *pflag.Flag) string {
 
 // ApplyEnv sets every flag of fs that the command line did not set from the
 // environment variable its help names, when that variable is set and not
-// empty. A value that does not parse is refused naming the variable.
+// empty (an empty one counts as unset, as in most manifests), or set at all
+// for the variables of emptyIsAValue. A value that does not parse is
+// refused naming the variable, as a usage error (exit 2).
 func ApplyEnv(fs *pflag.FlagSet) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -35,16 +37,22 @@ func ApplyEnv(fs *pflag.FlagSet) error {
 		if key == "" || f.Changed {
 			return
 		}
-		v := os.Getenv(key)
-		if v == "" {
+		v, set := os.LookupEnv(key)
+		if v == "" && (!set || !emptyIsAValue[key]) {
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
 			errs = append(errs, fmt.Errorf("%s (for --%s): %w", key, f.Name, err))
 		}
 	})
-	return errors.Join(errs...)
+	return usage(errors.Join(errs...))
 }
+
+// emptyIsAValue are the variables whose empty value is given to the flag,
+// to be refused as the flag's empty value is, rather than taken for unset:
+// an empty DATABASE_URL (a secret that did not resolve, a manifest's typo)
+// read as unset would act on the built-in default's database.
+var emptyIsAValue = map[string]bool{"DATABASE_URL": true}
 
 // secret is a value read from the environment variable key or from the
 // file its --…-file flag names, never from a flag's value, so that it

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/tracing"
+	"github.com/taskport/taskport/runscmd"
 )
 
 // Globals is read from the root command's persistent flags, falling back to
@@ -111,15 +113,24 @@ func (g *Globals) Bind(root *cobra.Command) {
 	pf.DurationVar(&g.Timeouts.Statement, "db-statement-timeout", defaultStatementTimeout,
 		"Postgres statement_timeout of every pool's sessions except the migration's; 0: the server's setting "+
 			"(env DB_STATEMENT_TIMEOUT; the URL's own setting wins)")
+	// Every refusal here is of a flag's or a variable's value, decided
+	// before anything connects: a usage error (exit 2).
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if err := ApplyEnv(cmd.Flags()); err != nil {
 			return err
 		}
-		return errors.Join(checkPoolSizes(cmd.Flags()), checkTimeouts(cmd.Flags()))
+		return usage(errors.Join(checkPoolSizes(cmd.Flags()), checkTimeouts(cmd.Flags()), checkLogLevel(g.LogLevel)))
 	}
 }
 
-// checkTimeouts refuses a negative timeout.
+// maxTimeout is the largest value Postgres takes for the timeouts: they
+// are int4 milliseconds, INT_MAX at most.
+const maxTimeout = math.MaxInt32 * time.Millisecond
+
+// checkTimeouts refuses a timeout Postgres would not apply as given: a
+// negative one; a positive one under a millisecond, which apply would
+// truncate to 0, no limit at all; and one above maxTimeout, which the
+// server would refuse at connect.
 func checkTimeouts(fs *pflag.FlagSet) error {
 	var errs []error
 	for _, name := range []string{"db-lock-timeout", "db-idle-in-transaction-timeout", "db-statement-timeout"} {
@@ -127,11 +138,36 @@ func checkTimeouts(fs *pflag.FlagSet) error {
 		if f == nil {
 			continue
 		}
-		if d, err := time.ParseDuration(f.Value.String()); err == nil && d < 0 {
+		d, err := time.ParseDuration(f.Value.String())
+		switch {
+		case err != nil:
+		case d < 0:
 			errs = append(errs, fmt.Errorf("--%s must not be negative, got %s", name, f.Value))
+		case d > 0 && d < time.Millisecond:
+			errs = append(errs, fmt.Errorf("--%s must be 0 (the server's setting) or at least 1ms (Postgres counts milliseconds), got %s", name, f.Value))
+		case d > maxTimeout:
+			errs = append(errs, fmt.Errorf("--%s must be at most %s (Postgres's limit, %d ms), got %s", name, maxTimeout, math.MaxInt32, f.Value))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkLogLevel refuses a --log-level that Logger could not use.
+func checkLogLevel(level string) error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	return nil
+}
+
+// usage is err, when not nil, as a command line the CLI refuses (exit 2):
+// the one way this package marks a refused flag or variable value.
+func usage(err error) error {
+	if err == nil || errors.As(err, new(runscmd.UsageError)) {
+		return err
+	}
+	return runscmd.UsageError{Err: err}
 }
 
 // checkPoolSizes refuses a pool size below 1. A command without an engine
@@ -193,17 +229,19 @@ func (g *Globals) MigrationPool(ctx context.Context, log *slog.Logger, size int)
 }
 
 func (g *Globals) pool(ctx context.Context, log *slog.Logger, size int, t Timeouts) (*pgxpool.Pool, error) {
+	// The URL is refused before anything connects, as the flag's (or the
+	// variable's) value: a usage error.
 	if strings.TrimSpace(g.DatabaseURL) == "" {
 		// pgx would fall back to libpq's defaults (PGHOST, the local
 		// socket) and act on whatever database they name.
-		return nil, errors.New("--database-url (env DATABASE_URL) is empty: name the database")
+		return nil, usage(errors.New("--database-url (env DATABASE_URL) is empty: name the database"))
 	}
 	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("database url: %w", err)
+		return nil, usage(fmt.Errorf("database url: %w", err))
 	}
 	if err := dbtx.CheckQueryExecMode(cfg.ConnConfig); err != nil {
-		return nil, fmt.Errorf("database url: %w", err)
+		return nil, usage(fmt.Errorf("database url: %w", err))
 	}
 	if !strings.Contains(g.DatabaseURL, "pool_max_conns") {
 		cfg.MaxConns = int32(cmp.Or(size, defaultPoolSize))

@@ -178,6 +178,8 @@ func (c *Config) SecretsFromEnv() error {
 	return errors.Join(errs[:]...)
 }
 
+// validate checks the flags' values, before anything connects; its
+// callers make a refusal a usage error.
 func (c *Config) validate() error {
 	if err := c.validateEngine(); err != nil {
 		return err
@@ -257,7 +259,7 @@ func With(cmd *cobra.Command, g *Globals, c *Config, fn func(*Stack) error) erro
 // Build wires a process from c. Close it when done.
 func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stack, err error) {
 	if err := c.validate(); err != nil {
-		return nil, err
+		return nil, usage(err)
 	}
 	s := &Stack{log: log, registry: port.NewRegistry(), metrics: newMetricsRegistry(), namespace: c.TemporalNamespace}
 	defer func() {

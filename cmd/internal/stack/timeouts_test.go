@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/acquisition"
@@ -106,5 +107,49 @@ func TestMigrationPoolHasNoStatementOrLockTimeout(t *testing.T) {
 		got := [3]string{show(t, pool, "lock_timeout"), show(t, pool, "statement_timeout"), show(t, pool, "idle_in_transaction_session_timeout")}
 		pool.Close()
 		require.Equal(t, tc.want, got, name)
+	}
+}
+
+// The timeout flags take what Postgres applies as given, from 1ms to its
+// limit of INT_MAX milliseconds, and refuse, by the flag's name and before
+// anything connects, a value under a millisecond (it would be sent as 0, no
+// limit at all) or above the limit (the server refuses it at connect).
+func TestTimeoutFlagsStayWithinPostgresRange(t *testing.T) {
+	var g Globals
+	root := &cobra.Command{Use: "taskport"}
+	g.Bind(root)
+	fs := root.PersistentFlags()
+	names := map[string]string{"db-lock-timeout": "lock_timeout",
+		"db-idle-in-transaction-timeout": "idle_in_transaction_session_timeout", "db-statement-timeout": "statement_timeout"}
+	for flag := range names {
+		for _, bad := range []string{"500us", "1ns", "596h31m23.648s", "1000000h", "-1s"} {
+			require.NoError(t, fs.Set(flag, bad))
+			err := checkTimeouts(fs)
+			require.ErrorContains(t, err, "--"+flag, bad)
+			require.NoError(t, fs.Set(flag, "1s"))
+		}
+	}
+
+	// The smallest is sent as 1 (ms), not truncated to 0; the largest is
+	// one Postgres takes (a statement_timeout of 1ms would cancel SHOW).
+	for flag := range names {
+		require.NoError(t, fs.Set(flag, "1ms"))
+	}
+	require.NoError(t, checkTimeouts(fs))
+	params := map[string]string{}
+	g.Timeouts.apply(params)
+	for _, param := range names {
+		require.Equal(t, "1", params[param], param)
+	}
+	for flag := range names {
+		require.NoError(t, fs.Set(flag, maxTimeout.String()))
+	}
+	require.NoError(t, checkTimeouts(fs))
+	g.DatabaseURL = pgtest.NewEmptyDatabase(t)
+	pool, err := g.Pool(context.Background(), slog.New(slog.DiscardHandler), 1)
+	require.NoError(t, err)
+	defer pool.Close()
+	for _, param := range names {
+		require.Equal(t, "2147483647ms", show(t, pool, param), param)
 	}
 }

@@ -37,8 +37,8 @@ func (g *Globals) StartTracing(ctx context.Context, log *slog.Logger) (Tracing, 
 	// The exporter takes a URL it cannot use (no scheme, no host) for the
 	// default localhost:4317 without a word: refuse it here instead.
 	if u, err := url.Parse(g.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Tracing{}, fmt.Errorf("--otlp-endpoint (env OTEL_EXPORTER_OTLP_ENDPOINT) must be an http:// or https:// URL with a host, e.g. http://collector:4317; got %q",
-			g.OTLPEndpoint)
+		return Tracing{}, usage(fmt.Errorf("--otlp-endpoint (env OTEL_EXPORTER_OTLP_ENDPOINT) must be an http:// or https:// URL with a host, e.g. http://collector:4317; got %q",
+			g.OTLPEndpoint))
 	}
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(g.OTLPEndpoint))
 	if err != nil {
