@@ -216,7 +216,9 @@ type PlanRow struct {
 
 // Overview gathers the lists: the page of plans q asks for, and the rest.
 func (s *Server) Overview(ctx context.Context, q plans.PlanQuery) (Overview, error) {
-	var o Overview
+	// Lists built here start empty, not nil: the API's JSON gives [] for
+	// none, as the lists the stores return do, never null.
+	o := Overview{Plans: []PlanRow{}, OldRuns: []port.RunView{}}
 	page, err := s.plans.ListPlans(ctx, q)
 	if err != nil {
 		return o, err

@@ -163,6 +163,7 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 
 	status, body = ann.get("/admin/api/overview")
 	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `"runs_on_old_versions":[]`, "an empty list is [], not null")
 	var o admin.Overview
 	require.NoError(t, json.Unmarshal([]byte(body), &o))
 	require.Len(t, o.Plans, 1)

@@ -14,6 +14,7 @@ import (
 	"github.com/taskport/taskport/activities"
 	"github.com/taskport/taskport/app/apptest"
 	"github.com/taskport/taskport/ledger"
+	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/workflows/flowtest"
 )
@@ -175,6 +176,16 @@ func TestDecisionRetryAfterCorruptDownload(t *testing.T) {
 
 	w.FinishDownload(t, p, a) // the user fixed the download
 	apptest.Acked(t)(w.Plans.ResolveDecision(ctx, open[0].ID.String(), acquisition.DecisionRetry, "ann"))
+	// The same resolution again says so and writes nothing; the other one
+	// is refused.
+	outbox := w.Outbox(t, id)
+	again, err := w.Plans.ResolveDecision(ctx, open[0].ID.String(), acquisition.DecisionRetry, "bob")
+	require.NoError(t, err)
+	require.True(t, again.Already, "resolving twice is idempotent and says so: %s", again)
+	require.Contains(t, again.Message, "already resolved as retry by ann")
+	_, err = w.Plans.ResolveDecision(ctx, open[0].ID.String(), acquisition.DecisionAbandon, "bob")
+	require.ErrorIs(t, err, plans.ErrConflict)
+	require.Equal(t, outbox, w.Outbox(t, id))
 	w.Drive(t)
 	require.Equal(t, acquisition.Completed, w.Plan(t, id).Status)
 	require.Equal(t, a.SHA256, apptest.FileSHA256(t, w.Target(a)))

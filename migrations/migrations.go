@@ -392,13 +392,18 @@ func (m *Migrator) createSchema(ctx context.Context) error {
 
 // DownTo rolls back every migration of the set above version (0 rolls back
 // the whole set). The legacy set is never rolled back: its tables are the
-// engine and media sets' now.
+// engine and media sets' now. The engine set is not rolled back while this
+// migrator's media set has a migration applied: the media application
+// enqueues its runs into the engine's tables, so the media set goes first.
 func (m *Migrator) DownTo(ctx context.Context, setName string, version int64) ([]Applied, error) {
 	for _, p := range m.sets {
 		if p.name != setName {
 			continue
 		}
 		if err := m.createSchema(ctx); err != nil {
+			return nil, err
+		}
+		if err := m.mediaRolledBack(ctx, setName); err != nil {
 			return nil, err
 		}
 		res, err := p.DownTo(ctx, version)
@@ -408,6 +413,27 @@ func (m *Migrator) DownTo(ctx context.Context, setName string, version int64) ([
 		return applied(setName, res), nil
 	}
 	return nil, fmt.Errorf("no migration set %q here: %s", setName, strings.Join(m.setNames(), ", "))
+}
+
+// mediaRolledBack refuses a roll-back of the engine set while the media set
+// (when this migrator has it) has a migration applied.
+func (m *Migrator) mediaRolledBack(ctx context.Context, setName string) error {
+	if setName != SetEngine {
+		return nil
+	}
+	for _, p := range m.sets {
+		if p.name != SetMedia {
+			continue
+		}
+		v, err := p.GetDBVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("read the media set's version: %w", err)
+		}
+		if v > 0 {
+			return fmt.Errorf("the media set is at version %d and depends on the engine set: roll it back first (taskport migrate down --set media)", v)
+		}
+	}
+	return nil
 }
 
 func (m *Migrator) setNames() []string {

@@ -35,6 +35,10 @@ func TestUpDownUp(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('taskport_schema_migrations') IS NOT NULL`).Scan(&legacy))
 	require.False(t, legacy)
 
+	// The engine set goes after the media set, whose runs it holds.
+	_, err = m.DownTo(ctx, "engine", 0)
+	require.ErrorContains(t, err, "roll it back first")
+	requireTables(t, pool, true)
 	media, err := m.DownTo(ctx, "media", 0)
 	require.NoError(t, err)
 	engine, err := m.DownTo(ctx, "engine", 0)

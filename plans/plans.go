@@ -754,6 +754,13 @@ func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action
 		if err != nil {
 			return err
 		}
+		if d.Status == action {
+			// The same resolution again, as a repeated approve: it is in
+			// effect, and nothing more is written.
+			ack = Ack{Already: true, Message: fmt.Sprintf("decision %s (%s) was already resolved as %s by %s at %s",
+				id, d.Kind, action, d.ResolvedBy, d.ResolvedAt.UTC().Format(time.RFC3339))}
+			return nil
+		}
 		if d.Status != acquisition.DecisionOpen {
 			return fmt.Errorf("decision is already %s: %w", d.Status, ErrConflict)
 		}
