@@ -424,7 +424,16 @@ func TestDecisionResolve(t *testing.T) {
 			require.True(t, se.NonRetryable)
 
 			apptest.Acked(t)(f.Plans.ResolveDecision(ctx, did, action, "ann"))
-			require.ErrorIs(t, apptest.ErrOf(f.Plans.ResolveDecision(ctx, did, action, "ann")), plans.ErrConflict)
+			// The same resolution again is acknowledged as done; the other
+			// one is refused.
+			again, err := f.Plans.ResolveDecision(ctx, did, action, "ann")
+			require.NoError(t, err)
+			require.True(t, again.Already, "resolving twice says so: %s", again)
+			other := acquisition.DecisionAbandon
+			if action == other {
+				other = acquisition.DecisionRetry
+			}
+			require.ErrorIs(t, apptest.ErrOf(f.Plans.ResolveDecision(ctx, did, other, "ann")), plans.ErrConflict)
 			r = f.run(t, workflows.KindDecisionResolve, workflows.DecisionRef{DecisionID: did})
 			require.NoError(t, r.Execute(ctx))
 			if action == acquisition.DecisionRetry {
