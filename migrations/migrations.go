@@ -392,9 +392,10 @@ func (m *Migrator) createSchema(ctx context.Context) error {
 
 // DownTo rolls back every migration of the set above version (0 rolls back
 // the whole set). The legacy set is never rolled back: its tables are the
-// engine and media sets' now. The engine set is not rolled back while this
-// migrator's media set has a migration applied: the media application
-// enqueues its runs into the engine's tables, so the media set goes first.
+// engine and media sets' now. The engine set is not rolled back below its
+// baseline while this migrator's media set has a migration applied: the
+// media application enqueues its runs into the engine's tables, so the
+// media set goes first.
 func (m *Migrator) DownTo(ctx context.Context, setName string, version int64) ([]Applied, error) {
 	for _, p := range m.sets {
 		if p.name != setName {
@@ -403,7 +404,7 @@ func (m *Migrator) DownTo(ctx context.Context, setName string, version int64) ([
 		if err := m.createSchema(ctx); err != nil {
 			return nil, err
 		}
-		if err := m.mediaRolledBack(ctx, setName); err != nil {
+		if err := m.mediaRolledBack(ctx, setName, version); err != nil {
 			return nil, err
 		}
 		res, err := p.DownTo(ctx, version)
@@ -415,10 +416,12 @@ func (m *Migrator) DownTo(ctx context.Context, setName string, version int64) ([
 	return nil, fmt.Errorf("no migration set %q here: %s", setName, strings.Join(m.setNames(), ", "))
 }
 
-// mediaRolledBack refuses a roll-back of the engine set while the media set
-// (when this migrator has it) has a migration applied.
-func (m *Migrator) mediaRolledBack(ctx context.Context, setName string) error {
-	if setName != SetEngine {
+// mediaRolledBack refuses a roll-back of the engine set below its baseline
+// (version 0: its tables dropped) while the media set (when this migrator
+// has it) has a migration applied. Rolling back a later engine migration
+// keeps the tables the media set's runs live in.
+func (m *Migrator) mediaRolledBack(ctx context.Context, setName string, version int64) error {
+	if setName != SetEngine || version >= 1 {
 		return nil
 	}
 	for _, p := range m.sets {

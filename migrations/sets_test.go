@@ -25,6 +25,9 @@ func TestBaselinesEqualTheLegacyMigrations(t *testing.T) {
 	pool, m := emptyDatabase(t)
 	_, err := m.Up(ctx)
 	require.NoError(t, err)
+	// The baselines alone: the engine set's later migrations rolled back.
+	_, err = m.DownTo(ctx, "engine", 1)
+	require.NoError(t, err)
 
 	golden, err := os.ReadFile(schemaGolden)
 	require.NoError(t, err)
@@ -54,7 +57,7 @@ VALUES ('00000000-0000-0000-0000-000000000001', 'lease', 'k', 1, 'kept', '{}')`)
 	defer m.Close()
 	applied, err := m.Up(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []migrations.Applied{{Set: "engine", Version: 1}, {Set: "media", Version: 1}}, applied)
+	require.Equal(t, allOf("engine", "media"), applied)
 	require.NoError(t, migrations.CheckSchema(ctx, pool))
 
 	var after string
@@ -70,7 +73,7 @@ VALUES ('00000000-0000-0000-0000-000000000001', 'lease', 'k', 1, 'kept', '{}')`)
 		require.True(t, s.Applied, "%+v", s)
 		sets[s.Set]++
 	}
-	require.Equal(t, map[string]int{"legacy": 21, "engine": 1, "media": 1}, sets)
+	require.Equal(t, map[string]int{"legacy": 21, "engine": int(migrations.Latest("engine")), "media": int(migrations.Latest("media"))}, sets)
 }
 
 // A database an earlier release migrated part of the way: the application's
@@ -99,7 +102,7 @@ func TestApplicationFlowFinishesAnEarlierRelease(t *testing.T) {
 	for v := int64(16); v <= 21; v++ {
 		want = append(want, migrations.Applied{Set: "legacy", Version: v})
 	}
-	want = append(want, migrations.Applied{Set: "engine", Version: 1}, migrations.Applied{Set: "media", Version: 1})
+	want = append(want, allOf("engine", "media")...)
 	require.Equal(t, want, applied)
 	require.NoError(t, migrations.CheckSchema(ctx, pool))
 }

@@ -27,7 +27,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -37,6 +36,7 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/fileimport"
 	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/timeline"
 	"github.com/taskport/taskport/ledger"
 	"github.com/taskport/taskport/outbox"
@@ -164,14 +164,7 @@ const (
 // text refuses s unless it is valid UTF-8 without U+0000 and without control
 // characters other than those in keep (oneLine or multiLine).
 func text(field, s, keep string) error {
-	if !utf8.ValidString(s) {
-		return invalid(field, "must be valid UTF-8 text, got %.40q", s)
-	}
-	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && !strings.ContainsRune(keep, r) }); i >= 0 {
-		r, _ := utf8.DecodeRuneInString(s[i:])
-		return invalid(field, "must not contain control characters, got %U at byte %d", r, i)
-	}
-	return nil
+	return enginekit.ValidateLine(field, s, keep)
 }
 
 // checkNote checks a note or a reason: multi-line text, bounded.
@@ -512,8 +505,8 @@ func compensationStuck(ctx context.Context, q acquisition.DBTX, id uuid.UUID) er
 func (s *Service) ReportDownloadComplete(ctx context.Context, planIDOrHash, contentPath string) (Ack, error) {
 	// Only what Postgres text cannot store is refused: a file name may hold
 	// control characters, and the download it names must still complete.
-	if !utf8.ValidString(contentPath) || strings.IndexByte(contentPath, 0) >= 0 {
-		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "must be valid UTF-8 without U+0000, got %.40q", contentPath))
+	if err := enginekit.ValidateText("content_path", contentPath); err != nil {
+		return Ack{}, fmt.Errorf("report download: %w", err)
 	}
 	if contentPath != "" && !filepath.IsAbs(contentPath) {
 		return Ack{}, fmt.Errorf("report download: %w", invalid("content_path", "must be an absolute path, got %q", contentPath))

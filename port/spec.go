@@ -81,7 +81,9 @@
 // topic:
 //
 //	pending, delayed, leased, running a step (before or after a wait)
-//	           0, nil; the next WaitSignal on topic receives it
+//	           0, nil; the next WaitSignal on topic receives it, this
+//	           run's or another run's of this engine: a run that ends
+//	           without waiting again leaves it kept
 //	waiting    1, nil; the wait returns received=true with the payload
 //	succeeded, failed, canceled
 //	           0, nil; the run is unchanged

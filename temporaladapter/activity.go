@@ -277,7 +277,9 @@ func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.T
 		return err
 	}
 	for _, k := range kept {
-		if err := interpretError(b.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), k.Payload)); err != nil {
+		// Sent under the sender's trace, which the wait then continues
+		// (continueTrace), as it would a signal sent to it directly.
+		if err := interpretError(b.client.SignalWorkflow(k.Trace.Into(ctx), WorkflowID(id), "", string(topic), k.Payload)); err != nil {
 			return fmt.Errorf("hand the kept signal %d on %s to run %s: %w", k.ID, topic, id, err)
 		}
 		if err := runstore.TakeKeptSignal(ctx, b.pool, k.ID, id, step); err != nil {

@@ -44,6 +44,7 @@ import (
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/startstop"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/port/engineapi"
 )
@@ -337,30 +338,31 @@ func summarize(raw []byte, limit int) string {
 	return string(raw[:limit]) + "…"
 }
 
-// Signal reads the runs registered on topic in Postgres and signals each,
-// counting those parked in their wait: one between two of its waits buffers
-// the signal, with the sender's trace, for its next wait. A run that
-// finished meanwhile is skipped, not an error.
-// With no run waiting, the signal is kept for the next wait on the topic
-// (runstore.SignalTargets; addWaiter hands it over), as the lease engine
-// keeps one: a wake-up sent between a run's check and its wait is not lost.
+// Signal reads the runs parked in a wait on topic in Postgres and signals
+// each, counting those it reached; one that finished meanwhile is skipped,
+// not an error. With no run parked there, the signal is kept, with the
+// sender's trace, for the next wait on the topic (runstore.SignalTargets;
+// addWaiter hands it over), as the lease engine keeps one: a wake-up sent
+// between a run's check and its wait is not lost, and one sent while a run
+// is between two waits on the topic is not buffered in that run, which may
+// end without waiting again.
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
 	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
 		return 0, err
 	}
-	targets, err := runstore.SignalTargets(ctx, e.pool, topic, raw)
+	targets, err := runstore.SignalTargets(ctx, e.pool, topic, raw, tracing.FromContext(ctx))
 	if err != nil {
 		return 0, err
 	}
 	delivered := 0
-	for _, w := range targets {
-		err := interpretError(e.client.SignalWorkflow(ctx, WorkflowID(w.ID), "", string(topic), raw))
+	for _, id := range targets {
+		err := interpretError(e.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), raw))
 		switch {
 		case errors.Is(err, port.ErrNotFound):
 		case err != nil:
-			return delivered, fmt.Errorf("signal run %s on %s: %w", w.ID, topic, err)
-		case w.Parked:
+			return delivered, fmt.Errorf("signal run %s on %s: %w", id, topic, err)
+		default:
 			delivered++
 		}
 	}

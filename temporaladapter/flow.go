@@ -349,14 +349,15 @@ func stepError(name, activityName string, so port.StepOptions, err error) *port.
 	return enginekit.StepFailed(name, activityName, attempts, msg, nonRetryable)
 }
 
-// WaitSignal registers the run in the Postgres waiter table (a local
-// activity) before its first wait on topic, so a Signal that follows finds
-// it; one sent before, while nobody waited, was kept, and the registration
-// sends it to this run. The registration stays until the run ends, so a signal sent while the
-// run is in a later step is accepted and buffered in the topic's channel,
-// and the next wait receives it at once. The channel receive is recorded in
-// history, so replay takes the same branch. A zero timeout only takes a
-// signal already buffered, as on the lease engine; a negative one is refused.
+// WaitSignal registers the run in the Postgres waiter table as parked on
+// topic (a local activity), so a Signal that follows finds it; one sent
+// before, while no run was parked there, was kept, and the registration
+// sends it to this run. After the wait the run stays registered but not
+// parked (stopWaiting): a signal sent while it runs a later step is kept
+// for the topic's next wait, this run's or another's. The channel receive
+// is recorded in history, so replay takes the same branch. A zero timeout
+// only takes a signal already buffered or kept, as on the lease engine; a
+// negative one is refused.
 func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, payload any) (bool, error) {
 	defer f.guard()
 	if _, err := f.seq.Next(name); err != nil {
@@ -443,11 +444,11 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 }
 
 // stopWaiting marks the run's waiter row on topic as past its wait once the
-// wait returned, so that a Signal while the run is past its wait does not
-// count it, as on the lease engine. The run stays registered: a signal sent
-// then is buffered in the topic's channel, with the sender's trace, for the
-// next wait. One local activity per parked wait. Runs that waited before
-// this change count as parked to the end and replay without it.
+// wait returned, so that a Signal while the run is past its wait neither
+// counts it nor sends it anything, as on the lease engine: the signal is
+// kept, with the sender's trace, for the topic's next wait. One local
+// activity per parked wait. Runs that waited before this change count as
+// parked to the end and replay without it.
 func (f *flow) stopWaiting(topic port.Topic, name string) error {
 	if workflow.GetVersion(f.ctx, "taskport/wait-returns", workflow.DefaultVersion, 1) != 1 {
 		return nil
@@ -472,7 +473,10 @@ func (f *flow) unregister(ctx workflow.Context) error {
 
 // drain collects the signals still buffered on the topics this run waited
 // on (and those carried into it and not consumed), so a continue-as-new
-// hands them to the next run instead of dropping them.
+// hands them to the next run instead of dropping them. A signal is buffered
+// when it reached the run parked and the wait returned on another branch
+// (its timeout, or a second signal), or was sent by an earlier release,
+// which buffered signals for a run between two waits.
 func (f *flow) drain() map[port.Topic][]json.RawMessage {
 	out := map[port.Topic][]json.RawMessage{}
 	for topic, carried := range f.pending {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/taskport/taskport/port"
@@ -120,6 +121,20 @@ func ValidateText(field, s string) error {
 	}
 	if strings.IndexByte(s, 0) >= 0 {
 		return fieldErr(field, "contains U+0000, which Postgres text cannot store")
+	}
+	return nil
+}
+
+// ValidateLine refuses what ValidateText refuses, and control characters
+// other than those in keep ("" for one line, "\n\t" for a note): text an
+// operator reads back in a terminal must not carry escape codes into it.
+func ValidateLine(field, s, keep string) error {
+	if err := ValidateText(field, s); err != nil {
+		return err
+	}
+	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && !strings.ContainsRune(keep, r) }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return fieldErr(field, "must not contain control characters, got %U at byte %d", r, i)
 	}
 	return nil
 }

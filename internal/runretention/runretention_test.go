@@ -12,6 +12,7 @@ import (
 	"github.com/taskport/taskport/internal/runretention"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/retention"
 )
@@ -33,7 +34,7 @@ func TestPrunerDeletesTakenAndExpiredEarlySignals(t *testing.T) {
 	payload := json.RawMessage(`"go"`)
 	keep := func(topic port.Topic) {
 		t.Helper()
-		ids, err := runstore.SignalTargets(ctx, pool, topic, payload)
+		ids, err := runstore.SignalTargets(ctx, pool, topic, payload, tracing.Stored{})
 		require.NoError(t, err)
 		require.Empty(t, ids, "nobody waits on %s: the signal is kept", topic)
 	}

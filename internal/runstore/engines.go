@@ -9,9 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -101,12 +99,8 @@ func CheckSwitch(by, reason string) error {
 // switchText refuses s unless it is valid text of at most maxLen characters
 // without control characters other than those in keep.
 func switchText(field, s, keep string, maxLen int) error {
-	if err := enginekit.ValidateText(field, s); err != nil {
+	if err := enginekit.ValidateLine(field, s, keep); err != nil {
 		return err
-	}
-	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && !strings.ContainsRune(keep, r) }); i >= 0 {
-		r, _ := utf8.DecodeRuneInString(s[i:])
-		return &port.FieldError{Field: field, Reason: fmt.Sprintf("must not contain control characters, got %U at byte %d", r, i)}
 	}
 	if n := utf8.RuneCountInString(s); n > maxLen {
 		return &port.FieldError{Field: field, Reason: fmt.Sprintf("must be at most %d characters, got %d", maxLen, n)}

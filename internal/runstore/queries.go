@@ -266,11 +266,11 @@ SELECT coalesce((
 // lock's, which serializes the same thing there.
 const topicLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 7454))`
 
-const keepEarlySignalSQL = `INSERT INTO taskport.early_signal (topic, payload) VALUES ($1, $2)`
+const keepEarlySignalSQL = `INSERT INTO taskport.early_signal (topic, payload, traceparent, tracestate) VALUES ($1, $2, $3, $4)`
 
 // keptSignalsSQL lists the signals kept on a topic and not taken yet.
 const keptSignalsSQL = `
-SELECT id, payload FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id`
+SELECT id, payload, traceparent, tracestate FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id`
 
 // takeOneKeptSignalSQL takes the oldest signal kept for topic $1 for run
 // $2's wait $3, if there is one, and returns its payload.

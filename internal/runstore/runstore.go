@@ -724,9 +724,9 @@ func Waiters(ctx context.Context, q DBTX, engine Engine, topic port.Topic) ([]Wa
 }
 
 // WaitReturned records that run id's wait on topic returned: the run stays
-// registered (a signal sent before its next wait is handed to it, with the
-// sender's trace), but it is no longer parked there, so a Signal does not
-// count it.
+// registered until it ends, but it is no longer parked there, so
+// SignalTargets neither counts nor targets it and keeps the signal for the
+// topic's next wait.
 func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) error {
 	u, err := ParseID(id)
 	if err != nil {
@@ -738,36 +738,50 @@ func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 	return nil
 }
 
-// SignalTargets returns the Temporal engine's runs registered on topic, for
-// the caller to wake; when none is, it keeps the signal for the next wait on
-// the topic (WaitKeepingSignals), so that a signal sent between a run's check
-// of the business DB and its wait is not lost (ADR 2.2). A lease run
-// registered on the topic is not a target and does not stop the keeping, as
-// the lease engine's Signal ignores Temporal's waiters. It runs under the
-// topic's lock, in a transaction of its own.
-func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage) ([]Waiter, error) {
-	var ws []Waiter
+// SignalTargets returns the Temporal engine's runs parked in a wait on
+// topic, for the caller to wake; when none is, it keeps the signal, with
+// the sender's trace, for the next wait on the topic (WaitKeepingSignals),
+// so that a signal sent between a run's check of the business DB and its
+// wait is not lost (ADR 2.2). A run registered on the topic but past its
+// wait (WaitReturned) is not a target either: the signal is kept for
+// whichever wait on the topic comes next, as the lease engine keeps it, and
+// not buffered in that run, which may end without waiting again. A lease
+// run registered on the topic is not a target and does not stop the
+// keeping, as the lease engine's Signal ignores Temporal's waiters. It runs
+// under the topic's lock, in a transaction of its own.
+func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage, trace tracing.Stored) ([]port.RunID, error) {
+	var ids []port.RunID
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
 			return err
 		}
-		var err error
-		if ws, err = Waiters(ctx, tx, EngineTemporal, topic); err != nil || len(ws) > 0 {
+		ws, err := Waiters(ctx, tx, EngineTemporal, topic)
+		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload)
+		for _, w := range ws {
+			if w.Parked {
+				ids = append(ids, w.ID)
+			}
+		}
+		if len(ids) > 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload, trace.Parent, trace.State)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("signal %s: %w", topic, InterpretError(err))
 	}
-	return ws, nil
+	return ids, nil
 }
 
 // KeptSignal is a signal SignalTargets kept for a topic nobody waited on.
 type KeptSignal struct {
 	ID      int64
 	Payload json.RawMessage
+	// Trace is the sender's, for the wait that takes the signal to continue.
+	Trace tracing.Stored
 }
 
 // WaitKeepingSignals registers run id as waiting on topic at step, like
@@ -789,7 +803,11 @@ func WaitKeepingSignals(ctx context.Context, db dbtx.Beginner, topic port.Topic,
 		if err != nil {
 			return err
 		}
-		kept, err = pgx.CollectRows(rows, pgx.RowToStructByPos[KeptSignal])
+		kept, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (KeptSignal, error) {
+			var k KeptSignal
+			err := row.Scan(&k.ID, &k.Payload, &k.Trace.Parent, &k.Trace.State)
+			return k, err
+		})
 		return err
 	})
 	if err != nil {
@@ -798,8 +816,6 @@ func WaitKeepingSignals(ctx context.Context, db dbtx.Beginner, topic port.Topic,
 	return kept, nil
 }
 
-// TakeKeptSignal records that the wait of run id at step took the kept
-// signal sid; a signal already taken stays with its first taker.
 // TakeOneKeptSignal takes the oldest signal kept for topic (SignalTargets)
 // for run id's wait step, without registering a waiter: a wait that does
 // not park (a zero timeout) still receives a signal sent before it, as the
@@ -819,6 +835,8 @@ func TakeOneKeptSignal(ctx context.Context, q DBTX, topic port.Topic, id port.Ru
 	return payload, true, nil
 }
 
+// TakeKeptSignal records that the wait of run id at step took the kept
+// signal sid; a signal already taken stays with its first taker.
 func TakeKeptSignal(ctx context.Context, q DBTX, sid int64, id port.RunID, step string) error {
 	u, err := ParseID(id)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 )
 
@@ -211,7 +212,7 @@ func TestSignalTargetsIgnoresLeaseWaiters(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	lease := insertRun(t, pool, runstore.EngineLease, "lease")
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "download:p1", lease.ID, "wait-download"))
-	ws, err := runstore.SignalTargets(ctx, pool, "download:p1", json.RawMessage(`"done"`))
+	ws, err := runstore.SignalTargets(ctx, pool, "download:p1", json.RawMessage(`"done"`), tracing.Stored{})
 	require.NoError(t, err)
 	require.Empty(t, ws, "a lease run is not a target of the Temporal engine")
 	m := insertRun(t, pool, runstore.EngineTemporal, "mine")
@@ -219,6 +220,38 @@ func TestSignalTargetsIgnoresLeaseWaiters(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, kept, 1, "the signal was kept for the Temporal engine's next wait")
 	require.JSONEq(t, `"done"`, string(kept[0].Payload))
+}
+
+// A run registered on the topic but past its wait is not a target: the
+// signal is kept, with the sender's trace, for whichever wait on the topic
+// comes next, that run's or another's; a parked run is one, and then
+// nothing is kept.
+func TestSignalTargetsKeepsWhatNoParkedRunTakes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	past := insertRun(t, pool, runstore.EngineTemporal, "past")
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p2", past.ID, "wait-approval"))
+	require.NoError(t, runstore.WaitReturned(ctx, pool, "approval:p2", past.ID))
+	sent := tracing.Stored{Parent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", State: "k=v"}
+	ids, err := runstore.SignalTargets(ctx, pool, "approval:p2", json.RawMessage(`"between"`), sent)
+	require.NoError(t, err)
+	require.Empty(t, ids, "a run between two waits is not parked")
+
+	other := insertRun(t, pool, runstore.EngineTemporal, "other")
+	kept, err := runstore.WaitKeepingSignals(ctx, pool, "approval:p2", other.ID, "wait-approval")
+	require.NoError(t, err)
+	require.Len(t, kept, 1, "the next wait on the topic, another run's, finds it kept")
+	require.JSONEq(t, `"between"`, string(kept[0].Payload))
+	require.Equal(t, sent, kept[0].Trace)
+	require.NoError(t, runstore.TakeKeptSignal(ctx, pool, kept[0].ID, other.ID, "wait-approval"))
+
+	ids, err = runstore.SignalTargets(ctx, pool, "approval:p2", json.RawMessage(`"parked"`), tracing.Stored{})
+	require.NoError(t, err)
+	require.Equal(t, []port.RunID{other.ID}, ids, "the parked run is the target")
+	var open int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.early_signal WHERE topic = 'approval:p2' AND consumed_by IS NULL`).Scan(&open))
+	require.Zero(t, open, "a signal that reaches a parked run is not kept as well")
 }
 
 // StaleTemporal pages through the open Temporal runs not written for a

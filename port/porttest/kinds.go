@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS porttest.execution (
 const kind port.Kind = "porttest.program"
 
 // program is the input of kind: step "work", then optionally the wait
-// "wait", step "mid" and the wait "wait2", the sleep "nap", and step "done"
+// "wait", step "mid" and the wait "wait2" (or step "mid" alone), the sleep
+// "nap", and step "done"
 // (which records the payload the first wait received).
 type program struct {
 	Block       bool   `json:"block,omitempty"`        // "work" blocks until the test releases the run
@@ -38,6 +39,7 @@ type program struct {
 	Topic       string `json:"topic,omitempty"`        // when set, WaitSignal("wait", Topic, Timeout)
 	TimeoutMs   int    `json:"timeout_ms,omitempty"`   // of the waits; 0 means one hour
 	SecondWait  bool   `json:"second_wait,omitempty"`  // then step "mid" (blocking) and WaitSignal("wait2", Topic)
+	MidOnly     bool   `json:"mid_only,omitempty"`     // then step "mid" (blocking), and no second wait
 	SleepMs     int    `json:"sleep_ms,omitempty"`     // then Sleep("nap")
 	Unbound     bool   `json:"unbound,omitempty"`      // the only step names an activity never bound
 	Note        string `json:"note,omitempty"`         // free text, for inputs that must differ
@@ -95,10 +97,12 @@ func handle(f port.Flow, p program) (programResult, error) {
 		if _, err := f.WaitSignal("wait", port.Topic(p.Topic), p.timeout(), &payload); err != nil {
 			return programResult{}, err
 		}
-		if p.SecondWait {
+		if p.SecondWait || p.MidOnly {
 			if _, err := work.Run(f, "mid", workIn{Block: true}, opts...); err != nil {
 				return programResult{}, err
 			}
+		}
+		if p.SecondWait {
 			if _, err := f.WaitSignal("wait2", port.Topic(p.Topic), p.timeout(), nil); err != nil {
 				return programResult{}, err
 			}

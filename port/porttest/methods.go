@@ -581,18 +581,38 @@ func checkSignal(c *cell) {
 		require.Equal(t, 1, signal(c.topic))
 		received()
 		// After the wait: a run running a step between two waits is not
-		// waiting, so it is not counted; its next wait receives the signal.
-		t.Run("between two waits", func(t *testing.T) {
-			topic := c.topic + ":two"
-			id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic, SecondWait: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":two"})
+		// waiting, so it is not counted, and a signal sent then is kept for
+		// the topic's next wait. betweenWaits enqueues p on topic, wakes its
+		// first wait, signals it while it runs "mid", then lets it go on
+		// and returns its view once it ended.
+		betweenWaits := func(topic string, p program) port.RunView {
+			p.Topic = topic
+			id, err := c.eng.Enqueue(ctx, kind, p, port.EnqueueOptions{IdempotencyKey: c.key + ":" + topic})
 			require.NoError(t, err)
 			c.waitStatus(id, port.StatusWaiting)
 			require.Equal(t, 1, signal(topic))
 			c.waitExecution(id, "mid")
 			require.Zero(t, signal(topic), "a run running a step after its wait counted")
 			c.bodies.release(id)
-			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			return c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		}
+		t.Run("between two waits", func(t *testing.T) {
+			v := betweenWaits(c.topic+":two", program{SecondWait: true})
 			require.Equal(t, port.StatusSucceeded, v.Status, "the second wait did not receive the kept signal in time: %+v", v)
+		})
+		// Kept for the topic, not for that run alone: when the run ends
+		// without waiting again, another run's wait receives it.
+		t.Run("between two waits, then no wait", func(t *testing.T) {
+			topic := c.topic + ":gone"
+			v := betweenWaits(topic, program{MidOnly: true})
+			require.Equal(t, port.StatusSucceeded, v.Status, "%+v", v)
+			next, err := c.eng.Enqueue(ctx, kind, program{Topic: topic}, port.EnqueueOptions{IdempotencyKey: c.key + ":gone-next"})
+			require.NoError(t, err)
+			v = c.waitStatus(next, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusSucceeded, v.Status, "the next run's wait did not receive the signal the first run ended without: %+v", v)
+			var got string
+			require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(next)).Scan(&got))
+			require.Equal(t, payload, got)
 		})
 	}
 }
