@@ -88,8 +88,14 @@ func OpenDecisionsOf(ctx context.Context, q DBTX, planID uuid.UUID) ([]Decision,
 // bare run retry would leave the plan failed. A decision resolved to retry
 // has started its run already. One resolved to abandon gave the run up, and
 // retrying it anyway is the operator's call (the business steps still check
-// the plan). A run that opened no decision may be retried.
+// the plan). A run that opened no decision may be retried. An id that is
+// no uuid names no run and no decision: it is passed on, for the engine's
+// Retry to refuse as the unknown run it is (a NUL in it would otherwise
+// reach Postgres, which cannot take one in text).
 func CheckRunRetry(ctx context.Context, q DBTX, runID port.RunID) error {
+	if _, err := uuid.Parse(string(runID)); err != nil {
+		return nil
+	}
 	ds, err := queryAll(ctx, q, decisionOfRunStmt(runID), scanDecision)
 	if err != nil || len(ds) == 0 {
 		return err

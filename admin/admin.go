@@ -285,7 +285,7 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	o.Done = r.URL.Query().Get("done")
+	o.Done = takeDone(w, r)
 	view := overviewView{session: s.session(w, r), Overview: o, Query: q, Statuses: acquisition.Statuses()}
 	if o.NextPlans != "" {
 		view.NextPage = template.URL("/admin?" + url.Values{"status": {string(q.Status)}, "q": {q.Search}, "after": {o.NextPlans}}.Encode()) //nolint:gosec // encoded above
@@ -329,7 +329,7 @@ func (s *Server) planPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	slices.Reverse(runs) // oldest first, as the timeline
-	s.render(w, "plan.html", planView{session: s.session(w, r), Timeline: tl, Runs: runs, Done: r.URL.Query().Get("done")})
+	s.render(w, "plan.html", planView{session: s.session(w, r), Timeline: tl, Runs: runs, Done: takeDone(w, r)})
 }
 
 // decisionView is the decision page: the decision with the step's error
@@ -440,7 +440,8 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, next, done string, 
 		s.fail(w, err)
 		return
 	}
-	http.Redirect(w, r, next+"?"+url.Values{"done": {done}}.Encode(), http.StatusSeeOther)
+	setDone(w, r, done)
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {

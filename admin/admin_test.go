@@ -175,6 +175,13 @@ func TestOverviewTimelineAndActions(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Contains(t, body, "approved by ann", "the plan page says who approved")
 	require.Contains(t, body, "ann: looks right", "and its timeline shows it")
+	require.Contains(t, body, `<p class="done">plan `+p.ID.String()+` approved by ann</p>`, "the action's result is shown")
+	_, body = ann.get("/admin/plans/" + p.ID.String())
+	require.NotContains(t, body, `<p class="done">`, "once")
+	_, body = ann.get("/admin/plans/" + p.ID.String() + "?done=Session+expired:+sign+in+at+evil.example")
+	require.NotContains(t, body, "evil.example", "a link cannot put words in the banner")
+	_, body = ann.get("/admin?done=Session+expired:+sign+in+at+evil.example")
+	require.NotContains(t, body, "evil.example", "a link cannot put words in the banner")
 	var by string
 	require.NoError(t, w.Pool.QueryRow(ctx, `SELECT decided_by FROM approval WHERE plan_id = $1`, p.ID).Scan(&by))
 	require.Equal(t, "ann", by)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -174,9 +175,39 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) session {
 		return out
 	}
 	out.CSRF = rand.Text()
-	http.SetCookie(w, &http.Cookie{
-		Name: csrfCookie, Value: out.CSRF, Path: "/admin", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
-	})
+	http.SetCookie(w, adminCookie(r, csrfCookie, out.CSRF, 0))
 	return out
+}
+
+// adminCookie is a cookie of the admin's pages: sent only to them, never
+// read by scripts, never sent from another site, and over HTTPS only when
+// the admin is reached over HTTPS.
+func adminCookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{
+		Name: name, Value: value, Path: "/admin", MaxAge: maxAge, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
+	}
+}
+
+// The result of an action, shown once by the page its redirect lands on. It
+// rides in a cookie this server set, not in the URL: a link cannot make the
+// admin show a banner of someone else's words.
+const doneCookie = "taskport_done"
+
+func setDone(w http.ResponseWriter, r *http.Request, done string) {
+	http.SetCookie(w, adminCookie(r, doneCookie, base64.RawURLEncoding.EncodeToString([]byte(done)), 60))
+}
+
+// takeDone returns the result setDone left for this page, and clears it.
+func takeDone(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(doneCookie)
+	if err != nil {
+		return ""
+	}
+	http.SetCookie(w, adminCookie(r, doneCookie, "", -1))
+	done, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil {
+		return ""
+	}
+	return string(done)
 }
