@@ -233,7 +233,7 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 						return n, nil
 					}),
 					port.Bind(logBlock, func(ctx context.Context, n int) (int, error) {
-						log.InfoContext(ctx, "blocked step line")
+						log.InfoContext(ctx, map[int]string{1: "blocked step line", 2: "second blocked step line"}[n])
 						blocked <- struct{}{}
 						<-release
 						return n, nil
@@ -255,6 +255,15 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 							return err
 						}
 						f.Logger().Info("after the signal sent during a step")
+						if _, err := logBlock.Run(f, "block-again", n+1); err != nil {
+							return err
+						}
+						// A wait that does not park takes a signal kept
+						// while the run was in the step before it.
+						if got, err := f.WaitSignal("poll", topic, 0, nil); err != nil || !got {
+							return fmt.Errorf("the zero wait took no kept signal (%v)", err)
+						}
+						f.Logger().Info("after a zero wait took a kept signal")
 						return nil
 					})}))
 				eng = e.new(t, reg, pool, tp, log)
@@ -282,13 +291,23 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("the step after the wake never started")
 			}
-			// Sent while the run is in a step: kept for its next wait
-			// (buffered on Temporal, stored on the lease engine).
+			// Sent while the run is in a step: kept for the topic's next
+			// wait, which the run's is.
 			lctx, late := tracer.Start(ctx, "late signal")
 			_, err = eng.Signal(lctx, topic, nil)
 			require.NoError(t, err)
 			late.End()
-			close(release)
+			release <- struct{}{}
+			select {
+			case <-blocked:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the step after the second wait never started")
+			}
+			pctx, polled := tracer.Start(ctx, "polled signal")
+			_, err = eng.Signal(pctx, topic, nil)
+			require.NoError(t, err)
+			polled.End()
+			release <- struct{}{}
 			require.Eventually(t, func() bool {
 				v, err := eng.Get(ctx, id)
 				require.NoError(t, err)
@@ -310,7 +329,9 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 			for msg, want := range map[string]string{
 				"before wake": enqueued, "step line": enqueued,
 				"after wake": woken, "blocked step line": woken,
-				"after the signal sent during a step": late.SpanContext().TraceID().String(),
+				"after the signal sent during a step":  late.SpanContext().TraceID().String(),
+				"second blocked step line":             late.SpanContext().TraceID().String(),
+				"after a zero wait took a kept signal": polled.SpanContext().TraceID().String(),
 			} {
 				require.NotEmpty(t, traces[msg], msg)
 				for _, got := range traces[msg] {

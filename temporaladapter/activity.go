@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
+	otelinterceptor "go.temporal.io/sdk/contrib/opentelemetry"
 	"log/slog"
 	"time"
 
@@ -250,17 +252,34 @@ func (b *bookkeeping) projectQuietly(ctx context.Context, log *slog.Logger, id p
 }
 
 // keptSignal is what takeKept found: a signal kept for the topic, or none.
+// Trace is its sender's span in the tracing interceptor's header format,
+// for the wait to continue as it would a signal's header (continueTrace);
+// none in a history written before it was added.
 type keptSignal struct {
-	Payload json.RawMessage `json:"payload,omitempty"`
-	OK      bool            `json:"ok"`
+	Payload json.RawMessage   `json:"payload,omitempty"`
+	OK      bool              `json:"ok"`
+	Trace   map[string]string `json:"trace,omitempty"`
 }
 
 // takeKept is the local activity of a wait that does not park (a zero
 // timeout): it takes a signal kept for the topic, if any
-// (runstore.TakeOneKeptSignal).
+// (runstore.TakeOneKeptSignal). The sender's trace is written as the
+// tracing interceptor writes a header: with its propagator, which
+// tracerOptions leaves at the SDK's default.
 func (b *bookkeeping) takeKept(ctx context.Context, id port.RunID, topic port.Topic, step string) (keptSignal, error) {
-	payload, ok, err := runstore.TakeOneKeptSignal(ctx, b.pool, topic, id, step)
-	return keptSignal{Payload: payload, OK: ok}, err
+	k, ok, err := runstore.TakeOneKeptSignal(ctx, b.pool, topic, id, step)
+	if err != nil || !ok {
+		return keptSignal{}, err
+	}
+	out := keptSignal{Payload: k.Payload, OK: true}
+	if k.Trace.Parent != "" {
+		carrier := propagation.MapCarrier{}
+		otelinterceptor.DefaultTextMapPropagator.Inject(k.Trace.Into(context.Background()), carrier)
+		if len(carrier) > 0 {
+			out.Trace = carrier
+		}
+	}
+	return out, nil
 }
 
 // addWaiter registers the run as waiting on topic. A signal sent to the

@@ -399,6 +399,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 				return false, fmt.Errorf("wait %s: take a kept signal: %w", name, err)
 			}
 			if kept.OK {
+				f.continueCarrier(topic, kept.Trace)
 				return true, enginekit.DecodeSignalPayload(name, kept.Payload, payload)
 			}
 		}

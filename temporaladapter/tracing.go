@@ -114,7 +114,12 @@ func (f *flow) continueTrace(topic port.Topic) {
 	if traces == nil {
 		return
 	}
-	carrier := traces.next(topic)
+	f.continueCarrier(topic, traces.next(topic))
+}
+
+// continueCarrier makes the span in carrier (a header's, in the tracing
+// interceptor's format) the parent of the run's next activities.
+func (f *flow) continueCarrier(topic port.Topic, carrier map[string]string) {
 	if carrier == nil || f.parents == nil {
 		return
 	}

@@ -273,11 +273,12 @@ const keptSignalsSQL = `
 SELECT id, payload, traceparent, tracestate FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id`
 
 // takeOneKeptSignalSQL takes the oldest signal kept for topic $1 for run
-// $2's wait $3, if there is one, and returns its payload.
+// $2's wait $3, if there is one, and returns its payload and its sender's
+// trace.
 const takeOneKeptSignalSQL = `
 UPDATE taskport.early_signal SET consumed_by = $2, consumed_step = $3, consumed_at = now()
 WHERE id = (SELECT id FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING payload`
+RETURNING payload, traceparent, tracestate`
 
 const takeKeptSignalSQL = `
 UPDATE taskport.early_signal SET consumed_by = $2, consumed_step = $3, consumed_at = now()

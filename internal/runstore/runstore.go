@@ -820,19 +820,19 @@ func WaitKeepingSignals(ctx context.Context, db dbtx.Beginner, topic port.Topic,
 // for run id's wait step, without registering a waiter: a wait that does
 // not park (a zero timeout) still receives a signal sent before it, as the
 // lease engine's does. ok is false when none is kept.
-func TakeOneKeptSignal(ctx context.Context, q DBTX, topic port.Topic, id port.RunID, step string) (payload json.RawMessage, ok bool, err error) {
+func TakeOneKeptSignal(ctx context.Context, q DBTX, topic port.Topic, id port.RunID, step string) (k KeptSignal, ok bool, err error) {
 	u, err := ParseID(id)
 	if err != nil {
-		return nil, false, err
+		return k, false, err
 	}
-	err = q.QueryRow(ctx, takeOneKeptSignalSQL, topic, u, step).Scan(&payload)
+	err = q.QueryRow(ctx, takeOneKeptSignalSQL, topic, u, step).Scan(&k.Payload, &k.Trace.Parent, &k.Trace.State)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
+		return k, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("take a kept signal on %s for %s: %w", topic, id, InterpretError(err))
+		return k, false, fmt.Errorf("take a kept signal on %s for %s: %w", topic, id, InterpretError(err))
 	}
-	return payload, true, nil
+	return k, true, nil
 }
 
 // TakeKeptSignal records that the wait of run id at step took the kept
