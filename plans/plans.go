@@ -161,15 +161,9 @@ const (
 	multiLine = "\n\t"
 )
 
-// text refuses s unless it is valid UTF-8 without U+0000 and without control
-// characters other than those in keep (oneLine or multiLine).
-func text(field, s, keep string) error {
-	return enginekit.ValidateLine(field, s, keep)
-}
-
 // checkNote checks a note or a reason: multi-line text, bounded.
 func checkNote(field, s string) error {
-	return cmp.Or(text(field, s, multiLine), bounded(field, s, MaxNote))
+	return cmp.Or(enginekit.ValidateLine(field, s, multiLine), bounded(field, s, MaxNote))
 }
 
 // actor checks who acts: required, one line, and bounded.
@@ -177,24 +171,24 @@ func actor(field, by string) error {
 	if strings.TrimSpace(by) == "" {
 		return invalid(field, "must not be empty")
 	}
-	return cmp.Or(text(field, by, oneLine), bounded(field, by, MaxActor))
+	return cmp.Or(enginekit.ValidateLine(field, by, oneLine), bounded(field, by, MaxActor))
 }
 
 // validate checks np and returns the plan row to insert.
 func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
 	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize, CreateKey: np.IdempotencyKey}
-	if err := cmp.Or(text("idempotency_key", p.CreateKey, oneLine), bounded("idempotency_key", p.CreateKey, MaxIdempotencyKey)); err != nil {
+	if err := cmp.Or(enginekit.ValidateLine("idempotency_key", p.CreateKey, oneLine), bounded("idempotency_key", p.CreateKey, MaxIdempotencyKey)); err != nil {
 		return p, err
 	}
 	if p.Title == "" {
 		return p, invalid("title", "must not be empty")
 	}
-	if err := cmp.Or(text("title", p.Title, oneLine), bounded("title", p.Title, MaxTitle)); err != nil {
+	if err := cmp.Or(enginekit.ValidateLine("title", p.Title, oneLine), bounded("title", p.Title, MaxTitle)); err != nil {
 		return p, err
 	}
 	// The sources are stored as given: url.Parse refuses ASCII control
 	// characters but lets invalid UTF-8 and C1 controls through.
-	if err := cmp.Or(text("magnet", np.Magnet, oneLine), text("torrent_url", np.TorrentURL, oneLine)); err != nil {
+	if err := cmp.Or(enginekit.ValidateLine("magnet", np.Magnet, oneLine), enginekit.ValidateLine("torrent_url", np.TorrentURL, oneLine)); err != nil {
 		return p, err
 	}
 	var err error
@@ -318,7 +312,7 @@ func (s *Service) target(path string) (string, error) {
 	if s.root == "" {
 		return "", invalid("library_root", "not configured: this service cannot create plans")
 	}
-	if err := text("target_path", path, oneLine); err != nil {
+	if err := enginekit.ValidateLine("target_path", path, oneLine); err != nil {
 		return "", err
 	}
 	if !filepath.IsAbs(path) {
@@ -654,7 +648,7 @@ func (s *Service) ListPlans(ctx context.Context, q PlanQuery) (PlanPage, error) 
 		return PlanPage{}, fmt.Errorf("list plans: %w", invalid("limit", "must be 1 to %d, got %d", MaxPage, q.Limit))
 	}
 	search := strings.TrimSpace(q.Search)
-	if err := cmp.Or(text("search", search, oneLine), bounded("search", search, MaxTitle)); err != nil {
+	if err := cmp.Or(enginekit.ValidateLine("search", search, oneLine), bounded("search", search, MaxTitle)); err != nil {
 		return PlanPage{}, fmt.Errorf("list plans: %w", err)
 	}
 	if id, err := uuid.Parse(search); err == nil {
