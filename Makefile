@@ -109,7 +109,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/taskport?sslmode=disable
 export DATABASE_URL
 
 .PHONY: bench
-bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M scheduled runs (TASKPORT_BACKLOG_SIZES), claim and queue depth beside 1M ready runs nobody serves (TASKPORT_UNSERVED_ROWS), Temporal adapter vs raw SDK (closed loop in one process; open loop with each side its own cold process, on the dev server and the Postgres-persisted server), outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS in closed and open loop and burning down a backlog, EnqueueMany vs Enqueue vs River InsertMany, EnqueueMany with keys already taken, EnqueueMany vs River InsertManyFast each in its own process, lease engine vs River burning down 50k no-op jobs, Temporal takeover after SIGKILL/SIGSTOP on servers with default settings (prints tables)
+bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M scheduled runs (TASKPORT_BACKLOG_SIZES), claim and queue depth beside 1M ready runs nobody serves (TASKPORT_UNSERVED_ROWS), Temporal adapter vs raw SDK (closed loop in one process; open loop with each side its own cold process, on the dev server and the Postgres-persisted server), outbox latency, table sizes under retention (TASKPORT_STEADY_MINUTES=30 for the long run), lease engine vs DBOS in closed and open loop and burning down a backlog, EnqueueMany vs Enqueue vs River InsertMany, EnqueueMany with keys already taken, EnqueueMany vs River InsertManyFast each in its own process, lease engine vs River burning down 50k no-op jobs (at the default claim batch, and configured for a drain as River's bench configures River), Temporal takeover after SIGKILL/SIGSTOP on servers with default settings (prints tables)
 	$(GO) test -run '^$$' -bench 'Throughput|EnqueueToFirstStep|EnqueueToLastStep|SignalToWake' -benchtime 2000x ./leaseadapter/
 	$(GO) test -run '^$$' -bench Backlog -benchtime 1x -timeout 30m ./leaseadapter/
 	$(GO) test -run '^$$' -bench ClaimBesideUnserved -benchtime 1x -timeout 20m ./leaseadapter/
@@ -124,6 +124,7 @@ bench: ## benchmarks: lease engine, lease engine at backlogs of 1k/100k/1M sched
 	TASKPORT_SERVER_DEFAULTS=1 TASKPORT_SOAK=5 $(GO) test -count=1 -timeout 30m -run 'TestFaults/^(temporal|temporal-pg)$$/^(kill_worker_mid_step|sigstop_past_lease_commit_fenced)$$' -v ./test/ | grep -v '^time='
 	cd bench && $(GO) run ./cmd/compare taken -batches 20 -batch 1000 -rounds 5 -db "$$TEST_DATABASE_URL"
 	cd bench && $(GO) run ./cmd/compare burndown -n 50000 -rounds 3 -db "$$TEST_DATABASE_URL"
+	cd bench && $(GO) run ./cmd/compare burndown -n 50000 -rounds 3 -concurrency 512 -claim-batch 256 -db "$$TEST_DATABASE_URL"
 
 # `make image` writes build/image/oci (OCI layout) and
 # build/image/taskport.tar (`docker load`), offline, from Go.

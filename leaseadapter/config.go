@@ -34,7 +34,11 @@ type Config struct {
 	// often. Default 1s.
 	PollInterval time.Duration
 	// BatchSize caps how many runs one claim statement takes, and how many
-	// commits one group-commit transaction carries. Default 64.
+	// commits one group-commit transaction carries. Default 64. A claim
+	// takes no more runs than the worker has room for (ActiveRuns,
+	// Prefetch); a worker run at hundreds of steps at once to drain a
+	// backlog spends less Postgres CPU per run with a larger cap
+	// (docs/benchmarks.md, "Configured for a drain").
 	BatchSize int
 	// ActiveRuns is how many claimed runs a worker executes at once:
 	// replaying their handlers, waiting on their commits, or running a
