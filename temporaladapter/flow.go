@@ -437,11 +437,28 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	if err := f.stopWaiting(topic, name); err != nil {
 		return false, err
 	}
+	if !received {
+		received = f.takeLateSignal(topic, &raw)
+	}
 	if received {
 		f.continueTrace(topic)
 		return true, enginekit.DecodeSignalPayload(name, raw, payload)
 	}
 	return false, nil
+}
+
+// takeLateSignal takes a signal that reached the run after its wait's
+// timer fired and before stopWaiting marked the wait returned: Signal
+// counted the run as parked and sent it, so the signal is this wait's, as
+// the lease engine's resumed wait takes a signal addressed to it whatever
+// its deadline. Left in the channel, it went to the run's next wait on the
+// topic, or was lost with the run if there was none. Runs that timed out
+// before this change replay without taking it.
+func (f *flow) takeLateSignal(topic port.Topic, raw *json.RawMessage) bool {
+	if workflow.GetVersion(f.ctx, "taskport/wait-takes-late-signal", workflow.DefaultVersion, 1) != 1 {
+		return false
+	}
+	return workflow.GetSignalChannel(f.ctx, string(topic)).ReceiveAsync(raw)
 }
 
 // stopWaiting marks the run's waiter row on topic as past its wait once the

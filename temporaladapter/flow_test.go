@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -35,6 +36,9 @@ var testActivity = port.DeclareActivity[string, string]("unit.echo")
 type unitEnv struct {
 	*testsuite.TestWorkflowEnvironment
 	books *bookkeeping
+	// waitReturned, when set, runs inside the mocked waitReturned local
+	// activity: while a wait is being marked returned.
+	waitReturned *func(port.Topic)
 }
 
 // newUnitEnv registers one kind whose handler is fn and mocks the
@@ -59,9 +63,16 @@ func newUnitEnv(t *testing.T, def port.Definition) unitEnv {
 	env.OnActivity(e.books.project, mock.Anything, mock.Anything, mock.Anything).Return(port.Status(""), nil)
 	env.OnActivity(e.books.addWaiter, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(e.books.removeWaiters, mock.Anything, mock.Anything, mock.Anything).Return(nil)
-	env.OnActivity(e.books.waitReturned, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	var waitReturned func(port.Topic)
+	env.OnActivity(e.books.waitReturned, mock.Anything, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, _ port.RunID, topic port.Topic) error {
+			if waitReturned != nil {
+				waitReturned(topic)
+			}
+			return nil
+		})
 	env.OnActivity(e.books.takeKept, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(keptSignal{}, nil)
-	return unitEnv{TestWorkflowEnvironment: env, books: e.books}
+	return unitEnv{TestWorkflowEnvironment: env, books: e.books, waitReturned: &waitReturned}
 }
 
 func (u unitEnv) run(def port.Definition, input any) {
@@ -210,4 +221,33 @@ func TestWaitSignalWithZeroTimeoutReturnsAtOnce(t *testing.T) {
 	env.run(def, "x")
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, []bool{false}, polled)
+}
+
+// A signal that reaches the run after its wait's timer fired, while the
+// wait is being marked returned (Signal counted the run as parked and sent
+// it), is that wait's: it returns received, as the lease engine's resumed
+// wait takes a signal addressed to it whatever its deadline. The run then
+// ends without waiting again, so a signal left in the channel would have
+// been lost.
+func TestWaitTakesASignalThatArrivesAsItTimesOut(t *testing.T) {
+	var got []string
+	def := port.Definition{
+		Kind: "unit.late", Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			var payload string
+			ok, err := f.WaitSignal("wait", "late:1", time.Minute, &payload)
+			got = append(got, fmt.Sprint(ok), payload)
+			return err
+		}),
+	}
+	env := newUnitEnv(t, def)
+	marked := 0
+	*env.waitReturned = func(topic port.Topic) {
+		marked++
+		env.SignalWorkflow(string(topic), json.RawMessage(`"late"`))
+	}
+	env.run(def, "x")
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, 1, marked, "the wait timed out and was marked returned")
+	require.Equal(t, []string{"true", "late"}, got)
 }
