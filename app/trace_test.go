@@ -281,32 +281,31 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 				require.NoError(t, err)
 				return v.Status == port.StatusWaiting
 			}, 30*time.Second, 20*time.Millisecond)
-			wctx, wake := tracer.Start(ctx, "wake")
-			delivered, err := eng.Signal(wctx, topic, nil)
-			require.NoError(t, err)
-			require.Equal(t, 1, delivered)
-			wake.End()
-			select {
-			case <-blocked:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the step after the wake never started")
+			// signal sends one signal on topic under a span of its own
+			// and returns how many runs it reached and the span's trace id.
+			signal := func(span string) (int, string) {
+				sctx, s := tracer.Start(ctx, span)
+				defer s.End()
+				delivered, err := eng.Signal(sctx, topic, nil)
+				require.NoError(t, err)
+				return delivered, s.SpanContext().TraceID().String()
 			}
+			stepStarted := func(after string) {
+				select {
+				case <-blocked:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("the step after %s never started", after)
+				}
+			}
+			delivered, woken := signal("wake")
+			require.Equal(t, 1, delivered)
+			stepStarted("the wake")
 			// Sent while the run is in a step: kept for the topic's next
 			// wait, which the run's is.
-			lctx, late := tracer.Start(ctx, "late signal")
-			_, err = eng.Signal(lctx, topic, nil)
-			require.NoError(t, err)
-			late.End()
+			_, late := signal("late signal")
 			release <- struct{}{}
-			select {
-			case <-blocked:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the step after the second wait never started")
-			}
-			pctx, polled := tracer.Start(ctx, "polled signal")
-			_, err = eng.Signal(pctx, topic, nil)
-			require.NoError(t, err)
-			polled.End()
+			stepStarted("the second wait")
+			_, polled := signal("polled signal")
 			release <- struct{}{}
 			require.Eventually(t, func() bool {
 				v, err := eng.Get(ctx, id)
@@ -325,13 +324,12 @@ func TestRunLogLinesCarryTheTrace(t *testing.T) {
 				traces[line.Msg] = append(traces[line.Msg], line.TraceID)
 			}
 			enqueued := enqueue.SpanContext().TraceID().String()
-			woken := wake.SpanContext().TraceID().String()
 			for msg, want := range map[string]string{
 				"before wake": enqueued, "step line": enqueued,
 				"after wake": woken, "blocked step line": woken,
-				"after the signal sent during a step":  late.SpanContext().TraceID().String(),
-				"second blocked step line":             late.SpanContext().TraceID().String(),
-				"after a zero wait took a kept signal": polled.SpanContext().TraceID().String(),
+				"after the signal sent during a step":  late,
+				"second blocked step line":             late,
+				"after a zero wait took a kept signal": polled,
 			} {
 				require.NotEmpty(t, traces[msg], msg)
 				for _, got := range traces[msg] {
