@@ -85,11 +85,8 @@
 //	           run's or another run's of this engine: a run that ends
 //	           without waiting again leaves it kept
 //	waiting    1, nil; the wait returns received=true with the payload,
-//	           also when its timeout fell due as the signal came. One
-//	           exception, on Temporal: a signal whose send reaches the
-//	           workflow after the timed-out wait looked goes to the run's
-//	           next wait on topic, or ends with the run (docs/engines.md,
-//	           "A signal that meets a wait's timeout")
+//	           also when its timeout fell due as the signal came
+//	           (docs/engines.md, "A signal that meets a wait's timeout")
 //	succeeded, failed, canceled
 //	           0, nil; the run is unchanged
 //	unknown, other (no run of this engine waits on topic)

@@ -308,9 +308,11 @@ func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.T
 	return nil
 }
 
-// waitReturned marks the run's registration on topic as past its wait
-// (runstore.WaitReturned).
-func (b *bookkeeping) waitReturned(ctx context.Context, id port.RunID, topic port.Topic) error {
+// waitReturned marks the run's registration on topic as past its wait and
+// reports whether a Signal sent to the wait (runstore.WaitReturned). A
+// worker of an earlier release recorded no result; replayed, it reads
+// false.
+func (b *bookkeeping) waitReturned(ctx context.Context, id port.RunID, topic port.Topic) (bool, error) {
 	return runstore.WaitReturned(ctx, b.pool, topic, id)
 }
 

@@ -338,35 +338,32 @@ func summarize(raw []byte, limit int) string {
 	return string(raw[:limit]) + "…"
 }
 
-// Signal reads the runs parked in a wait on topic in Postgres and signals
-// each, counting those it reached; one that finished meanwhile is skipped,
-// not an error. With no run parked there, the signal is kept, with the
-// sender's trace, for the next wait on the topic (runstore.SignalTargets;
-// addWaiter hands it over), as the lease engine keeps one: a wake-up sent
-// between a run's check and its wait is not lost, and one sent while a run
-// is between two waits on the topic is not buffered in that run, which may
-// end without waiting again.
+// Signal signals the runs parked in a wait on topic, which it reads in
+// Postgres, counting those it reached; one that finished meanwhile is
+// skipped, not an error. With no run parked there, the signal is kept,
+// with the sender's trace, for the next wait on the topic
+// (runstore.SignalParked; addWaiter hands it over), as the lease engine
+// keeps one: a wake-up sent between a run's check and its wait is not
+// lost, and one sent while a run is between two waits on the topic is not
+// buffered in that run, which may end without waiting again. The parked
+// runs' registrations stay locked until the sends have returned, so a wait
+// that times out meanwhile learns, as it marks itself returned, that a
+// signal counted for it is on its way, and takes it (flow.WaitSignal).
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
 	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {
 		return 0, err
 	}
-	targets, err := runstore.SignalTargets(ctx, e.pool, topic, raw, tracing.FromContext(ctx))
-	if err != nil {
-		return 0, err
-	}
-	delivered := 0
-	for _, id := range targets {
+	return runstore.SignalParked(ctx, e.pool, topic, raw, tracing.FromContext(ctx), func(id port.RunID) (bool, error) {
 		err := interpretError(e.client.SignalWorkflow(ctx, WorkflowID(id), "", string(topic), raw))
 		switch {
 		case errors.Is(err, port.ErrNotFound):
+			return false, nil
 		case err != nil:
-			return delivered, fmt.Errorf("signal run %s on %s: %w", id, topic, err)
-		default:
-			delivered++
+			return false, fmt.Errorf("signal run %s on %s: %w", id, topic, err)
 		}
-	}
-	return delivered, nil
+		return true, nil
+	})
 }
 
 // Cancel writes the business cancel flag first (ADR 2.4), then cancels the

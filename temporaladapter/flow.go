@@ -386,7 +386,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 			return true, enginekit.DecodeSignalPayload(name, raw, payload)
 		}
 		// A signal sent while the run waited on nothing was kept in
-		// Postgres (SignalTargets): take it, as a wait that parks would
+		// Postgres (SignalParked): take it, as a wait that parks would
 		// through addWaiter. Runs that passed a zero wait before this
 		// change replay without the local activity.
 		if workflow.GetVersion(f.ctx, "taskport/zero-wait-takes-kept", workflow.DefaultVersion, 1) == 1 {
@@ -434,11 +434,14 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	if canceled {
 		return false, port.ErrCanceled
 	}
-	if err := f.stopWaiting(topic, name); err != nil {
+	signaled, err := f.stopWaiting(topic, name)
+	if err != nil {
 		return false, err
 	}
 	if !received {
-		received = f.takeLateSignal(topic, &raw)
+		if received, canceled = f.takeLateSignal(topic, signaled, &raw); canceled {
+			return false, port.ErrCanceled
+		}
 	}
 	if received {
 		f.continueTrace(topic)
@@ -448,37 +451,53 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 }
 
 // takeLateSignal takes a signal that reached the run after its wait's
-// timer fired and before stopWaiting marked the wait returned: Signal
-// counted the run as parked and sent it, so the signal is this wait's, as
-// the lease engine's resumed wait takes a signal addressed to it whatever
-// its deadline. Left in the channel, it went to the run's next wait on the
-// topic, or was lost with the run if there was none. Runs that timed out
-// before this change replay without taking it.
-func (f *flow) takeLateSignal(topic port.Topic, raw *json.RawMessage) bool {
+// timer fired: Signal counted the run as parked and sent it, so the signal
+// is this wait's, as the lease engine's resumed wait takes a signal
+// addressed to it whatever its deadline. Left in the channel, it went to
+// the run's next wait on the topic, or was lost with the run if there was
+// none. A signal already in the channel is taken at once. One that is not
+// there yet, though stopWaiting reported that a Signal sent to this wait
+// (signaled), is in the run's history after the events of this workflow
+// task: Signal's send returned before the wait could be marked returned.
+// The wait then waits for the next task to bring it. Runs that timed out
+// before each of these steps replay without it.
+func (f *flow) takeLateSignal(topic port.Topic, signaled bool, raw *json.RawMessage) (received, canceled bool) {
 	if workflow.GetVersion(f.ctx, "taskport/wait-takes-late-signal", workflow.DefaultVersion, 1) != 1 {
-		return false
+		return false, false
 	}
-	return workflow.GetSignalChannel(f.ctx, string(topic)).ReceiveAsync(raw)
+	ch := workflow.GetSignalChannel(f.ctx, string(topic))
+	if ch.ReceiveAsync(raw) {
+		return true, false
+	}
+	if !signaled || workflow.GetVersion(f.ctx, "taskport/wait-awaits-counted-signal", workflow.DefaultVersion, 1) != 1 {
+		return false, false
+	}
+	sel := workflow.NewSelector(f.ctx)
+	sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) { received = c.ReceiveAsync(raw) })
+	sel.AddReceive(f.ctx.Done(), func(workflow.ReceiveChannel, bool) { canceled = true })
+	sel.Select(f.ctx)
+	return received, canceled
 }
 
 // stopWaiting marks the run's waiter row on topic as past its wait once the
 // wait returned, so that a Signal while the run is past its wait neither
 // counts it nor sends it anything, as on the lease engine: the signal is
-// kept, with the sender's trace, for the topic's next wait. One local
-// activity per parked wait. Runs that waited before this change count as
-// parked to the end and replay without it.
-func (f *flow) stopWaiting(topic port.Topic, name string) error {
+// kept, with the sender's trace, for the topic's next wait. It reports
+// whether a Signal sent to this wait (takeLateSignal). One local activity
+// per parked wait. Runs that waited before this change count as parked to
+// the end and replay without it.
+func (f *flow) stopWaiting(topic port.Topic, name string) (signaled bool, err error) {
 	if workflow.GetVersion(f.ctx, "taskport/wait-returns", workflow.DefaultVersion, 1) != 1 {
-		return nil
+		return false, nil
 	}
 	lctx := workflow.WithLocalActivityOptions(f.ctx, f.laOpts)
-	if err := workflow.ExecuteLocalActivity(lctx, f.books.waitReturned, f.runID, topic).Get(lctx, nil); err != nil {
+	if err := workflow.ExecuteLocalActivity(lctx, f.books.waitReturned, f.runID, topic).Get(lctx, &signaled); err != nil {
 		if f.ctx.Err() != nil {
-			return port.ErrCanceled
+			return false, port.ErrCanceled
 		}
-		return fmt.Errorf("wait %s: mark the wait returned: %w", name, err)
+		return false, fmt.Errorf("wait %s: mark the wait returned: %w", name, err)
 	}
-	return nil
+	return signaled, nil
 }
 
 // unregister removes the run's waiter rows once it ends.

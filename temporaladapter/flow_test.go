@@ -37,8 +37,9 @@ type unitEnv struct {
 	*testsuite.TestWorkflowEnvironment
 	books *bookkeeping
 	// waitReturned, when set, runs inside the mocked waitReturned local
-	// activity: while a wait is being marked returned.
-	waitReturned *func(port.Topic)
+	// activity, while a wait is being marked returned, and answers whether
+	// a Signal sent to the wait.
+	waitReturned *func(port.Topic) bool
 }
 
 // newUnitEnv registers one kind whose handler is fn and mocks the
@@ -63,13 +64,10 @@ func newUnitEnv(t *testing.T, def port.Definition) unitEnv {
 	env.OnActivity(e.books.project, mock.Anything, mock.Anything, mock.Anything).Return(port.Status(""), nil)
 	env.OnActivity(e.books.addWaiter, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(e.books.removeWaiters, mock.Anything, mock.Anything, mock.Anything).Return(nil)
-	var waitReturned func(port.Topic)
+	var waitReturned func(port.Topic) bool
 	env.OnActivity(e.books.waitReturned, mock.Anything, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, _ port.RunID, topic port.Topic) error {
-			if waitReturned != nil {
-				waitReturned(topic)
-			}
-			return nil
+		func(_ context.Context, _ port.RunID, topic port.Topic) (bool, error) {
+			return waitReturned != nil && waitReturned(topic), nil
 		})
 	env.OnActivity(e.books.takeKept, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(keptSignal{}, nil)
 	return unitEnv{TestWorkflowEnvironment: env, books: e.books, waitReturned: &waitReturned}
@@ -242,12 +240,48 @@ func TestWaitTakesASignalThatArrivesAsItTimesOut(t *testing.T) {
 	}
 	env := newUnitEnv(t, def)
 	marked := 0
-	*env.waitReturned = func(topic port.Topic) {
+	*env.waitReturned = func(topic port.Topic) bool {
 		marked++
 		env.SignalWorkflow(string(topic), json.RawMessage(`"late"`))
+		return true
 	}
 	env.run(def, "x")
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, 1, marked, "the wait timed out and was marked returned")
 	require.Equal(t, []string{"true", "late"}, got)
+}
+
+// A signal whose send returned while the timed-out wait was being marked
+// returned (so the mark reports it), but which reaches the workflow only
+// after the wait looked in its channel, is that wait's too: the wait waits
+// for it. The signal comes an hour later on the test clock; the wait's
+// result shows that it was the one to take it.
+func TestWaitAwaitsASignalCountedAsItTimedOut(t *testing.T) {
+	var got []string
+	def := port.Definition{
+		Kind: "unit.counted", Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			var payload string
+			ok, err := f.WaitSignal("wait", "counted:1", time.Minute, &payload)
+			got = append(got, fmt.Sprint(ok), payload)
+			return err
+		}),
+	}
+	for _, signaled := range []bool{true, false} {
+		t.Run(fmt.Sprint("signaled=", signaled), func(t *testing.T) {
+			got = nil
+			env := newUnitEnv(t, def)
+			*env.waitReturned = func(topic port.Topic) bool {
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(string(topic), json.RawMessage(`"counted"`)) }, time.Hour)
+				return signaled
+			}
+			env.run(def, "x")
+			require.NoError(t, env.GetWorkflowError())
+			if signaled {
+				require.Equal(t, []string{"true", "counted"}, got)
+			} else {
+				require.Equal(t, []string{"false", ""}, got, "a wait sent nothing does not wait for a signal")
+			}
+		})
+	}
 }

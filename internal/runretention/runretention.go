@@ -20,7 +20,7 @@ func Ages(p retention.Policy) runstore.Ages {
 // Pruner is the retention of the run store for an engine whose runs keep no
 // other rows (Temporal: the projection follows the Policy's ages; the
 // namespace's own retention stays Temporal's): its runs, orphaned waiters
-// and the early signals runstore.SignalTargets kept, taken or expired.
+// and the early signals runstore.SignalParked kept, taken or expired.
 func Pruner(db dbtx.PoolDB, engine runstore.Engine) retention.Pruner {
 	return runPruner{q: db, engine: engine}
 }

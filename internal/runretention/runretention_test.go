@@ -3,6 +3,7 @@ package runretention_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -34,9 +35,11 @@ func TestPrunerDeletesTakenAndExpiredEarlySignals(t *testing.T) {
 	payload := json.RawMessage(`"go"`)
 	keep := func(topic port.Topic) {
 		t.Helper()
-		ids, err := runstore.SignalTargets(ctx, pool, topic, payload, tracing.Stored{})
+		n, err := runstore.SignalParked(ctx, pool, topic, payload, tracing.Stored{}, func(port.RunID) (bool, error) {
+			return false, errors.New("nobody waits: nothing is sent")
+		})
 		require.NoError(t, err)
-		require.Empty(t, ids, "nobody waits on %s: the signal is kept", topic)
+		require.Zero(t, n, "nobody waits on %s: the signal is kept", topic)
 	}
 	take := func(topic port.Topic, key string) {
 		t.Helper()

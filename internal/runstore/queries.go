@@ -161,16 +161,30 @@ ON CONFLICT (topic, run_id) DO UPDATE SET step = EXCLUDED.step, since = now()`
 
 const removeWaiterSQL = `DELETE FROM taskport.waiter WHERE topic = $1 AND run_id = $2`
 
-// waitersSQL lists the waiters on topic $1 that are runs of engine $2; one
-// whose step is "" is registered but past its wait (waitReturnedSQL). Both
-// engines register in taskport.waiter, and a signal must not reach for the
-// other engine's runs: the Temporal engine would call a server that, after
-// a switch away from it, may be gone.
-const waitersSQL = `
-SELECT w.run_id, w.step <> '' FROM taskport.waiter w JOIN taskport.run r ON r.id = w.run_id
-WHERE w.topic = $1 AND r.engine = $2 ORDER BY w.since, w.run_id`
+// parkedSQL locks the registrations of the Temporal engine's runs parked in
+// a wait on topic $1 (step "" is registered but past its wait:
+// waitReturnedSQL) and returns the runs, oldest wait first. Both engines
+// register in taskport.waiter, and a signal must not reach for the other
+// engine's runs: the Temporal engine would call a server that, after a
+// switch away from it, may be gone. The row locks are held while Signal
+// sends, so a wait marking itself returned (waitReturnedSQL) waits for the
+// sends to end.
+const parkedSQL = `
+SELECT w.run_id FROM taskport.waiter w JOIN taskport.run r ON r.id = w.run_id
+WHERE w.topic = $1 AND r.engine = 'temporal' AND w.step <> '' ORDER BY w.since, w.run_id
+FOR NO KEY UPDATE OF w`
 
-const waitReturnedSQL = `UPDATE taskport.waiter SET step = '' WHERE topic = $1 AND run_id = $2`
+// signaledSQL records on the registrations of runs $2 on topic $1, locked
+// by parkedSQL in the same transaction, that a signal was sent to the wait
+// each is in: signaled_wait becomes that wait's since.
+const signaledSQL = `UPDATE taskport.waiter SET signaled_wait = since WHERE topic = $1 AND run_id = ANY($2::uuid[])`
+
+// waitReturnedSQL marks the registration past its wait and reports whether
+// a Signal sent to this wait (signaled_wait is this registration's since).
+// It waits for the row lock of a Signal sending to the run (parkedSQL).
+const waitReturnedSQL = `
+UPDATE taskport.waiter SET step = '' WHERE topic = $1 AND run_id = $2
+RETURNING signaled_wait IS NOT DISTINCT FROM since`
 
 // staleTemporalSQL pages through open Temporal runs whose projection was not
 // written for $1 ms, in (updated_at, id) order after the cursor ($2, $3). The

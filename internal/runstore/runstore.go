@@ -695,88 +695,90 @@ func RemoveWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 	return nil
 }
 
-// Waiter is a run registered on a topic: Parked while it waits there, not
-// between two of its waits on it (WaitReturned).
-type Waiter struct {
-	ID     port.RunID
-	Parked bool
-}
-
-// Waiters returns engine's runs registered on topic, oldest first.
-func Waiters(ctx context.Context, q DBTX, engine Engine, topic port.Topic) ([]Waiter, error) {
-	rows, err := q.Query(ctx, waitersSQL, topic, engine)
-	if err != nil {
-		return nil, fmt.Errorf("waiters on %s: %w", topic, InterpretError(err))
-	}
-	ws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiter, error) {
-		var (
-			u uuid.UUID
-			w Waiter
-		)
-		err := row.Scan(&u, &w.Parked)
-		w.ID = port.RunID(u.String())
-		return w, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("waiters on %s: %w", topic, InterpretError(err))
-	}
-	return ws, nil
-}
-
 // WaitReturned records that run id's wait on topic returned: the run stays
 // registered until it ends, but it is no longer parked there, so
-// SignalTargets neither counts nor targets it and keeps the signal for the
-// topic's next wait.
-func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) error {
+// SignalParked neither counts nor sends to it and keeps the signal for the
+// topic's next wait. It waits for a SignalParked sending to the run, and
+// reports whether one sent to this wait: that signal is then in the run's
+// history, and the wait must take it, since its sender counted it.
+func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) (signaled bool, err error) {
 	u, err := ParseID(id)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if _, err := q.Exec(ctx, waitReturnedSQL, topic, u); err != nil {
-		return fmt.Errorf("wait of %s on %s returned: %w", id, topic, InterpretError(err))
+	err = q.QueryRow(ctx, waitReturnedSQL, topic, u).Scan(&signaled)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // unregistered: the run ended
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("wait of %s on %s returned: %w", id, topic, InterpretError(err))
+	}
+	return signaled, nil
 }
 
-// SignalTargets returns the Temporal engine's runs parked in a wait on
-// topic, for the caller to wake; when none is, it keeps the signal, with
-// the sender's trace, for the next wait on the topic (WaitKeepingSignals),
-// so that a signal sent between a run's check of the business DB and its
-// wait is not lost (ADR 2.2). A run registered on the topic but past its
-// wait (WaitReturned) is not a target either: the signal is kept for
-// whichever wait on the topic comes next, as the lease engine keeps it, and
-// not buffered in that run, which may end without waiting again. A lease
-// run registered on the topic is not a target and does not stop the
-// keeping, as the lease engine's Signal ignores Temporal's waiters. It runs
-// under the topic's lock, in a transaction of its own.
-func SignalTargets(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage, trace tracing.Stored) ([]port.RunID, error) {
-	var ids []port.RunID
+// SignalParked sends a signal on topic, through send, to each of the
+// Temporal engine's runs parked in a wait there, oldest wait first, and
+// returns how many it reached (send reports false for a run that ended
+// meanwhile). When none is parked, it keeps the signal, with the sender's
+// trace, for the next wait on the topic (WaitKeepingSignals), so that a
+// signal sent between a run's check of the business DB and its wait is not
+// lost (ADR 2.2). A run registered on the topic but past its wait
+// (WaitReturned) is not parked: the signal is kept for whichever wait on
+// the topic comes next, as the lease engine keeps it, and not buffered in
+// that run, which may end without waiting again. A lease run registered on
+// the topic is not parked here and does not stop the keeping, as the lease
+// engine's Signal ignores Temporal's waiters.
+//
+// It runs under the topic's lock, in a transaction of its own that holds
+// the parked runs' registrations locked until the sends have returned and
+// records on each the wait that a send reached: a wait timing out
+// meanwhile marks itself returned only after that (WaitReturned), and
+// learns that a counted signal is on its way. A send that fails ends the
+// sending; the runs reached before it are recorded and counted, and the
+// error is returned.
+func SignalParked(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage, trace tracing.Stored, send func(port.RunID) (bool, error)) (int, error) {
+	var reached []string
+	var sendErr error
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
 			return err
 		}
-		ws, err := Waiters(ctx, tx, EngineTemporal, topic)
+		rows, err := tx.Query(ctx, parkedSQL, topic)
 		if err != nil {
 			return err
 		}
-		for _, w := range ws {
-			if w.Parked {
-				ids = append(ids, w.ID)
+		parked, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		if len(parked) == 0 {
+			_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload, trace.Parent, trace.State)
+			return err
+		}
+		for _, u := range parked {
+			id := u.String()
+			ok, err := send(port.RunID(id))
+			if err != nil {
+				sendErr = err
+				break
+			}
+			if ok {
+				reached = append(reached, id)
 			}
 		}
-		if len(ids) > 0 {
+		if len(reached) == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload, trace.Parent, trace.State)
+		_, err = tx.Exec(ctx, signaledSQL, topic, reached)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("signal %s: %w", topic, InterpretError(err))
+		return 0, errors.Join(sendErr, fmt.Errorf("signal %s: %w", topic, InterpretError(err)))
 	}
-	return ids, nil
+	return len(reached), sendErr
 }
 
-// KeptSignal is a signal SignalTargets kept for a topic nobody waited on.
+// KeptSignal is a signal SignalParked kept for a topic nobody waited on.
 type KeptSignal struct {
 	ID      int64
 	Payload json.RawMessage
@@ -788,7 +790,7 @@ type KeptSignal struct {
 // AddWaiter, and returns the signals kept for the topic that no wait has
 // taken yet, oldest first, for the caller to hand to the run and then mark
 // taken (TakeKeptSignal). It runs under the topic's lock, in a transaction of
-// its own, so a concurrent SignalTargets either sees the waiter or kept its
+// its own, so a concurrent SignalParked either sees the waiter or kept its
 // signal before.
 func WaitKeepingSignals(ctx context.Context, db dbtx.Beginner, topic port.Topic, id port.RunID, step string) ([]KeptSignal, error) {
 	var kept []KeptSignal
@@ -816,7 +818,7 @@ func WaitKeepingSignals(ctx context.Context, db dbtx.Beginner, topic port.Topic,
 	return kept, nil
 }
 
-// TakeOneKeptSignal takes the oldest signal kept for topic (SignalTargets)
+// TakeOneKeptSignal takes the oldest signal kept for topic (SignalParked)
 // for run id's wait step, without registering a waiter: a wait that does
 // not park (a zero timeout) still receives a signal sent before it, as the
 // lease engine's does. ok is false when none is kept.

@@ -3,6 +3,7 @@ package runstore_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/runstore"
@@ -173,48 +175,118 @@ func TestProjectLazily(t *testing.T) {
 	require.ErrorIs(t, runstore.ProjectLazily(ctx, conn, "not-a-uuid", runstore.Projection{Status: port.StatusRunning}), port.ErrNotFound)
 }
 
-func TestWaiters(t *testing.T) {
+// signalParked signals topic (runstore.SignalParked) with a send that
+// reaches every run, and returns the runs sent to.
+func signalParked(t *testing.T, pool *pgxpool.Pool, topic port.Topic, payload string, trace tracing.Stored) []port.RunID {
+	t.Helper()
+	var sent []port.RunID
+	n, err := runstore.SignalParked(context.Background(), pool, topic, json.RawMessage(payload), trace, func(id port.RunID) (bool, error) {
+		sent = append(sent, id)
+		return true, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, len(sent), n)
+	return sent
+}
+
+// SignalParked sends to the Temporal engine's runs parked on the topic,
+// oldest wait first, and to no lease run and no run past its wait; a run
+// that ended meanwhile is not counted, and a failed send ends the sending
+// with the runs reached before it counted. Each reached wait, and only
+// that wait, reads signaled when it returns.
+func TestSignalParkedSendsToParkedTemporalRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	a := insertRun(t, pool, runstore.EngineLease, "a")
-	b := insertRun(t, pool, runstore.EngineLease, "b")
-	c := insertRun(t, pool, runstore.EngineTemporal, "theirs")
+	returned := func(topic port.Topic, id port.RunID) bool {
+		t.Helper()
+		signaled, err := runstore.WaitReturned(ctx, pool, topic, id)
+		require.NoError(t, err)
+		return signaled
+	}
+	park := func(topic port.Topic, keys ...string) []port.RunID {
+		t.Helper()
+		var ids []port.RunID
+		for _, key := range keys {
+			r := insertRun(t, pool, runstore.EngineTemporal, string(topic)+key)
+			require.NoError(t, runstore.AddWaiter(ctx, pool, topic, r.ID, "wait-0"))
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
 
-	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a.ID, "wait-approval-0"))
-	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a.ID, "wait-approval-1"))
-	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", b.ID, "wait-approval-0"))
-	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", c.ID, "wait-approval-0"))
-	ws, err := runstore.Waiters(ctx, pool, runstore.EngineLease, "approval:p1")
-	require.NoError(t, err)
-	require.ElementsMatch(t, []runstore.Waiter{{ID: a.ID, Parked: true}, {ID: b.ID, Parked: true}}, ws, "the other engine's waiter is not listed")
-	ws, err = runstore.Waiters(ctx, pool, runstore.EngineTemporal, "approval:p1")
-	require.NoError(t, err)
-	require.Equal(t, []runstore.Waiter{{ID: c.ID, Parked: true}}, ws)
+	lease := insertRun(t, pool, runstore.EngineLease, "lease")
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", lease.ID, "wait-0"))
+	runs := park("approval:p1", "a", "past", "c")
+	a, past, c := runs[0], runs[1], runs[2]
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a, "wait-0"), "registering twice is harmless; the wait is a's newest")
+	require.False(t, returned("approval:p1", past))
+	require.Equal(t, []port.RunID{c, a}, signalParked(t, pool, "approval:p1", `"go"`, tracing.Stored{}))
+	require.True(t, returned("approval:p1", a), "the signal was sent to this wait")
+	require.True(t, returned("approval:p1", a), "a retried mark reads the same")
+	require.True(t, returned("approval:p1", c))
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p1", a, "wait-1"))
+	require.False(t, returned("approval:p1", a), "the run's next wait was sent nothing")
+	require.False(t, returned("approval:p1", "01a22945-0000-7000-8000-00000000dead"), "an unregistered run was sent nothing")
 
-	require.NoError(t, runstore.WaitReturned(ctx, pool, "approval:p1", b.ID))
-	require.NoError(t, runstore.RemoveWaiter(ctx, pool, "approval:p1", a.ID))
-	ws, err = runstore.Waiters(ctx, pool, runstore.EngineLease, "approval:p1")
+	runs = park("approval:p2", "ended", "e")
+	n, err := runstore.SignalParked(ctx, pool, "approval:p2", json.RawMessage(`"x"`), tracing.Stored{}, func(id port.RunID) (bool, error) {
+		return id != runs[0], nil
+	})
 	require.NoError(t, err)
-	require.Equal(t, []runstore.Waiter{{ID: b.ID, Parked: false}}, ws, "registered, past its wait")
-	ws, err = runstore.Waiters(ctx, pool, runstore.EngineLease, "nobody")
-	require.NoError(t, err)
-	require.Empty(t, ws)
+	require.Equal(t, 1, n, "the run that ended as the send reached for it is not counted")
+	require.Equal(t, []bool{false, true}, []bool{returned("approval:p2", runs[0]), returned("approval:p2", runs[1])})
+
+	runs = park("approval:p3", "f", "refused")
+	refused := errors.New("refused")
+	n, err = runstore.SignalParked(ctx, pool, "approval:p3", json.RawMessage(`"x"`), tracing.Stored{}, func(id port.RunID) (bool, error) {
+		if id == runs[1] {
+			return false, refused
+		}
+		return true, nil
+	})
+	require.ErrorIs(t, err, refused)
+	require.Equal(t, 1, n, "the older wait was reached before the other's send failed")
+	require.Equal(t, []bool{true, false}, []bool{returned("approval:p3", runs[0]), returned("approval:p3", runs[1])})
 }
 
-// SignalTargets keeps the signal when only a lease run waits on the topic:
-// the Temporal engine neither signals that run (through a server that may be
-// gone, as after a switch away from Temporal) nor drops the signal that its
-// own next wait on the topic is owed.
-func TestSignalTargetsIgnoresLeaseWaiters(t *testing.T) {
+// A wait that marks itself returned while a Signal is sending to it waits
+// for the send to end, then reads that it was signaled: the signal its
+// sender counted is on its way, and the wait takes it.
+func TestWaitReturnedWaitsForASendInProgress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	r := insertRun(t, pool, runstore.EngineTemporal, "r")
+	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p4", r.ID, "wait"))
+	returned := make(chan bool, 1)
+	n, err := runstore.SignalParked(ctx, pool, "approval:p4", json.RawMessage(`"late"`), tracing.Stored{}, func(port.RunID) (bool, error) {
+		go func() {
+			signaled, err := runstore.WaitReturned(ctx, pool, "approval:p4", r.ID)
+			assert.NoError(t, err)
+			returned <- signaled
+		}()
+		deadline, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		require.NoError(t, pgtest.AwaitLockWait(deadline, pool, "UPDATE taskport.waiter SET step"), "the wait's mark waits for the send")
+		return true, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.True(t, <-returned, "the wait learns that the signal was sent to it")
+}
+
+// SignalParked keeps the signal when only a lease run waits on the topic:
+// the Temporal engine neither signals that run (through a server that may
+// be gone, as after a switch away from Temporal) nor drops the signal that
+// its own next wait on the topic is owed.
+func TestSignalParkedIgnoresLeaseWaiters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	lease := insertRun(t, pool, runstore.EngineLease, "lease")
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "download:p1", lease.ID, "wait-download"))
-	ws, err := runstore.SignalTargets(ctx, pool, "download:p1", json.RawMessage(`"done"`), tracing.Stored{})
-	require.NoError(t, err)
-	require.Empty(t, ws, "a lease run is not a target of the Temporal engine")
+	require.Empty(t, signalParked(t, pool, "download:p1", `"done"`, tracing.Stored{}), "a lease run is not a target of the Temporal engine")
 	m := insertRun(t, pool, runstore.EngineTemporal, "mine")
 	kept, err := runstore.WaitKeepingSignals(ctx, pool, "download:p1", m.ID, "wait-download")
 	require.NoError(t, err)
@@ -226,17 +298,16 @@ func TestSignalTargetsIgnoresLeaseWaiters(t *testing.T) {
 // signal is kept, with the sender's trace, for whichever wait on the topic
 // comes next, that run's or another's; a parked run is one, and then
 // nothing is kept.
-func TestSignalTargetsKeepsWhatNoParkedRunTakes(t *testing.T) {
+func TestSignalParkedKeepsWhatNoParkedRunTakes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	past := insertRun(t, pool, runstore.EngineTemporal, "past")
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "approval:p2", past.ID, "wait-approval"))
-	require.NoError(t, runstore.WaitReturned(ctx, pool, "approval:p2", past.ID))
-	sent := tracing.Stored{Parent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", State: "k=v"}
-	ids, err := runstore.SignalTargets(ctx, pool, "approval:p2", json.RawMessage(`"between"`), sent)
+	_, err := runstore.WaitReturned(ctx, pool, "approval:p2", past.ID)
 	require.NoError(t, err)
-	require.Empty(t, ids, "a run between two waits is not parked")
+	sent := tracing.Stored{Parent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", State: "k=v"}
+	require.Empty(t, signalParked(t, pool, "approval:p2", `"between"`, sent), "a run between two waits is not parked")
 
 	other := insertRun(t, pool, runstore.EngineTemporal, "other")
 	kept, err := runstore.WaitKeepingSignals(ctx, pool, "approval:p2", other.ID, "wait-approval")
@@ -246,9 +317,7 @@ func TestSignalTargetsKeepsWhatNoParkedRunTakes(t *testing.T) {
 	require.Equal(t, sent, kept[0].Trace)
 	require.NoError(t, runstore.TakeKeptSignal(ctx, pool, kept[0].ID, other.ID, "wait-approval"))
 
-	ids, err = runstore.SignalTargets(ctx, pool, "approval:p2", json.RawMessage(`"parked"`), tracing.Stored{})
-	require.NoError(t, err)
-	require.Equal(t, []port.RunID{other.ID}, ids, "the parked run is the target")
+	require.Equal(t, []port.RunID{other.ID}, signalParked(t, pool, "approval:p2", `"parked"`, tracing.Stored{}), "the parked run is the target")
 	var open int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.early_signal WHERE topic = 'approval:p2' AND consumed_by IS NULL`).Scan(&open))
 	require.Zero(t, open, "a signal that reaches a parked run is not kept as well")
