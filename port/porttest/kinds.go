@@ -176,6 +176,14 @@ func (b *bodies) run(ctx context.Context, in workIn) (struct{}, error) {
 	if !ok {
 		return struct{}{}, fmt.Errorf("porttest: no step info in the activity context")
 	}
+	// A blocking body takes its gate before it records its start: a test
+	// that sees the start and releases every gate then releases this one.
+	// Taken after, a release that came in between missed it, and the body
+	// blocked until its step timed out.
+	var gate chan struct{}
+	if in.Block {
+		gate = b.gate(info.RunID)
+	}
 	var execID int64
 	if err := b.pool.QueryRow(ctx, `INSERT INTO porttest.execution (run_id, step, attempt, payload) VALUES ($1, $2, $3, $4) RETURNING id`,
 		string(info.RunID), info.Step, info.Attempt, in.Payload).Scan(&execID); err != nil {
@@ -192,7 +200,6 @@ func (b *bodies) run(ctx context.Context, in workIn) (struct{}, error) {
 	if in.Block {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		gate := b.gate(info.RunID)
 	wait:
 		for {
 			select {
