@@ -309,7 +309,7 @@ func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.T
 }
 
 // waitReturned marks the run's registration on topic as past its wait and
-// reports whether a Signal sent to the wait (runstore.WaitReturned). A
+// reports whether a Signal counted the wait (runstore.WaitReturned). A
 // worker of an earlier release recorded no result; replayed, it reads
 // false.
 func (b *bookkeeping) waitReturned(ctx context.Context, id port.RunID, topic port.Topic) (bool, error) {

@@ -345,10 +345,11 @@ func summarize(raw []byte, limit int) string {
 // (runstore.SignalParked; addWaiter hands it over), as the lease engine
 // keeps one: a wake-up sent between a run's check and its wait is not
 // lost, and one sent while a run is between two waits on the topic is not
-// buffered in that run, which may end without waiting again. The parked
-// runs' registrations stay locked until the sends have returned, so a wait
-// that times out meanwhile learns, as it marks itself returned, that a
-// signal counted for it is on its way, and takes it (flow.WaitSignal).
+// buffered in that run, which may end without waiting again. Each parked
+// run's registration records that it was counted before the sends start,
+// so a wait that times out meanwhile learns, as it marks itself returned,
+// that a signal counted for it is on its way, and takes it
+// (flow.WaitSignal).
 func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
 	raw, err := enginekit.PrepareSignal(topic, payload)
 	if err != nil {

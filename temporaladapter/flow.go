@@ -450,17 +450,22 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 	return false, nil
 }
 
+// countedSignalWait bounds how long a timed-out wait waits for a signal
+// that a Signal counted for it (takeLateSignal). A send normally lands in
+// milliseconds; one that never lands (its sender died, or the server
+// refused it, which Signal's caller is told) costs the wait this much.
+const countedSignalWait = time.Minute
+
 // takeLateSignal takes a signal that reached the run after its wait's
 // timer fired: Signal counted the run as parked and sent it, so the signal
 // is this wait's, as the lease engine's resumed wait takes a signal
 // addressed to it whatever its deadline. Left in the channel, it went to
 // the run's next wait on the topic, or was lost with the run if there was
-// none. A signal already in the channel is taken at once. One that is not
-// there yet, though stopWaiting reported that a Signal sent to this wait
-// (signaled), is in the run's history after the events of this workflow
-// task: Signal's send returned before the wait could be marked returned.
-// The wait then waits for the next task to bring it. Runs that timed out
-// before each of these steps replay without it.
+// none. A signal already in the channel is taken at once. If there is none
+// but stopWaiting reported that a Signal counted this wait (signaled),
+// its send is on its way, and the wait waits for it, for
+// countedSignalWait at most. Runs that timed out before each of these
+// steps replay without it.
 func (f *flow) takeLateSignal(topic port.Topic, signaled bool, raw *json.RawMessage) (received, canceled bool) {
 	if workflow.GetVersion(f.ctx, "taskport/wait-takes-late-signal", workflow.DefaultVersion, 1) != 1 {
 		return false, false
@@ -472,9 +477,12 @@ func (f *flow) takeLateSignal(topic port.Topic, signaled bool, raw *json.RawMess
 	if !signaled || workflow.GetVersion(f.ctx, "taskport/wait-awaits-counted-signal", workflow.DefaultVersion, 1) != 1 {
 		return false, false
 	}
+	tctx, cancelTimer := workflow.WithCancel(f.ctx)
+	defer cancelTimer()
 	sel := workflow.NewSelector(f.ctx)
 	sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) { received = c.ReceiveAsync(raw) })
 	sel.AddReceive(f.ctx.Done(), func(workflow.ReceiveChannel, bool) { canceled = true })
+	sel.AddFuture(workflow.NewTimer(tctx, countedSignalWait), func(workflow.Future) {})
 	sel.Select(f.ctx)
 	return received, canceled
 }
@@ -483,7 +491,7 @@ func (f *flow) takeLateSignal(topic port.Topic, signaled bool, raw *json.RawMess
 // wait returned, so that a Signal while the run is past its wait neither
 // counts it nor sends it anything, as on the lease engine: the signal is
 // kept, with the sender's trace, for the topic's next wait. It reports
-// whether a Signal sent to this wait (takeLateSignal). One local activity
+// whether a Signal counted this wait (takeLateSignal). One local activity
 // per parked wait. Runs that waited before this change count as parked to
 // the end and replay without it.
 func (f *flow) stopWaiting(topic port.Topic, name string) (signaled bool, err error) {

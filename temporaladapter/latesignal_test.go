@@ -2,6 +2,7 @@ package temporaladapter_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,26 +12,25 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 
-	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
 	"github.com/taskport/taskport/test/contract/kinds"
 )
 
 // A Signal that counts a parked run and whose send reaches the workflow
-// only as the run's wait times out is received by that wait, as on the
-// lease engine, and not left for a next wait the run never makes. The
-// client's interceptor holds the send until the timed-out wait is marking
-// itself returned (its statement waits for the lock Signal holds on the
-// run's registration), so the signal lands in the workflow task that runs
-// the mark, after the wait looked in its channel. The run's next move is a
-// step (its gate check), not its end, so the server takes the task's
-// commands with the signal still undelivered. The "after" effect records
-// what the wait returned.
+// only after the run's wait timed out and looked in its channel is
+// received by that wait, as on the lease engine, and not left for a next
+// wait the run never makes. The client's interceptor holds the send until
+// the wait has marked itself returned (its registration reads past its
+// wait), so the signal lands after the wait's workflow task read the mark.
+// The run's next move is a step (its gate check), not its end, so the
+// server takes the task's commands with the signal still undelivered. The
+// "after" effect records what the wait returned.
 func TestWaitReceivesASignalSentAsItTimesOut(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	held := &holdFirstSignal{pool: h.pool, gate: "late"}
+	const topic port.Topic = "late:1"
+	held := &holdFirstSignal{pool: h.pool, gate: "late", topic: topic}
 	c, err := client.NewClientFromExisting(temporalClient, client.Options{
 		Namespace: server.Namespace, Interceptors: []interceptor.ClientInterceptor{held},
 	})
@@ -40,7 +40,6 @@ func TestWaitReceivesASignalSentAsItTimesOut(t *testing.T) {
 	eng := h.engine(temporaladapter.Config{})
 	ctx := context.Background()
 
-	const topic port.Topic = "late:1"
 	id := h.enqueue(eng, kinds.Wait, kinds.WaitIn{Gate: "late", Topic: topic, Timeout: kinds.Duration(2 * time.Second)},
 		port.EnqueueOptions{IdempotencyKey: "late"})
 	h.waitStatus(id, port.StatusWaiting)
@@ -56,15 +55,16 @@ func TestWaitReceivesASignalSentAsItTimesOut(t *testing.T) {
 	require.Equal(t, map[string]int{"after": 1}, h.effects(id))
 }
 
-// holdFirstSignal holds the client's first SignalWorkflow until a
-// statement of its database waits for a lock to mark a wait returned, after
-// opening the kind's gate, so that the run ends after its wait.
+// holdFirstSignal holds the client's first SignalWorkflow until the run's
+// wait on topic has marked itself returned, after opening the kind's gate,
+// so that the run ends after its wait.
 type holdFirstSignal struct {
 	interceptor.ClientInterceptorBase
-	pool *pgxpool.Pool
-	gate string
-	once sync.Once
-	err  error
+	pool  *pgxpool.Pool
+	gate  string
+	topic port.Topic
+	once  sync.Once
+	err   error
 }
 
 func (h *holdFirstSignal) InterceptClient(next interceptor.ClientOutboundInterceptor) interceptor.ClientOutboundInterceptor {
@@ -77,17 +77,28 @@ type holdFirstSignalOut struct {
 }
 
 func (o *holdFirstSignalOut) SignalWorkflow(ctx context.Context, in *interceptor.ClientSignalWorkflowInput) error {
-	o.h.once.Do(func() { o.h.err = o.h.awaitMarkBlocked(ctx) })
+	o.h.once.Do(func() { o.h.err = o.h.awaitWaitReturned(ctx) })
 	return o.Next.SignalWorkflow(ctx, in)
 }
 
-// awaitMarkBlocked opens the gate, then waits until a wait's mark waits
-// for a lock, for a minute at most.
-func (h *holdFirstSignal) awaitMarkBlocked(ctx context.Context) error {
+// awaitWaitReturned opens the gate, then polls until the wait on the topic
+// has marked itself returned, for a minute at most.
+func (h *holdFirstSignal) awaitWaitReturned(ctx context.Context) error {
 	if err := kinds.OpenEffectGate(ctx, h.pool, h.gate); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return pgtest.AwaitLockWait(ctx, h.pool, "UPDATE taskport.waiter SET step")
+	for {
+		var returned bool
+		err := h.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskport.waiter WHERE topic = $1 AND step = '')`, h.topic).Scan(&returned)
+		if err != nil || returned {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the wait on %s never marked itself returned: %w", h.topic, context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

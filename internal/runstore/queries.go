@@ -166,22 +166,21 @@ const removeWaiterSQL = `DELETE FROM taskport.waiter WHERE topic = $1 AND run_id
 // waitReturnedSQL) and returns the runs, oldest wait first. Both engines
 // register in taskport.waiter, and a signal must not reach for the other
 // engine's runs: the Temporal engine would call a server that, after a
-// switch away from it, may be gone. The row locks are held while Signal
-// sends, so a wait marking itself returned (waitReturnedSQL) waits for the
-// sends to end.
+// switch away from it, may be gone. The row locks hold a wait marking
+// itself returned (waitReturnedSQL) back until signaledSQL has recorded
+// the count.
 const parkedSQL = `
 SELECT w.run_id FROM taskport.waiter w JOIN taskport.run r ON r.id = w.run_id
 WHERE w.topic = $1 AND r.engine = 'temporal' AND w.step <> '' ORDER BY w.since, w.run_id
 FOR NO KEY UPDATE OF w`
 
 // signaledSQL records on the registrations of runs $2 on topic $1, locked
-// by parkedSQL in the same transaction, that a signal was sent to the wait
+// by parkedSQL in the same transaction, that a signal counted the wait
 // each is in: signaled_wait becomes that wait's since.
 const signaledSQL = `UPDATE taskport.waiter SET signaled_wait = since WHERE topic = $1 AND run_id = ANY($2::uuid[])`
 
 // waitReturnedSQL marks the registration past its wait and reports whether
-// a Signal sent to this wait (signaled_wait is this registration's since).
-// It waits for the row lock of a Signal sending to the run (parkedSQL).
+// a Signal counted this wait (signaled_wait is this registration's since).
 const waitReturnedSQL = `
 UPDATE taskport.waiter SET step = '' WHERE topic = $1 AND run_id = $2
 RETURNING signaled_wait IS NOT DISTINCT FROM since`

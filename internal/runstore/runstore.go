@@ -698,9 +698,9 @@ func RemoveWaiter(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 // WaitReturned records that run id's wait on topic returned: the run stays
 // registered until it ends, but it is no longer parked there, so
 // SignalParked neither counts nor sends to it and keeps the signal for the
-// topic's next wait. It waits for a SignalParked sending to the run, and
-// reports whether one sent to this wait: that signal is then in the run's
-// history, and the wait must take it, since its sender counted it.
+// topic's next wait. It reports whether a SignalParked counted this wait
+// before: that signal has been sent, or is being sent, to the run, and the
+// wait must take it, since its sender counted it.
 func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) (signaled bool, err error) {
 	u, err := ParseID(id)
 	if err != nil {
@@ -729,16 +729,18 @@ func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 // the topic is not parked here and does not stop the keeping, as the lease
 // engine's Signal ignores Temporal's waiters.
 //
-// It runs under the topic's lock, in a transaction of its own that holds
-// the parked runs' registrations locked until the sends have returned and
-// records on each the wait that a send reached: a wait timing out
-// meanwhile marks itself returned only after that (WaitReturned), and
-// learns that a counted signal is on its way. A send that fails ends the
-// sending; the runs reached before it are recorded and counted, and the
-// error is returned.
+// It reads the parked runs under the topic's lock and records on each
+// registration, in the same transaction, that this wait was counted, before
+// it sends anything: a wait that times out and marks itself returned after
+// that learns that a signal counted for it is on its way
+// (WaitReturned). The sends run after the commit, holding no lock: a send
+// to an unreachable server blocks nobody's statements. A send that fails
+// ends the sending; the runs reached before it are counted, and the error
+// is returned. The runs counted but not reached keep their record; their
+// waits, if they time out, wait a while for a signal that does not come
+// (temporaladapter's WaitSignal bounds that).
 func SignalParked(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage, trace tracing.Stored, send func(port.RunID) (bool, error)) (int, error) {
-	var reached []string
-	var sendErr error
+	var parked []string
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
 			return err
@@ -747,35 +749,34 @@ func SignalParked(ctx context.Context, db dbtx.Beginner, topic port.Topic, paylo
 		if err != nil {
 			return err
 		}
-		parked, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 		if err != nil {
 			return err
 		}
-		if len(parked) == 0 {
+		if len(ids) == 0 {
 			_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload, trace.Parent, trace.State)
 			return err
 		}
-		for _, u := range parked {
-			id := u.String()
-			ok, err := send(port.RunID(id))
-			if err != nil {
-				sendErr = err
-				break
-			}
-			if ok {
-				reached = append(reached, id)
-			}
+		for _, u := range ids {
+			parked = append(parked, u.String())
 		}
-		if len(reached) == 0 {
-			return nil
-		}
-		_, err = tx.Exec(ctx, signaledSQL, topic, reached)
+		_, err = tx.Exec(ctx, signaledSQL, topic, parked)
 		return err
 	})
 	if err != nil {
-		return 0, errors.Join(sendErr, fmt.Errorf("signal %s: %w", topic, InterpretError(err)))
+		return 0, fmt.Errorf("signal %s: %w", topic, InterpretError(err))
 	}
-	return len(reached), sendErr
+	reached := 0
+	for _, id := range parked {
+		ok, err := send(port.RunID(id))
+		if err != nil {
+			return reached, err
+		}
+		if ok {
+			reached++
+		}
+	}
+	return reached, nil
 }
 
 // KeptSignal is a signal SignalParked kept for a topic nobody waited on.

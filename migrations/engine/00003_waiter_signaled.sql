@@ -1,12 +1,13 @@
 -- A Temporal run's wait that times out as a signal reaches it must still
 -- return received, as the lease engine's does: Signal counted the run as
--- parked and told its caller so. Signal now locks the parked waiters' rows
--- while it sends, and records on each row it reached the registration it
--- reached (signaled_wait = since, the wait's own timestamp); the wait, on
--- marking itself returned, waits for that lock and reads whether its own
--- registration was signaled. A later registration of the run on the topic
--- moves since, so a mark left from an earlier wait (or written by none, as
--- by a worker of an earlier release) reads false. NULL: not signaled.
+-- parked and told its caller so. Signal now records on each parked
+-- waiter's row, in the transaction that reads it and before it sends, the
+-- registration it counted (signaled_wait = since, the wait's own
+-- timestamp); the wait, on marking itself returned, reads whether its own
+-- registration was counted, and then waits for that signal. A later
+-- registration of the run on the topic moves since, so a mark left from an
+-- earlier wait (or written by none, as by a worker of an earlier release)
+-- reads false. NULL: not counted.
 --
 -- A NULL column without a default: catalog only, the lock is held for
 -- milliseconds.
