@@ -228,16 +228,7 @@ func TestWaitSignalWithZeroTimeoutReturnsAtOnce(t *testing.T) {
 // ends without waiting again, so a signal left in the channel would have
 // been lost.
 func TestWaitTakesASignalThatArrivesAsItTimesOut(t *testing.T) {
-	var got []string
-	def := port.Definition{
-		Kind: "unit.late", Version: 1, Retry: port.FileRetry(),
-		Handler: port.Handle(func(f port.Flow, in string) error {
-			var payload string
-			ok, err := f.WaitSignal("wait", "late:1", time.Minute, &payload)
-			got = append(got, fmt.Sprint(ok), payload)
-			return err
-		}),
-	}
+	def, got := oneWait("unit.late", "late:1")
 	env := newUnitEnv(t, def)
 	marked := 0
 	*env.waitReturned = func(topic port.Topic) bool {
@@ -248,7 +239,22 @@ func TestWaitTakesASignalThatArrivesAsItTimesOut(t *testing.T) {
 	env.run(def, "x")
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, 1, marked, "the wait timed out and was marked returned")
-	require.Equal(t, []string{"true", "late"}, got)
+	require.Equal(t, []string{"true", "late"}, *got)
+}
+
+// oneWait is a kind whose handler waits once on topic, for a minute, and
+// ends; got receives what the wait returned (received, then the payload).
+func oneWait(kind port.Kind, topic port.Topic) (port.Definition, *[]string) {
+	got := new([]string)
+	return port.Definition{
+		Kind: kind, Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle(func(f port.Flow, in string) error {
+			var payload string
+			ok, err := f.WaitSignal("wait", topic, time.Minute, &payload)
+			*got = append(*got, fmt.Sprint(ok), payload)
+			return err
+		}),
+	}, got
 }
 
 // A signal that a Signal counted for the wait before the wait timed out,
@@ -258,16 +264,7 @@ func TestWaitTakesASignalThatArrivesAsItTimesOut(t *testing.T) {
 // and one whose counted signal never comes returns not received once that
 // bound passes. The signal comes 10 s after the mark on the test clock.
 func TestWaitAwaitsASignalCountedAsItTimedOut(t *testing.T) {
-	var got []string
-	def := port.Definition{
-		Kind: "unit.counted", Version: 1, Retry: port.FileRetry(),
-		Handler: port.Handle(func(f port.Flow, in string) error {
-			var payload string
-			ok, err := f.WaitSignal("wait", "counted:1", time.Minute, &payload)
-			got = append(got, fmt.Sprint(ok), payload)
-			return err
-		}),
-	}
+	def, got := oneWait("unit.counted", "counted:1")
 	for _, c := range []struct {
 		name           string
 		signaled, sent bool
@@ -278,7 +275,7 @@ func TestWaitAwaitsASignalCountedAsItTimedOut(t *testing.T) {
 		{"not counted", false, true, []string{"false", ""}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got = nil
+			*got = nil
 			env := newUnitEnv(t, def)
 			*env.waitReturned = func(topic port.Topic) bool {
 				if c.sent {
@@ -288,7 +285,7 @@ func TestWaitAwaitsASignalCountedAsItTimedOut(t *testing.T) {
 			}
 			env.run(def, "x")
 			require.NoError(t, env.GetWorkflowError())
-			require.Equal(t, c.want, got)
+			require.Equal(t, c.want, *got)
 		})
 	}
 }

@@ -161,23 +161,22 @@ ON CONFLICT (topic, run_id) DO UPDATE SET step = EXCLUDED.step, since = now()`
 
 const removeWaiterSQL = `DELETE FROM taskport.waiter WHERE topic = $1 AND run_id = $2`
 
-// parkedSQL locks the registrations of the Temporal engine's runs parked in
-// a wait on topic $1 (step "" is registered but past its wait:
-// waitReturnedSQL) and returns the runs, oldest wait first. Both engines
-// register in taskport.waiter, and a signal must not reach for the other
-// engine's runs: the Temporal engine would call a server that, after a
-// switch away from it, may be gone. The row locks hold a wait marking
-// itself returned (waitReturnedSQL) back until signaledSQL has recorded
-// the count.
-const parkedSQL = `
-SELECT w.run_id FROM taskport.waiter w JOIN taskport.run r ON r.id = w.run_id
-WHERE w.topic = $1 AND r.engine = 'temporal' AND w.step <> '' ORDER BY w.since, w.run_id
-FOR NO KEY UPDATE OF w`
-
-// signaledSQL records on the registrations of runs $2 on topic $1, locked
-// by parkedSQL in the same transaction, that a signal counted the wait
-// each is in: signaled_wait becomes that wait's since.
-const signaledSQL = `UPDATE taskport.waiter SET signaled_wait = since WHERE topic = $1 AND run_id = ANY($2::uuid[])`
+// countParkedSQL records on each registration of the Temporal engine's runs
+// parked in a wait on topic $1 (step "" is registered but past its wait:
+// waitReturnedSQL) that a signal counted the wait it is in (signaled_wait
+// becomes that wait's since), and returns the runs, oldest wait first. Both
+// engines register in taskport.waiter, and a signal must not reach for the
+// other engine's runs: the Temporal engine would call a server that, after
+// a switch away from it, may be gone. A wait marking itself returned
+// meanwhile waits for the row and then reads the record.
+const countParkedSQL = `
+WITH c AS (
+  UPDATE taskport.waiter w SET signaled_wait = w.since
+  FROM taskport.run r
+  WHERE w.topic = $1 AND w.step <> '' AND r.id = w.run_id AND r.engine = 'temporal'
+  RETURNING w.run_id, w.since
+)
+SELECT run_id FROM c ORDER BY since, run_id`
 
 // waitReturnedSQL marks the registration past its wait and reports whether
 // a Signal counted this wait (signaled_wait is this registration's since).

@@ -740,35 +740,27 @@ func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 // waits, if they time out, wait a while for a signal that does not come
 // (temporaladapter's WaitSignal bounds that).
 func SignalParked(ctx context.Context, db dbtx.Beginner, topic port.Topic, payload json.RawMessage, trace tracing.Stored, send func(port.RunID) (bool, error)) (int, error) {
-	var parked []string
+	var parked []uuid.UUID
 	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, parkedSQL, topic)
+		rows, err := tx.Query(ctx, countParkedSQL, topic)
 		if err != nil {
 			return err
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil {
+		if parked, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil || len(parked) > 0 {
 			return err
 		}
-		if len(ids) == 0 {
-			_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload, trace.Parent, trace.State)
-			return err
-		}
-		for _, u := range ids {
-			parked = append(parked, u.String())
-		}
-		_, err = tx.Exec(ctx, signaledSQL, topic, parked)
+		_, err = tx.Exec(ctx, keepEarlySignalSQL, topic, payload, trace.Parent, trace.State)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("signal %s: %w", topic, InterpretError(err))
 	}
 	reached := 0
-	for _, id := range parked {
-		ok, err := send(port.RunID(id))
+	for _, u := range parked {
+		ok, err := send(port.RunID(u.String()))
 		if err != nil {
 			return reached, err
 		}
