@@ -120,6 +120,10 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 				explain(stepsStartedSQL, ids, tokens, started, steps).RequireIndexed(t, name+" steps started", "run_pkey")
 				explain(finishSQL, ids, tokens, statuses, steps, seqs, names, names, seqs, names).
 					RequireIndexed(t, name+" finish", "run_pkey", "step_result_pkey", "waiter_run")
+				// One run's statements that delete its waiters as they go.
+				explain(commitStepSQL, ids[0], tokens[0], "s", 1, `{}`, false, 1, "", int64(10000)).
+					RequireIndexed(t, name+" commit step", "run_pkey", "waiter_run")
+				explain(settleCancelSQL, ids[0]).RequireIndexed(t, name+" settle cancel", "run_pkey", "waiter_run")
 				explain(pruneRunsSQL, runstore.EngineLease, day, day, day, 1000).
 					RequireIndexed(t, name+" retention: runs", "run_finished", "run_pkey", "step_result_pkey")
 				explain(runstore.RunLagSQL, runstore.EngineLease, day, day, day).

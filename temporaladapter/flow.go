@@ -439,7 +439,7 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		return false, err
 	}
 	if !received {
-		if received, canceled = f.takeLateSignal(topic, signaled, &raw); canceled {
+		if received, canceled = f.takeLateSignal(topic, name, signaled, &raw); canceled {
 			return false, port.ErrCanceled
 		}
 	}
@@ -466,7 +466,7 @@ const countedSignalWait = time.Minute
 // its send is on its way, and the wait waits for it, for
 // countedSignalWait at most. Runs that timed out before each of these
 // steps replay without it.
-func (f *flow) takeLateSignal(topic port.Topic, signaled bool, raw *json.RawMessage) (received, canceled bool) {
+func (f *flow) takeLateSignal(topic port.Topic, name string, signaled bool, raw *json.RawMessage) (received, canceled bool) {
 	if workflow.GetVersion(f.ctx, "taskport/wait-takes-late-signal", workflow.DefaultVersion, 1) != 1 {
 		return false, false
 	}
@@ -482,7 +482,10 @@ func (f *flow) takeLateSignal(topic port.Topic, signaled bool, raw *json.RawMess
 	sel := workflow.NewSelector(f.ctx)
 	sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) { received = c.ReceiveAsync(raw) })
 	sel.AddReceive(f.ctx.Done(), func(workflow.ReceiveChannel, bool) { canceled = true })
-	sel.AddFuture(workflow.NewTimer(tctx, countedSignalWait), func(workflow.Future) {})
+	// The summary names the wait, as its own timer's does, so that the UI
+	// shows what this second timer is for.
+	summary := name + ": a counted signal on its way"
+	sel.AddFuture(workflow.NewTimerWithOptions(tctx, countedSignalWait, workflow.TimerOptions{Summary: summary}), func(workflow.Future) {})
 	sel.Select(f.ctx)
 	return received, canceled
 }

@@ -9,7 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/taskport/taskport/port"
@@ -53,6 +55,29 @@ func TestWaitReceivesASignalSentAsItTimesOut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `signal:"late"`, notes["after"], "the wait that timed out took the signal counted for it")
 	require.Equal(t, map[string]int{"after": 1}, h.effects(id))
+	require.Equal(t, []string{"wait-0", "wait-0: a counted signal on its way"}, h.timerSummaries(id),
+		"the UI names both timers: the wait's own and its wait for the counted signal")
+}
+
+// timerSummaries returns the summary of each timer the run started, in
+// order, as the Temporal UI shows them.
+func (h *harness) timerSummaries(id port.RunID) []string {
+	h.t.Helper()
+	var got []string
+	it := h.c.GetWorkflowHistory(context.Background(), temporaladapter.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(h.t, err)
+		if ev.GetEventType() != enumspb.EVENT_TYPE_TIMER_STARTED {
+			continue
+		}
+		var summary string
+		if p := ev.GetUserMetadata().GetSummary(); p != nil {
+			require.NoError(h.t, converter.GetDefaultDataConverter().FromPayload(p, &summary))
+		}
+		got = append(got, summary)
+	}
+	return got
 }
 
 // holdFirstSignal holds the client's first SignalWorkflow until the run's
