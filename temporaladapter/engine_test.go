@@ -78,17 +78,13 @@ func TestRetriedAttemptUnsticksTheRun(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	eng := h.engine(temporaladapter.Config{})
-	ctx := context.Background()
 	id := h.enqueue(eng, kinds.FailKind, kinds.TagIn{Tag: "unstick"}, port.EnqueueOptions{IdempotencyKey: "unstick"})
 	h.waitStatus(id, port.StatusFailed)
 	require.Equal(t, kinds.FastRetry.MaxAttempts, h.effects(id)["fail:retryable"])
 
 	var queues []enumspb.TaskQueueKind // of each workflow task scheduled, in order
 	failedAt := -1
-	it := h.c.GetWorkflowHistory(ctx, temporaladapter.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		ev, err := it.Next()
-		require.NoError(t, err)
+	for _, ev := range h.history(id) {
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
 			queues = append(queues, ev.GetWorkflowTaskScheduledEventAttributes().GetTaskQueue().GetKind())

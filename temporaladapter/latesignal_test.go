@@ -64,10 +64,7 @@ func TestWaitReceivesASignalSentAsItTimesOut(t *testing.T) {
 func (h *harness) timerSummaries(id port.RunID) []string {
 	h.t.Helper()
 	var got []string
-	it := h.c.GetWorkflowHistory(context.Background(), temporaladapter.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		ev, err := it.Next()
-		require.NoError(h.t, err)
+	for _, ev := range h.history(id) {
 		if ev.GetEventType() != enumspb.EVENT_TYPE_TIMER_STARTED {
 			continue
 		}

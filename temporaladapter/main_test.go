@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/internal/devserver"
@@ -117,6 +119,20 @@ func (h *harness) waitStatus(id port.RunID, want port.Status) runstore.Run {
 		require.Equal(c, want, run.Status, "run %s: last error %q", id, run.LastError)
 	}, 60*time.Second, 50*time.Millisecond)
 	return run
+}
+
+// history returns the events of the run's workflow, in order, as the
+// harness's client reads them from the server.
+func (h *harness) history(id port.RunID) []*historypb.HistoryEvent {
+	h.t.Helper()
+	var events []*historypb.HistoryEvent
+	it := h.c.GetWorkflowHistory(context.Background(), temporaladapter.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(h.t, err)
+		events = append(events, ev)
+	}
+	return events
 }
 
 // effects returns the executions of each effect label of a run.

@@ -161,10 +161,7 @@ func TestUnboundActivityFailsAtOnceAndForGood(t *testing.T) {
 	require.Equal(t, want, got)
 	require.Equal(t, want.Error(), run.LastError)
 	var scheduled, failed int
-	it := h.c.GetWorkflowHistory(context.Background(), temporaladapter.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		ev, err := it.Next()
-		require.NoError(t, err)
+	for _, ev := range h.history(id) {
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			scheduled++
