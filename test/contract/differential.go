@@ -225,10 +225,32 @@ type diffWorker struct {
 	e port.TaskEngine
 }
 
+// diffStepTimeout bounds, for the kinds the differential runs, how long a
+// step attempt lost in transit to a stopping worker (Features.
+// LosesPolledTasksOnStop) stays charged-but-unrun before its retry: with
+// port.DefaultStepTimeout a restart or a kill on the 1.29 dev server could
+// park a run for a minute, which changed no outcome but cost the cell up to
+// two minutes. The attempts of these kinds are not compared (only the
+// failing kinds' are, and those already have a short timeout), and their
+// steps are single statements, far below the bound.
+const diffStepTimeout = 10 * time.Second
+
+// diffDefinitions are the effect kinds, with diffStepTimeout on the two
+// the plan draws that have no step timeout of their own.
+func diffDefinitions() []port.Definition {
+	defs := kinds.Definitions(false)
+	for i := range defs {
+		if defs[i].Kind == kinds.Three || defs[i].Kind == kinds.Wait {
+			defs[i].StepTimeout = diffStepTimeout
+		}
+	}
+	return defs
+}
+
 func (d *diffWorker) restart(p *diffPlan, ids map[string]port.RunID) {
 	d.settleRetries(p, ids)
 	d.w.stop(d.e)
-	d.e = d.w.start(registry(d.w.t, d.w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	d.e = d.w.start(registry(d.w.t, d.w.pool, diffDefinitions()...), port.StartOptions{})
 }
 
 // kill stops the worker with an expired context: in-flight steps are
@@ -241,7 +263,7 @@ func (d *diffWorker) kill(p *diffPlan, ids map[string]port.RunID, opened map[str
 	if err := d.e.Stop(ctx); err != nil {
 		d.w.t.Logf("kill: stop reported %s", err.Error())
 	}
-	d.e = d.w.start(registry(d.w.t, d.w.pool, kinds.Definitions(false)...), port.StartOptions{})
+	d.e = d.w.start(registry(d.w.t, d.w.pool, diffDefinitions()...), port.StartOptions{})
 }
 
 // settleRetries waits until every run whose attempts are counted (the
@@ -272,7 +294,7 @@ func (d *diffWorker) quiescent(p *diffPlan, ids map[string]port.RunID, opened ma
 // runPlan replays the plan on one engine and returns the final business
 // state by idempotency key.
 func runPlan(w *world, p *diffPlan) map[string]keyState {
-	d := &diffWorker{w: w, e: w.start(registry(w.t, w.pool, kinds.Definitions(false)...), port.StartOptions{})}
+	d := &diffWorker{w: w, e: w.start(registry(w.t, w.pool, diffDefinitions()...), port.StartOptions{})}
 	ids := map[string]port.RunID{}
 	opened := map[string]bool{} // gates opened so far
 	counts := map[opKind]int{}
