@@ -60,6 +60,12 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 	pgtest.RequireNeverAnalyzed(t, pool, "taskport.run", "taskport.waiter", "taskport.early_signal")
 
 	day := (24 * time.Hour).Milliseconds()
+	// Open runs whose steps a busy Temporal worker could be running.
+	rows, err := pool.Query(ctx, `SELECT id FROM taskport.run WHERE status = 'waiting' LIMIT 100`)
+	require.NoError(t, err)
+	running, err := pgx.CollectRows(rows, pgx.RowTo[dbtx.UUID])
+	require.NoError(t, err)
+	require.Len(t, running, 100)
 	// The retention statements as PruneRuns, PruneWaiters, PruneEarlySignals
 	// and the lags run them: the waiter and signal prunes after
 	// dbtx.PinIndexScansSQL.
@@ -80,6 +86,9 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 			RequireIndexed(t, stats+" retention: waiters", "waiter_since", "run_pkey")
 		explain(pruneEarlySignalsSQL, day, 1000).
 			RequireIndexed(t, stats+" retention: early signals", "early_signal_consumed", "early_signal_unconsumed_age", "early_signal_pkey")
+		// Not retention, but as often run and prepared: the cancel watch's
+		// read of its running steps' flags (CanceledAmong), every second.
+		explain(canceledAmongSQL, dbtx.UUIDArray(running)).RequireIndexed(t, stats+" cancel flags of running steps", "run_pkey")
 	}
 	check := func(stats string) {
 		// The listings of the engine that owns the runs: its engine
@@ -107,7 +116,7 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 		}
 	}
 	check("never analyzed:")
-	_, err := pool.Exec(ctx, `ANALYZE taskport.run, taskport.waiter, taskport.early_signal`)
+	_, err = pool.Exec(ctx, `ANALYZE taskport.run, taskport.waiter, taskport.early_signal`)
 	require.NoError(t, err)
 	check("analyzed:")
 }

@@ -90,6 +90,10 @@ SELECT false, engine FROM taskport.run WHERE id = $1 AND NOT EXISTS (SELECT FROM
 // lease engine sends it in its group commits.
 const CancelRequestedSQL = `SELECT cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = $1`
 
+// canceledAmongSQL reads which of some runs have their cancel flag set
+// (CanceledAmong).
+const canceledAmongSQL = `SELECT id FROM taskport.run WHERE id = ANY($1::uuid[]) AND cancel_requested_at IS NOT NULL`
+
 // startStepSQL is CancelRequestedSQL and, unless the cancel was requested
 // or the run ended, the projection of its step as running, in one
 // statement (StartStep). The read and the update's own recheck of the flag

@@ -149,13 +149,9 @@ type WantedStart struct {
 
 // StartDone clears the wanted start of the runs ids.
 func StartDone(ctx context.Context, q DBTX, ids []port.RunID) error {
-	us := make(dbtx.UUIDArray, len(ids))
-	for i, id := range ids {
-		u, err := ParseID(id)
-		if err != nil {
-			return err
-		}
-		us[i] = u
+	us, err := parseIDs(ids)
+	if err != nil {
+		return err
 	}
 	if _, err := q.Exec(ctx, startDoneSQL, us); err != nil {
 		return fmt.Errorf("clear the started runs: %w", InterpretError(err))
@@ -426,6 +422,19 @@ func (b *batch) lost(j int) error {
 	return fmt.Errorf("insert runs: run %s/%s neither inserted nor found", b.kinds[j], b.keys[j])
 }
 
+// parseIDs is ParseID of each id, as a uuid[] argument.
+func parseIDs(ids []port.RunID) (dbtx.UUIDArray, error) {
+	us := make(dbtx.UUIDArray, len(ids))
+	for i, id := range ids {
+		u, err := ParseID(id)
+		if err != nil {
+			return nil, err
+		}
+		us[i] = u
+	}
+	return us, nil
+}
+
 // ParseID validates a run id and returns it as the statements' argument
 // (dbtx.UUID). A malformed id is reported as ErrNotFound: no run can have
 // it. So is another spelling of a run's UUID than the one Enqueue returns
@@ -524,6 +533,29 @@ func CancelRequested(ctx context.Context, q DBTX, id port.RunID) (bool, error) {
 		return false, fmt.Errorf("read the cancel flag of run %s: %w", id, InterpretError(err))
 	}
 	return requested, nil
+}
+
+// CanceledAmong returns the runs among ids whose cancel was requested
+// (RequestCancel), in one statement: a Temporal worker asks it for the runs
+// whose steps it is running, to hand them the cancel (temporaladapter's
+// cancelWatch). Unknown ids are not returned.
+func CanceledAmong(ctx context.Context, q DBTX, ids []port.RunID) ([]port.RunID, error) {
+	us, err := parseIDs(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, canceledAmongSQL, us)
+	if err != nil {
+		return nil, fmt.Errorf("read the cancel flags of %d runs: %w", len(ids), InterpretError(err))
+	}
+	canceled, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (port.RunID, error) {
+		u, err := pgx.RowTo[uuid.UUID](r)
+		return port.RunID(u.String()), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the cancel flags of %d runs: %w", len(ids), InterpretError(err))
+	}
+	return canceled, nil
 }
 
 // Projection is the engine-reported state of a run.
