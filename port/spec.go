@@ -103,9 +103,9 @@
 //	           nil. The cancel flag is written first, then the run ends
 //	           canceled. No step body starts after Cancel returned. A body
 //	           already running is not interrupted by the engine: its
-//	           context is canceled with cause ErrCanceled and it stops
-//	           itself. A Cancel that races the run's start is kept: the run
-//	           ends canceled and runs no step.
+//	           context is canceled with cause ErrCanceled, whether or not
+//	           it heartbeats, and it stops itself. A Cancel that races the
+//	           run's start is kept: the run ends canceled and runs no step.
 //	succeeded, failed, canceled
 //	           nil; nothing written (no cancel_requested_at, reason or
 //	           updated_at)

@@ -30,7 +30,7 @@ import (
 // token, maps Temporal's cancellation causes onto port.ErrCanceled and
 // port.ErrLeaseLost, projects the step into Postgres, and marks the error
 // non-retryable when the body asked for it.
-func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, stepCall) (stepResult, error) {
+func (e *Engine) activityFunc(b port.ActivityBinding, watch *cancelWatch) func(context.Context, stepCall) (stepResult, error) {
 	return func(ctx context.Context, call stepCall) (stepResult, error) {
 		ai := activity.GetInfo(ctx)
 		kind, version := parseWorkflowType(ai.WorkflowType.Name)
@@ -44,6 +44,15 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 				int(ai.Attempt), call.Generation),
 		}
 		log := e.logger.With(slog.String("run_id", string(info.RunID)), slog.String("step", info.Step), slog.Int("attempt", info.Attempt))
+		// The body's context ends when Temporal's does, but with the port's
+		// cause; it does not inherit Temporal's cause, hence WithoutCancel.
+		// The cancel watch ends it too, sooner: registered before the flag
+		// read below, it reaches a body whose cancel that read missed.
+		sctx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+		defer stop(nil)
+		release := context.AfterFunc(ctx, func() { stop(stopCause(ctx)) })
+		defer release()
+		defer watch.add(info.RunID, stop)()
 		// Cancel writes the run's flag before it cancels the workflow, and
 		// this task may have been handed out in between (a slot freed
 		// before the workflow saw the cancel): no body starts once Cancel
@@ -67,13 +76,6 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 			e.unstick(ctx, log, ai)
 		}
 
-		// The body's context ends when Temporal's does, but with the port's
-		// cause; it does not inherit Temporal's cause, hence WithoutCancel.
-		sctx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
-		defer stop(nil)
-		release := context.AfterFunc(ctx, func() { stop(stopCause(ctx)) })
-		defer release()
-
 		out, err := enginekit.RunActivity(sctx, b, info, heartbeat{activityCtx: ctx}, call.Input)
 		if err == nil {
 			if info.Attempt > 1 {
@@ -87,6 +89,15 @@ func (e *Engine) activityFunc(b port.ActivityBinding) func(context.Context, step
 			// Reported as canceled, not failed, so Temporal does not retry.
 			// The attempt rides along: the run ends with it as its Attempts.
 			return stepResult{}, temporal.NewCanceledError(err.Error(), info.Attempt)
+		}
+		if errors.Is(context.Cause(sctx), port.ErrCanceled) {
+			// The cancel watch ended the body before Temporal told the
+			// activity: failed for good, with the attempt, so the run
+			// ends canceled with it as its Attempts (canceledAttempts).
+			return stepResult{}, temporal.NewApplicationErrorWithOptions(err.Error(), stepCanceledType, temporal.ApplicationErrorOptions{
+				NonRetryable: true,
+				Details:      []any{info.Attempt},
+			})
 		}
 		e.books.projectQuietly(ctx, log, info.RunID, projection{Status: port.StatusRunning, Attempts: info.Attempt, Step: info.Step, LastError: err.Error()})
 		return stepResult{}, temporal.NewApplicationErrorWithOptions(err.Error(), stepErrorType, temporal.ApplicationErrorOptions{

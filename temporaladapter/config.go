@@ -75,6 +75,11 @@ type Config struct {
 	// recorded whose workflow no worker started yet: commits it did not
 	// hear of (it listens for their NOTIFY). Default 1s.
 	StartPollInterval time.Duration
+	// CancelPollInterval paces a started worker's read of the cancel flags
+	// of the runs whose steps it runs, for the cancels whose NOTIFY it did
+	// not hear (see cancelWatch): a running body learns of a cancel at once
+	// through its NOTIFY, or within this interval. Default 1s.
+	CancelPollInterval time.Duration
 	// ReconcileBatch is how many open runs one round describes at most.
 	// Default 100.
 	ReconcileBatch int
@@ -110,6 +115,7 @@ const (
 	DefaultWorkflowTaskTimeout  = 5 * time.Second
 	DefaultReconcileInterval    = 30 * time.Second
 	DefaultStartPollInterval    = time.Second
+	DefaultCancelPollInterval   = time.Second
 	DefaultReconcileBatch       = 100
 	DefaultReconcileAfter       = time.Minute
 )
@@ -142,6 +148,9 @@ func (c Config) withDefaults() Config {
 	if c.StartPollInterval <= 0 {
 		c.StartPollInterval = DefaultStartPollInterval
 	}
+	if c.CancelPollInterval == 0 {
+		c.CancelPollInterval = DefaultCancelPollInterval
+	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = DefaultReconcileInterval
 	}
@@ -168,6 +177,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("temporaladapter config: workflow task timeout %s is negative", c.WorkflowTaskTimeout)
 	case c.MemoInputBytes < 0:
 		return fmt.Errorf("temporaladapter config: memo input bytes %d is negative", c.MemoInputBytes)
+	case c.CancelPollInterval < 0:
+		return fmt.Errorf("temporaladapter config: cancel poll interval %s is negative", c.CancelPollInterval)
 	case c.ReconcileBatch < 0:
 		return fmt.Errorf("temporaladapter config: reconcile batch %d is negative", c.ReconcileBatch)
 	case c.ReconcileAfter < 0:

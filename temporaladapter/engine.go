@@ -123,6 +123,8 @@ type Engine struct {
 	recon  *reconciler // nil unless started with ReconcileInterval > 0
 	// starter starts EnqueueTx's workflows; nil unless serving.
 	starter *starter
+	// watch hands cancels to the steps running here; nil unless serving.
+	watch *cancelWatch
 }
 
 // New builds an engine over a connected client (see Dial), the Postgres pool
@@ -368,8 +370,10 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 }
 
 // Cancel writes the business cancel flag first (ADR 2.4), then cancels the
-// workflow with the reason. The running step is not interrupted: it learns
-// of the cancel at its next heartbeat; later steps never start. Canceling
+// workflow with the reason, then notifies the serving workers. The running
+// step is not interrupted: its context ends with port.ErrCanceled when its
+// worker's cancel watch reads the flag (see cancelWatch); later steps never
+// start. Canceling
 // a finished run writes nothing and returns nil; a run of the lease engine
 // is refused with port.ErrOtherEngine, nothing written.
 //
@@ -388,6 +392,9 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 		return err
 	}
 	err = e.cancelWorkflow(ctx, id, reason)
+	if err == nil {
+		e.notifyCancel(ctx, id)
+	}
 	if errors.Is(err, port.ErrNotFound) {
 		if err := e.startCanceled(ctx, id, reason); err != nil {
 			return err
@@ -401,6 +408,16 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 		return nil
 	}
 	return err
+}
+
+// notifyCancel wakes the cancel watches of the serving workers (see
+// cancelWatch), after the workflow's cancel was requested: the step's
+// failure then meets a workflow that knows why. Best effort: a watch that
+// misses it reads the flag within Config.CancelPollInterval.
+func (e *Engine) notifyCancel(ctx context.Context, id port.RunID) {
+	if _, err := e.pool.Exec(ctx, `SELECT pg_notify($1, '')`, e.pool.Schema().Channel(cancelChannel)); err != nil {
+		e.logger.WarnContext(ctx, "notify the workers of a cancel", slog.String("run_id", string(id)), slog.String("error", err.Error()))
+	}
 }
 
 func (e *Engine) cancelWorkflow(ctx context.Context, id port.RunID, reason string) error {

@@ -61,7 +61,7 @@ type starter struct {
 	e      *Engine
 	cancel context.CancelFunc
 	done   sync.WaitGroup
-	wake   chan struct{}
+	wake   wakeup
 }
 
 // startBatch is how many wanted starts one transaction of the starter takes.
@@ -78,11 +78,12 @@ const startBatch = 100
 // meanwhile is found there (USE_EXISTING).
 const startRoundTimeout = 2 * time.Second
 
+// startStarter starts the starter's loop; the worker's listener
+// (listen) pokes it at each EnqueueTx commit.
 func (e *Engine) startStarter(ctx context.Context) *starter {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &starter{e: e, cancel: cancel, wake: make(chan struct{}, 1)}
-	s.done.Add(2)
-	go func() { defer s.done.Done(); s.listen(ctx) }()
+	s := &starter{e: e, cancel: cancel, wake: newWakeup()}
+	s.done.Add(1)
 	go func() { defer s.done.Done(); s.loop(ctx) }()
 	return s
 }
@@ -92,9 +93,15 @@ func (s *starter) stop() {
 	s.done.Wait()
 }
 
-func (s *starter) poke() {
+// wakeup is a loop's wake-up call: pokes that arrive while one is pending
+// merge into it, and a poke never blocks (a listener's notifications).
+type wakeup chan struct{}
+
+func newWakeup() wakeup { return make(wakeup, 1) }
+
+func (w wakeup) poke() {
 	select {
-	case s.wake <- struct{}{}:
+	case w <- struct{}{}:
 	default:
 	}
 }
@@ -165,39 +172,53 @@ func (s *starter) round(ctx context.Context) (int, error) {
 	return read, errors.Join(append(failed, err)...)
 }
 
-// listen holds a connection on LISTEN startChannel and pokes the loop at
-// each notification; a lost connection is opened again after the poll
-// interval, and the poll covers the gap.
-func (s *starter) listen(ctx context.Context) {
+// listen holds a connection on LISTEN for each channel of wakes (a
+// schema's channel base: startChannel, cancelChannel) and calls the
+// channel's wake at each notification, and all of them once listening (what
+// was committed while nobody listened). A lost connection is opened again
+// after the start poll interval; the wakes' own polls cover the gap.
+func (e *Engine) listen(ctx context.Context, wakes map[string]func()) {
+	channels := map[string]func(){}
+	for base, wake := range wakes {
+		channels[e.pool.Schema().Channel(base)] = wake
+	}
 	for ctx.Err() == nil {
-		err := listenOnce(ctx, s.e.pool, s.e.pool.Schema().Channel(startChannel), s.poke)
+		err := listenOnce(ctx, e.pool, channels)
 		if ctx.Err() != nil {
 			return
 		}
-		s.e.logger.WarnContext(ctx, "listen for transactional enqueues", slog.String("error", err.Error()))
+		e.logger.WarnContext(ctx, "listen for transactional enqueues and cancels", slog.String("error", err.Error()))
 		select {
 		case <-ctx.Done():
-		case <-time.After(s.e.cfg.StartPollInterval):
+		case <-time.After(e.cfg.StartPollInterval):
 		}
 	}
 }
 
-// listenOnce listens on channel over a connection of its own until an
-// error, calling wake once listening and at every notification.
-func listenOnce(ctx context.Context, pool *dbtx.Pool, channel string, wake func()) error {
+// listenOnce listens on each channel over a connection of its own until an
+// error, calling every wake once listening and a channel's at each of its
+// notifications.
+func listenOnce(ctx context.Context, pool *dbtx.Pool, channels map[string]func()) error {
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("listen connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead connection
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", err)
+	for channel := range channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
 	}
-	wake() // what was committed while nobody listened
+	for _, wake := range channels {
+		wake()
+	}
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return fmt.Errorf("wait for notification: %w", err)
 		}
-		wake()
+		if wake, ok := channels[n.Channel]; ok {
+			wake()
+		}
 	}
 }

@@ -26,7 +26,9 @@ import (
 const stepErrorType = "taskport.StepFailed"
 
 // stepCanceledType is the ApplicationError type of a step attempt that found
-// its run's cancel requested before its body started (activityFunc).
+// its run's cancel requested before its body started, or whose body the
+// cancel watch stopped (activityFunc); the latter carries the attempt in its
+// details.
 const stepCanceledType = "taskport.StepCanceled"
 
 // workflowRegistry is the part of worker.Worker and worker.WorkflowReplayer
@@ -227,8 +229,8 @@ func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
 
 // Step runs the activity under a disconnected context, so a workflow cancel
 // does not interrupt it (ADR 2.4): the cancel is passed on as an activity
-// cancel request, which the step sees at its next heartbeat, and the step is
-// awaited to its end. A canceled run starts no further step.
+// cancel request (the body learns of the cancel from its worker's cancel
+// watch, or the answer to a heartbeat), and the step is awaited to its end. A canceled run starts no further step.
 func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOption) error {
 	defer f.guard()
 	if _, err := f.seq.Next(name); err != nil {
@@ -300,11 +302,15 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 
 // canceledAttempts reports whether err is a step attempt's answer to its
 // run's cancel, and the attempts whose body started: the one the activity
-// names in its canceled error (activityFunc), or 0 when the attempt found the
-// run flagged before its body started.
+// names in its error (activityFunc), or 0 when the attempt found the run
+// flagged before its body started.
 func canceledAttempts(err error) (int, bool) {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == stepCanceledType {
+		var attempt int
+		if appErr.HasDetails() && appErr.Details(&attempt) == nil {
+			return attempt, true
+		}
 		return 0, true
 	}
 	var canErr *temporal.CanceledError

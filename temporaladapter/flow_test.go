@@ -58,7 +58,7 @@ func newUnitEnv(t *testing.T, def port.Definition) unitEnv {
 	env := s.NewTestWorkflowEnvironment()
 	e.registerWorkflows(env, port.StartOptions{})
 	for _, b := range engineapi.Activities(reg) {
-		env.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name()})
+		env.RegisterActivityWithOptions(e.activityFunc(b, newCancelWatch(e)), activity.RegisterOptions{Name: b.Name()})
 	}
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(testRunID)})
 	env.OnActivity(e.books.project, mock.Anything, mock.Anything, mock.Anything).Return(port.Status(""), nil)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -331,4 +332,48 @@ func TestSleepingRunReadsWaitingInTheSleep(t *testing.T) {
 	run = h.waitStatus(id, port.StatusCanceled)
 	require.Equal(t, []any{"nap", 0, ""}, []any{run.CurrentStep, run.Attempts, run.LastError})
 	require.Empty(t, h.effects(id))
+}
+
+// A step that never heartbeats learns of its run's cancel all the same, as
+// on the lease engine: Temporal would tell it only in the answer to a
+// heartbeat, so the adapter's cancel watch does. Through Cancel's NOTIFY
+// (with the watch's poll an hour away), and through the poll alone (the
+// flag written with no NOTIFY and no workflow cancel, as a NOTIFY missed
+// while the worker's listener reconnected leaves it). Either way the body
+// stops with port.ErrCanceled, nothing runs after it, and the run ends
+// canceled with the one attempt that ran.
+func TestCancelReachesAStepThatNeverHeartbeats(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		cfg    temporaladapter.Config
+		cancel func(eng *temporaladapter.Engine, pool *pgxpool.Pool, id port.RunID) error
+	}{
+		{"notify", temporaladapter.Config{CancelPollInterval: time.Hour}, func(eng *temporaladapter.Engine, _ *pgxpool.Pool, id port.RunID) error {
+			return eng.Cancel(context.Background(), id, "stop the copy")
+		}},
+		{"poll", temporaladapter.Config{CancelPollInterval: 200 * time.Millisecond}, func(_ *temporaladapter.Engine, pool *pgxpool.Pool, id port.RunID) error {
+			_, err := runstore.RequestCancel(context.Background(), pool, runstore.EngineTemporal, id, "stop the copy")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			eng := h.engine(tc.cfg)
+			id := h.enqueue(eng, kinds.Hold, kinds.WaitIn{Gate: "never-opens", Quiet: true}, port.EnqueueOptions{IdempotencyKey: "quiet"})
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				require.Equal(c, 1, h.effects(id)["hold:started"])
+			}, 60*time.Second, 20*time.Millisecond)
+
+			require.NoError(t, tc.cancel(eng, h.pool, id))
+			run := h.waitStatus(id, port.StatusCanceled)
+			require.Equal(t, 1, run.Attempts)
+			require.Empty(t, run.LastError)
+			notes, err := kinds.Notes(context.Background(), h.pool, id)
+			require.NoError(t, err)
+			require.Contains(t, notes["hold:stopped"], port.ErrCanceled.Error(), "the body's context said why it ended")
+			require.Equal(t, map[string]int{"hold:started": 1, "hold:stopped": 1}, h.effects(id), "one attempt, and no step after it")
+		})
+	}
 }

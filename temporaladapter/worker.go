@@ -18,13 +18,14 @@ import (
 
 // Start registers the served versions of every kind (each as its own
 // workflow type) and every activity, plus the dynamic activity that fails
-// the steps of an unbound one (unknownActivity), and starts polling. Concurrency sets
-// both the activity and the workflow-task slot counts (Config.DefaultConcurrency
-// when zero). It also starts the projection reconciler (see reconciler),
-// unless Config.ReconcileInterval is negative, and the starter of the
-// workflows EnqueueTx recorded (see starter). The lifecycle rules are the
-// port's (port.TaskEngine); a fatal worker error (OnFatalError) ends the
-// serving: Done closes and Err returns it.
+// the steps of an unbound one (unknownActivity), and starts polling.
+// Concurrency sets both the activity and the workflow-task slot counts
+// (Config.DefaultConcurrency when zero). It also starts the projection
+// reconciler (see reconciler), unless Config.ReconcileInterval is negative,
+// the starter of the workflows EnqueueTx recorded (see starter) and the
+// watch that hands a cancel to the steps running here (see cancelWatch).
+// The lifecycle rules are the port's (port.TaskEngine); a fatal worker
+// error (OnFatalError) ends the serving: Done closes and Err returns it.
 func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	opts, err := enginekit.ValidateStartOptions(opts, e.reg.Definitions())
 	if err != nil {
@@ -50,8 +51,9 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 			Interceptors:                            []interceptor.WorkerInterceptor{&wakeInterceptor{}},
 		})
 		served := e.registerWorkflows(w, opts)
+		watch := newCancelWatch(e)
 		for _, b := range engineapi.Activities(e.reg) {
-			w.RegisterActivityWithOptions(e.activityFunc(b), activity.RegisterOptions{Name: b.Name()})
+			w.RegisterActivityWithOptions(e.activityFunc(b, watch), activity.RegisterOptions{Name: b.Name()})
 		}
 		w.RegisterDynamicActivity(e.unknownActivity, activity.DynamicRegisterOptions{})
 		// The SDK resolves a local activity given as a method by its name
@@ -69,6 +71,8 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 			e.recon = e.startReconciler(ctx)
 		}
 		e.starter = e.startStarter(ctx)
+		watch.start(ctx, e.starter.wake.poke)
+		e.watch = watch
 		e.logger.InfoContext(ctx, "temporal worker started",
 			slog.String("task_queue", e.cfg.TaskQueue), slog.Int("concurrency", conc), slog.Any("workflow_types", served),
 			slog.String("deployment", e.cfg.Deployment.Name), slog.String("build_id", e.cfg.Deployment.BuildID))
@@ -112,8 +116,9 @@ func (e *Engine) onFatal(err error) {
 	startstop.Fail(&e.Base, fmt.Errorf("temporal worker on %s: %w", e.cfg.TaskQueue, err))
 }
 
-// Stop stops the projection reconciler, the starter and polling, and waits for in-flight
-// activities up to Config.WorkerStopTimeout; the ones still running then are
+// Stop stops the projection reconciler, the starter and polling, and waits
+// for in-flight activities (and then the cancel watch) up to
+// Config.WorkerStopTimeout; the ones still running then are
 // canceled and handed back to Temporal, which retries them elsewhere. A
 // caller whose ctx ends first gets control back with an error while the SDK
 // finishes draining. The lifecycle rules are the port's (port.TaskEngine).
@@ -125,13 +130,14 @@ func (e *Engine) Stop(ctx context.Context) error {
 		}
 		e.starter.stop()
 		e.starter = nil
-		w := e.worker
-		e.worker = nil
+		w, watch := e.worker, e.watch
+		e.worker, e.watch = nil, nil
 		// worker.Stop blocks up to WorkerStopTimeout; a caller whose context
 		// ends first gets control back while the SDK finishes draining (its
-		// in-flight activities are canceled when that timeout passes).
+		// in-flight activities are canceled when that timeout passes). The
+		// cancel watch serves the draining steps to the end.
 		done := make(chan struct{})
-		go func() { w.Stop(); close(done) }()
+		go func() { w.Stop(); watch.stop(); close(done) }()
 		select {
 		case <-done:
 			e.logger.InfoContext(ctx, "temporal worker stopped", slog.String("task_queue", e.cfg.TaskQueue))

@@ -87,8 +87,11 @@ func handle(f port.Flow, p program) (programResult, error) {
 	if p.Unbound {
 		return programResult{}, f.Step("unbound", unbound, p, nil)
 	}
-	// A heartbeat timeout lets Temporal deliver a cancel to a blocked body.
-	opts := []port.StepOption{port.WithRetry(p.retry()), port.WithHeartbeatTimeout(2 * time.Second)}
+	// No heartbeat timeout, and the blocked body never heartbeats: an
+	// engine hands it a cancel or a stop through its context all the same
+	// (the spec's Cancel), as a body blocked in a call that takes a
+	// context would need.
+	opts := []port.StepOption{port.WithRetry(p.retry())}
 	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail}, opts...); err != nil {
 		return programResult{}, err
 	}
@@ -198,21 +201,13 @@ func (b *bodies) run(ctx context.Context, in workIn) (struct{}, error) {
 		return struct{}{}, fmt.Errorf("attempt %d failed", n)
 	}
 	if in.Block {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-	wait:
-		for {
-			select {
-			case <-gate:
-				break wait
-			case <-ctx.Done():
-				b.mu.Lock()
-				b.causes[info.RunID] = context.Cause(ctx)
-				b.mu.Unlock()
-				return struct{}{}, port.StopReason(ctx)
-			case <-tick.C:
-				_ = port.Heartbeat(ctx, nil) // a stop shows in ctx, read above
-			}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			b.mu.Lock()
+			b.causes[info.RunID] = context.Cause(ctx)
+			b.mu.Unlock()
+			return struct{}{}, port.StopReason(ctx)
 		}
 	}
 	// The result must commit even if the step's context ends now: finished

@@ -96,6 +96,8 @@ type EffectIn struct {
 type HoldIn struct {
 	Gate string   `json:"gate"`
 	For  Duration `json:"for,omitempty"`
+	// Quiet: the step never heartbeats; it only watches its context.
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // WaitIn is the input of Wait, Hold, Memo, Renamed, Negative and Versioned.
@@ -105,6 +107,9 @@ type WaitIn struct {
 	Timeout Duration   `json:"timeout"`
 	// Nap, when positive, is a durable Sleep before Wait's first check.
 	Nap Duration `json:"nap,omitempty"`
+	// Quiet makes Hold's step a quiet one (HoldIn.Quiet), with no heartbeat
+	// timeout.
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // TagIn is the input of the kinds that need none; Tag tells runs apart.
@@ -178,10 +183,10 @@ func (b Bodies) Gate(ctx context.Context, key string) (bool, error) {
 	return open, err
 }
 
-// Hold records that it started, then heartbeats until its gate opens (or
-// in.For passes) and records "hold:finished"; when its heartbeat reports a
-// stop it records "hold:stopped", with the heartbeat's error as the note,
-// and returns.
+// Hold records that it started, then heartbeats (a quiet one only reads its
+// context) until its gate opens (or in.For passes) and records
+// "hold:finished"; when its heartbeat reports a stop it records
+// "hold:stopped", with the heartbeat's error as the note, and returns.
 func (b Bodies) Hold(ctx context.Context, in HoldIn) (string, error) {
 	if _, err := b.Record(ctx, "hold:started", ""); err != nil {
 		return "", err
@@ -192,6 +197,10 @@ func (b Bodies) Hold(ctx context.Context, in HoldIn) (string, error) {
 	var until <-chan time.Time
 	if in.For > 0 {
 		until = time.After(time.Duration(in.For))
+	}
+	beat := port.Heartbeat
+	if in.Quiet {
+		beat = func(ctx context.Context, _ any) error { return port.StopReason(ctx) }
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -204,7 +213,7 @@ func (b Bodies) Hold(ctx context.Context, in HoldIn) (string, error) {
 			_, err := b.Record(live, "hold:finished", "gate")
 			return "finished", err
 		}
-		if err := port.Heartbeat(ctx, "holding"); err != nil {
+		if err := beat(ctx, "holding"); err != nil {
 			if _, rerr := b.Record(live, "hold:stopped", err.Error()); rerr != nil {
 				return "", rerr
 			}
@@ -407,7 +416,11 @@ func wait(f port.Flow, in WaitIn) error {
 }
 
 func hold(f port.Flow, in WaitIn) error {
-	if _, err := HoldStep.Run(f, "hold", HoldIn{Gate: in.Gate, For: in.Timeout}, port.WithHeartbeatTimeout(30*time.Second)); err != nil {
+	heartbeat := 30 * time.Second
+	if in.Quiet {
+		heartbeat = 0
+	}
+	if _, err := HoldStep.Run(f, "hold", HoldIn{Gate: in.Gate, For: in.Timeout, Quiet: in.Quiet}, port.WithHeartbeatTimeout(heartbeat)); err != nil {
 		return err
 	}
 	_, err := Effect.Run(f, "after", EffectIn{Label: "after"})
