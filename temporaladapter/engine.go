@@ -373,9 +373,8 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 // workflow with the reason, then notifies the serving workers. The running
 // step is not interrupted: its context ends with port.ErrCanceled when its
 // worker's cancel watch reads the flag (see cancelWatch); later steps never
-// start. Canceling
-// a finished run writes nothing and returns nil; a run of the lease engine
-// is refused with port.ErrOtherEngine, nothing written.
+// start. Canceling a finished run writes nothing and returns nil; a run of
+// the lease engine is refused with port.ErrOtherEngine, nothing written.
 //
 // A run whose workflow is not there yet (Enqueue's start still in flight,
 // or a crash between the insert and the start) is started here, under the
