@@ -111,7 +111,8 @@ type TaskEngine interface {
 	// flag and reason; a later request keeps the first's), then cancels in
 	// the engine, and returns nil. A running step is not interrupted by the
 	// engine; it learns of the cancel through its context, whose cause is
-	// ErrCanceled, whether or not it heartbeats, and stops itself. Later steps never start.
+	// ErrCanceled, whether or not it heartbeats, and stops itself. Later
+	// steps never start.
 	// Canceling a finished run (succeeded, failed or canceled) writes
 	// nothing at all and returns nil. An unknown id (malformed or not) is
 	// ErrNotFound, a run of another engine ErrOtherEngine, a reason that

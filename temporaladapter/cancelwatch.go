@@ -31,14 +31,14 @@ type cancelWatch struct {
 	done   sync.WaitGroup
 
 	mu      sync.Mutex
-	running map[port.RunID][]*runningStep
+	running map[*runningStep]port.RunID // each registered body, and its run
 }
 
 // runningStep is one attempt's body, stopped through its context.
 type runningStep struct{ stop context.CancelCauseFunc }
 
 func newCancelWatch(e *Engine) *cancelWatch {
-	return &cancelWatch{e: e, wake: newWakeup(), running: map[port.RunID][]*runningStep{}}
+	return &cancelWatch{e: e, wake: newWakeup(), running: map[*runningStep]port.RunID{}}
 }
 
 // add registers a body of run id about to start, before its cancel-flag
@@ -47,23 +47,12 @@ func newCancelWatch(e *Engine) *cancelWatch {
 func (w *cancelWatch) add(id port.RunID, stop context.CancelCauseFunc) func() {
 	s := &runningStep{stop: stop}
 	w.mu.Lock()
-	w.running[id] = append(w.running[id], s)
+	w.running[s] = id
 	w.mu.Unlock()
 	return func() {
 		w.mu.Lock()
-		defer w.mu.Unlock()
-		steps := w.running[id]
-		for i, o := range steps {
-			if o == s {
-				steps = append(steps[:i], steps[i+1:]...)
-				break
-			}
-		}
-		if len(steps) == 0 {
-			delete(w.running, id)
-		} else {
-			w.running[id] = steps
-		}
+		delete(w.running, s)
+		w.mu.Unlock()
 	}
 }
 
@@ -104,22 +93,30 @@ func (w *cancelWatch) loop(ctx context.Context) {
 // check stops the bodies of the runs whose cancel was requested.
 func (w *cancelWatch) check(ctx context.Context) error {
 	w.mu.Lock()
+	seen := make(map[port.RunID]bool, len(w.running))
 	ids := make([]port.RunID, 0, len(w.running))
-	for id := range w.running {
-		ids = append(ids, id)
+	for _, id := range w.running {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
 	}
 	w.mu.Unlock()
 	if len(ids) == 0 {
 		return nil
 	}
 	canceled, err := runstore.CanceledAmong(ctx, w.e.pool, ids)
-	if err != nil {
+	if err != nil || len(canceled) == 0 {
 		return err
+	}
+	flagged := make(map[port.RunID]bool, len(canceled))
+	for _, id := range canceled {
+		flagged[id] = true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, id := range canceled {
-		for _, s := range w.running[id] {
+	for s, id := range w.running {
+		if flagged[id] {
 			s.stop(port.ErrCanceled)
 		}
 	}
