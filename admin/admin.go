@@ -86,15 +86,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Pool == nil || cfg.Plans == nil || cfg.Runs == nil || cfg.Registry == nil {
 		return nil, errors.New("admin: pool, plans service, run lister and registry are required")
 	}
-	if err := cfg.Auth.validate(); err != nil {
-		return nil, err
-	}
-	hosts, err := originHosts(cfg.Origins)
+	hosts, err := checkAccess(cfg.Auth, cfg.Origins)
 	if err != nil {
 		return nil, err
-	}
-	if len(hosts) == 0 && cfg.Auth.Local == "" {
-		return nil, errors.New("admin: public origins are required with token or proxy auth: the admin answers only to their hosts")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -130,6 +124,29 @@ func New(cfg Config) (*Server, error) {
 		s.router.Handle("GET /metrics", cfg.Metrics)
 	}
 	return s, nil
+}
+
+// CheckAccess is New's check of Auth and Origins alone, for a command that
+// wants to refuse them before it connects to anything New needs.
+func CheckAccess(auth Auth, origins []string) error {
+	_, err := checkAccess(auth, origins)
+	return err
+}
+
+// checkAccess validates auth and origins, and returns the hosts the
+// origins name.
+func checkAccess(auth Auth, origins []string) (map[string]bool, error) {
+	if err := auth.validate(); err != nil {
+		return nil, err
+	}
+	hosts, err := originHosts(origins)
+	if err != nil {
+		return nil, err
+	}
+	if len(hosts) == 0 && auth.Local == "" {
+		return nil, errors.New("admin: public origins are required with token or proxy auth: the admin answers only to their hosts")
+	}
+	return hosts, nil
 }
 
 // Route is an authenticated endpoint and the role it needs.

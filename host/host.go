@@ -199,6 +199,17 @@ func (h *Host) Run(ctx context.Context) error {
 	// The engine and the services stop when told to (stop), not when ctx
 	// ends, so readiness is off before either begins to stop.
 	run := context.WithoutCancel(ctx)
+	// The probes listen first: an address that cannot be bound fails the
+	// process before its engine has claimed any work it would then hand
+	// back. Until the engine serves, /readyz says so. The probes outlive
+	// ctx: while the stop drains, /readyz answers 503 instead of refusing
+	// connections, and /metrics can still be scraped.
+	serving, stopServing := context.WithCancel(run)
+	defer stopServing()
+	served, err := h.serve(serving)
+	if err != nil {
+		return err
+	}
 	if err := h.cfg.Engine.Start(run, h.cfg.Start); err != nil {
 		return fmt.Errorf("start the engine's worker: %w", err)
 	}
@@ -206,14 +217,6 @@ func (h *Host) Run(ctx context.Context) error {
 		if err := s.Start(run); err != nil {
 			return errors.Join(fmt.Errorf("start %s: %w", s.Name, err), h.stop(h.cfg.Services[:i]))
 		}
-	}
-	// The probes outlive ctx: while the stop drains, /readyz answers 503
-	// instead of refusing connections, and /metrics can still be scraped.
-	serving, stopServing := context.WithCancel(run)
-	defer stopServing()
-	served, err := h.serve(serving)
-	if err != nil {
-		return errors.Join(err, h.stop(h.cfg.Services))
 	}
 	h.cfg.Logger.Info("worker running", slog.String("probes", "http://"+h.Addr()+"/readyz"))
 	select {

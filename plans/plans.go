@@ -73,6 +73,18 @@ type Service struct {
 	log       *slog.Logger
 }
 
+// Validate checks cfg as New does, without a pool, so that a caller can
+// refuse a bad Config before it connects (the CLI, as a usage error). The
+// error is a *port.FieldError naming the field.
+func (cfg Config) Validate() error {
+	for field, dir := range map[string]string{"library_root": cfg.LibraryRoot, "download_dir": cfg.DownloadDir} {
+		if dir != "" && !filepath.IsAbs(dir) {
+			return &port.FieldError{Field: field, Reason: fmt.Sprintf("must be an absolute path, got %q", dir)}
+		}
+	}
+	return nil
+}
+
 // New returns the API over the business pool. It needs no engine: what
 // follows a change goes through the outbox.
 func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
@@ -82,10 +94,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if err := dbtx.CheckPool(pool); err != nil {
 		return nil, err
 	}
-	for field, dir := range map[string]string{"library_root": cfg.LibraryRoot, "download_dir": cfg.DownloadDir} {
-		if dir != "" && !filepath.IsAbs(dir) {
-			return nil, &port.FieldError{Field: field, Reason: fmt.Sprintf("must be an absolute path, got %q", dir)}
-		}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -383,15 +393,17 @@ func (s *Service) Reject(ctx context.Context, planID, by, note string) (Ack, err
 }
 
 // decide records the approval that takes t (Approve or Reject); the
-// approval's decision is the status t moves the plan to.
+// approval's decision is the status t moves the plan to. An error means
+// nothing was decided, so it names the operation by t's verb ("reject plan
+// X: ..."), not by the status the plan did not reach.
 func (s *Service) decide(ctx context.Context, planID string, t acquisition.Transition, by, note string) (Ack, error) {
 	decision := t.To()
 	id, err := parseID("plan_id", planID)
 	if err != nil {
-		return Ack{}, fmt.Errorf("%s plan: %w", decision, err)
+		return Ack{}, fmt.Errorf("%s plan: %w", t.Name(), err)
 	}
 	if err := cmp.Or(actor("decided_by", by), checkNote("note", note)); err != nil {
-		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, err)
+		return Ack{}, fmt.Errorf("%s plan %s: %w", t.Name(), id, err)
 	}
 	var ack Ack
 	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -420,7 +432,7 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 		return nil
 	})
 	if err != nil {
-		return Ack{}, fmt.Errorf("%s plan %s: %w", decision, id, err)
+		return Ack{}, fmt.Errorf("%s plan %s: %w", t.Name(), id, err)
 	}
 	return ack, nil
 }

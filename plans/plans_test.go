@@ -385,7 +385,15 @@ func TestFreeTextIsBounded(t *testing.T) {
 		require.Equal(t, field, fe.Field)
 	}
 	require.Equal(t, before, counts(t, w.Pool))
+	// A refused approval or rejection decided nothing: the error names what
+	// was asked, not the status the plan did not reach.
+	_, err = w.Plans.Reject(ctx, id, " ", "")
+	require.EqualError(t, err, "reject plan "+id+": invalid decided_by: must not be empty")
+	_, err = w.Plans.Approve(ctx, "not-an-id", "ann", "")
+	require.ErrorContains(t, err, "approve plan: invalid plan_id")
 	apptest.Acked(t)(w.Plans.Approve(ctx, id, "ann", strings.Repeat("é", plans.MaxNote)))
+	_, err = w.Plans.Reject(ctx, id, "bob", "")
+	require.ErrorContains(t, err, "reject plan "+id+": plan was approved by ann")
 }
 
 // Free text is text: a field holding invalid UTF-8 or U+0000 (which

@@ -19,9 +19,11 @@
 //     so every subcommand prints JSON with it), and the JSON shapes are
 //     RunJSON, PageJSON and RetryJSON, snake_case keys;
 //   - a command line the commands refuse (a flag that does not parse, the
-//     wrong arguments, runs without a subcommand) is a UsageError, on which
-//     ExitCode is 2 (RefuseUsage applies the same rule to the rest of a
-//     binary's tree);
+//     wrong arguments, runs without a subcommand, an --as naming no one,
+//     a topic the engines would refuse, a --payload that is not JSON) is
+//     a UsageError, on which ExitCode is 2, returned before the engine is
+//     opened (RefuseUsage applies the same rule to the rest of a binary's
+//     tree, CheckActor to its own --as);
 //   - the flags are arguments of one invocation (a filter, a reason, who
 //     acts), so none falls back to the environment; what chooses and reaches
 //     the engine is the binary's, added to the returned command's persistent
@@ -195,8 +197,8 @@ func New(cfg Config) *cobra.Command {
 		Short: "Cancel a run: the request is recorded first (with who asked, in the run's cancel reason), then the engine stops the run",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if as == "" {
-				return UsageError{errors.New("--as: who cancels must not be empty")}
+			if err := CheckActor(as); err != nil {
+				return err
 			}
 			id := port.RunID(args[0])
 			return cfg.with(cmd, func(cl Client) error {
@@ -235,8 +237,8 @@ func New(cfg Config) *cobra.Command {
 			"returns the same new run, and the failed run stays listed as failed",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if as == "" {
-				return UsageError{errors.New("--as: who retries must not be empty")}
+			if err := CheckActor(as); err != nil {
+				return err
 			}
 			id := port.RunID(args[0])
 			return cfg.with(cmd, func(cl Client) error {
@@ -264,11 +266,21 @@ func New(cfg Config) *cobra.Command {
 	signal := &cobra.Command{
 		Use: "signal TOPIC", Short: "Send a wake-up hint to the runs waiting on a topic (e.g. approval:<plan id>)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cfg.with(cmd, func(cl Client) error {
-				var p any
-				if payload != "" {
-					p = json.RawMessage(payload)
+			// The topic (by the rule the engines apply to one) and the
+			// payload are the command line's: refused before the engine is
+			// opened. A --payload given empty (an unset shell variable) is
+			// refused too, rather than sent as no payload.
+			if err := port.ValidateName("topic", args[0]); err != nil {
+				return UsageError{fmt.Errorf("TOPIC: %w", err)}
+			}
+			var p any
+			if cmd.Flags().Changed("payload") {
+				if !json.Valid([]byte(payload)) {
+					return UsageError{errors.New("--payload is not valid JSON")}
 				}
+				p = json.RawMessage(payload)
+			}
+			return cfg.with(cmd, func(cl Client) error {
 				n, err := cl.Engine.Signal(cmd.Context(), port.Topic(args[0]), p)
 				if err != nil {
 					return err
@@ -322,4 +334,15 @@ func DefaultActor() string {
 		return u.Username
 	}
 	return os.Getenv("USER")
+}
+
+// CheckActor refuses an --as that names no one (empty or blank) as a
+// UsageError, so a command checks it before it opens anything: who acted is
+// what the command records. A binary's own commands that take --as refuse it
+// the same way.
+func CheckActor(as string) error {
+	if strings.TrimSpace(as) == "" {
+		return UsageError{fmt.Errorf("--as: who acts must not be empty or blank, got %q", as)}
+	}
+	return nil
 }

@@ -300,7 +300,12 @@ func TestRunsCommandLine(t *testing.T) {
 		{"runs", "cancel", "x", "--as", ""},
 		{"runs", "retry", "x", "--as", ""},
 		{"runs", "retry", "--no-such-flag", "x"},
+		{"runs", "cancel", "x", "--as", " \t"},
 		{"runs", "signal"},
+		{"runs", "signal", ""},
+		{"runs", "signal", "bad topic"},
+		{"runs", "signal", "approval:x", "--payload", "not json"},
+		{"runs", "signal", "approval:x", "--payload", ""},
 	} {
 		_, err := binary(args...)
 		require.Error(t, err, "%v", args)
@@ -312,6 +317,14 @@ func TestRunsCommandLine(t *testing.T) {
 	_, err := binary("runs", "retry", "x", "--as", "")
 	require.ErrorContains(t, err, "--as")
 	require.Zero(t, opened, "a refused retry opens no engine")
+	_, err = binary("runs", "signal", "")
+	require.ErrorContains(t, err, "TOPIC: invalid topic: must not be empty")
+	_, err = binary("runs", "signal", "approval:x", "--payload", "{not json")
+	require.ErrorContains(t, err, "--payload is not valid JSON")
+	require.Zero(t, opened, "a refused signal opens no engine")
+	_, err = binary("runs", "signal", "approval:x", "--payload", `{"ok":true}`)
+	require.ErrorContains(t, err, "no engine in this test", "a good topic and payload reach the engine")
+	require.Equal(t, 1, opened)
 	_, err = binary("runs", "get", "x")
 	require.ErrorContains(t, err, "no engine in this test")
 	require.Equal(t, 1, runscmd.ExitCode(err), "a command that ran and failed")

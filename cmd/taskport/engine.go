@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -65,8 +64,8 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			if err := engineFlag("--to", to); err != nil {
 				return err
 			}
-			if as == "" {
-				return usageError{Err: errors.New("--as: who switches must not be empty")}
+			if err := checkActor(as); err != nil {
+				return err
 			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
 				s, err := r.SwitchTo(cmd.Context(), to, as, reason)
@@ -93,8 +92,8 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			if err := engineFlag("--from", from); err != nil {
 				return err
 			}
-			if as == "" {
-				return usageError{Err: errors.New("--as: who evacuates must not be empty")}
+			if err := checkActor(as); err != nil {
+				return err
 			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
 				rep, err := r.Evacuate(cmd.Context(), from, as)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/user"
 	"strings"
 	"text/tabwriter"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/cmd/internal/stack"
 	"github.com/taskport/taskport/plans"
+	"github.com/taskport/taskport/port"
 )
 
 // withPlans runs fn with the business API over the business pool alone:
@@ -27,6 +27,13 @@ import (
 // through cmd.Context(), so that the outbox rows it writes start the trace
 // the dispatcher and the engine continue.
 func withPlans(cmd *cobra.Command, g *stack.Globals, cfg plans.Config, fn func(*plans.Service) error) error {
+	// cfg's directories are the command line's (--library-root,
+	// --download-dir, named after cfg's fields): refused before anything
+	// connects, by the check plans.New applies.
+	var fe *port.FieldError
+	if errors.As(cfg.Validate(), &fe) {
+		return usageError{Err: fmt.Errorf("--%s %s", strings.ReplaceAll(fe.Field, "_", "-"), fe.Reason)}
+	}
 	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) (err error) {
 		tr, err := g.StartTracing(cmd.Context(), log)
 		if err != nil {
@@ -96,6 +103,9 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	approve := &cobra.Command{
 		Use: "approve PLAN", Short: "Approve a plan (prints what happened; approving twice says so)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkActor(by); err != nil {
+				return err
+			}
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Approve(cmd.Context(), args[0], by, note))
 			})
@@ -104,6 +114,9 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	reject := &cobra.Command{
 		Use: "reject PLAN", Short: "Reject a plan", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkActor(by); err != nil {
+				return err
+			}
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Reject(cmd.Context(), args[0], by, note))
 			})
@@ -119,6 +132,9 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 			"prints what happened, or fails saying why nothing did",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkActor(by); err != nil {
+				return err
+			}
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], by, reason))
 			})
@@ -214,6 +230,9 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 		Short: "Retry the failed kind, or abandon (a notification: give it up; a plan: compensate it); prints the effect",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkActor(by); err != nil {
+				return err
+			}
 			return withPlans(cmd, g, plans.Config{}, func(svc *plans.Service) error {
 				return printAck(cmd)(svc.ResolveDecision(cmd.Context(), args[0], acquisition.DecisionStatus(args[1]), by))
 			})
@@ -225,12 +244,10 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 }
 
 // bindActor adds --as, who the command records as acting: by default the
-// OS user running it. --by is its older name.
+// OS user running it. --by is its older name. The command refuses an --as
+// that names no one with checkActor.
 func bindActor(cmd *cobra.Command, into *string) {
-	name := os.Getenv("USER")
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
+	name := osUser()
 	cmd.Flags().StringVar(into, "as", name, "who acts, recorded on the plan or decision (default: the OS user)")
 	cmd.Flags().StringVar(into, "by", name, "older name of --as")
 	_ = cmd.Flags().MarkDeprecated("by", "use --as")

@@ -47,6 +47,10 @@ func TestPlanCommands(t *testing.T) {
 	_, err = run("plan", "create", "--title", "Film", "--magnet", "magnet:?xt=urn:btih:"+hash, "--info-hash", hash,
 		"--target", "/elsewhere/film.mkv", "--size", "10", "--sha256", strings.Repeat("a", 64))
 	require.ErrorContains(t, err, "target")
+	// A relative library root is the command line's error, as the worker's is.
+	_, err = execute(good, "--database-url", db, "--log-level", "error", "--library-root", "relative")
+	require.ErrorContains(t, err, `--library-root must be an absolute path, got "relative"`)
+	require.Equal(t, 2, exitCode(err))
 	pool, err := pgxpool.New(context.Background(), db)
 	require.NoError(t, err)
 	defer pool.Close()
@@ -62,6 +66,15 @@ func TestPlanCommands(t *testing.T) {
 	require.Equal(t, id, strings.TrimSpace(out), "a retried create prints the same plan")
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM plan`).Scan(&n))
 	require.Equal(t, 1, n, "and writes no second one")
+	// An --as that names no one is the command line's error: exit 2, the
+	// flag named, and the plan left as it was (ann's approval below is the
+	// first).
+	for _, args := range [][]string{{"plan", "approve", id, "--as", ""}, {"plan", "reject", id, "--as", " "},
+		{"plan", "cancel", id, "--as", ""}, {"decision", "resolve", "0190a5c6-0000-7000-8000-000000000000", "retry", "--as", "\t"}} {
+		_, err := run(args...)
+		require.ErrorContains(t, err, "--as: who acts must not be empty or blank", args)
+		require.Equal(t, 2, exitCode(err), args)
+	}
 	out, err = run("plan", "approve", id, "--as", "ann")
 	require.NoError(t, err)
 	require.Equal(t, "plan "+id+" approved by ann\n", out, "the CLI says what it did")
@@ -86,6 +99,8 @@ func TestPlanCommands(t *testing.T) {
 	require.Contains(t, out, "carol: changed my mind", "the timeline says who asked for the cancel")
 	_, err = run("plan", "reject", id, "--by", "ann")
 	require.ErrorContains(t, err, "was approved by ann", "a refused call fails with the reason")
+	require.ErrorContains(t, err, "reject plan "+id+": ", "naming what was asked, not a rejection that did not happen")
+	require.Equal(t, 1, exitCode(err), "a command that ran and failed")
 	_, err = run("plan", "approve", "0190a5c6-0000-7000-8000-000000000000", "--by", "ann")
 	require.ErrorContains(t, err, "not found")
 	out, err = run("decision", "list")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,14 +53,16 @@ func TestPoolSizes(t *testing.T) {
 	require.EqualValues(t, 5, pool.Config().MaxConns)
 	pool.Close()
 
-	for env, want := range map[string]string{"x": `DB_POOL_SIZE (for --db-pool-size): invalid argument "x"`, "0": "--db-pool-size must be at least 1"} {
+	for env, want := range map[string]string{"x": `DB_POOL_SIZE (for --db-pool-size): invalid argument "x"`, "0": "--db-pool-size must lie in [1, 262143], got 0",
+		// int32(4294967297) is 1: the size is refused, not wrapped round.
+		"4294967297": "--db-pool-size must lie in [1, 262143], got 4294967297"} {
 		t.Setenv("DB_POOL_SIZE", env)
 		root := newRootCmd()
 		root.SetArgs([]string{"migrate", "status", "--database-url", "postgres://nowhere.invalid/x"})
 		require.ErrorContains(t, root.ExecuteContext(context.Background()), want)
 	}
 	t.Setenv("DB_POOL_SIZE", "3")
-	for env, want := range map[string]string{"x": `ENGINE_DB_POOL_SIZE (for --engine-db-pool-size): invalid argument "x"`, "-1": "--engine-db-pool-size must be at least 1"} {
+	for env, want := range map[string]string{"x": `ENGINE_DB_POOL_SIZE (for --engine-db-pool-size): invalid argument "x"`, "-1": "--engine-db-pool-size must lie in [1, 262143], got -1"} {
 		t.Setenv("ENGINE_DB_POOL_SIZE", env)
 		root := newRootCmd()
 		root.SetArgs([]string{"worker", "--database-url", "postgres://nowhere.invalid/x"})
@@ -78,7 +81,8 @@ func TestWorkerDeploymentFromEnv(t *testing.T) {
 
 	t.Setenv("TEMPORAL_WORKER_BUILD_ID", "")
 	g := &stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"}
-	c := stack.Config{Engine: "temporal", StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
+	c := stack.Config{Engine: "temporal", TemporalAddress: "127.0.0.1:7233", TemporalNamespace: "default", TaskQueue: "taskport",
+		StopTimeout: time.Second, LibraryRoot: "/library", DownloadDir: "/downloads", DeploymentName: "taskport"}
 	_, err := stack.Build(context.Background(), g, c, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, err, "--temporal-deployment-name and --temporal-worker-build-id go together")
 }
@@ -110,6 +114,50 @@ func TestWorkerRefusesNegativeCounts(t *testing.T) {
 		cmd.SetErr(io.Discard)
 		require.ErrorContains(t, cmd.ExecuteContext(context.Background()), flag+" must not be negative, got -1")
 	}
+}
+
+// A worker's flag values that would misbehave later (a busy loop, a
+// silent default, a dial on port 443, a client certificate without its
+// key) are refused by the flag's name before anything connects: the
+// database URL names no reachable host, so reaching it would fail
+// differently.
+func TestWorkerRefusesCarelessValues(t *testing.T) {
+	for args, want := range map[string]string{
+		"--retention-interval 1ns":           "--retention-interval must be 0 (the default), negative (never) or at least 1s, got 1ns",
+		"--reconcile-interval 10ms":          "--reconcile-interval must be 0 (the default), negative (never) or at least 1s, got 10ms",
+		"--temporal-address 127.0.0.1":       `--temporal-address must be host:port, got "127.0.0.1"`,
+		"--temporal-address :7233":           `--temporal-address must be host:port, got ":7233"`,
+		"--temporal-namespace=":              "--temporal-namespace must not be empty",
+		"--task-queue=":                      "--task-queue must not be empty",
+		"--temporal-tls-cert /tls/tls.crt":   `--temporal-tls-cert and --temporal-tls-key go together, got "/tls/tls.crt" and ""`,
+		"--qbittorrent-url ht!tp://::bad":    `--qbittorrent-url must be an http(s) URL, got "ht!tp://::bad"`,
+		"--qbittorrent-url qbittorrent:8080": `--qbittorrent-url must be an http(s) URL, got "qbittorrent:8080"`,
+	} {
+		cmd := newWorkerCmd(&stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"})
+		cmd.SetArgs(append(strings.Fields(args), "--library-root", "/library", "--download-dir", "/downloads"))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		require.ErrorContains(t, cmd.ExecuteContext(context.Background()), want, args)
+	}
+}
+
+// temporal-worker-controller names a Connection's mTLS files and server
+// name in variables of its own: the worker reads them.
+func TestWorkerReadsTheControllersTLSVariables(t *testing.T) {
+	t.Setenv("TEMPORAL_TLS_CLIENT_CERT_PATH", "/etc/temporal/tls/tls.crt")
+	t.Setenv("TEMPORAL_TLS_CLIENT_KEY_PATH", "/etc/temporal/tls/tls.key")
+	t.Setenv("TEMPORAL_TLS_SERVER_NAME", "temporal.example.com")
+	fs := newWorkerCmd(&stack.Globals{}).Flags()
+	require.NoError(t, stack.ApplyEnv(fs))
+	require.Equal(t, "/etc/temporal/tls/tls.crt", fs.Lookup("temporal-tls-cert").Value.String())
+	require.Equal(t, "/etc/temporal/tls/tls.key", fs.Lookup("temporal-tls-key").Value.String())
+	require.Equal(t, "temporal.example.com", fs.Lookup("temporal-tls-server-name").Value.String())
+
+	// The project's own names win over the controller's.
+	t.Setenv("TEMPORAL_TLS_CERT", "/own/tls.crt")
+	fs = newWorkerCmd(&stack.Globals{}).Flags()
+	require.NoError(t, stack.ApplyEnv(fs))
+	require.Equal(t, "/own/tls.crt", fs.Lookup("temporal-tls-cert").Value.String())
 }
 
 // The Postgres timeouts come from the flags, else DB_LOCK_TIMEOUT,

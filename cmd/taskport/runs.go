@@ -65,11 +65,13 @@ func newRunsCmd(g *stack.Globals) *cobra.Command {
 	return cmd
 }
 
-// The --json convention and the default actor are runscmd's, which the
-// runs commands keep: every command of the CLI takes them from there
-// (TestEveryReadCommandTakesJSON).
+// The --json convention and the default actor, with the refusal of an
+// --as that names no one, are runscmd's, which the runs commands keep:
+// every command of the CLI takes them from there
+// (TestEveryReadCommandTakesJSON, TestUsageErrorsExit2).
 const jsonFlag = runscmd.JSONFlag
 
 func bindJSON(cmd *cobra.Command, into *bool) { runscmd.BindJSON(cmd, into) }
 func writeJSON(w io.Writer, v any) error      { return runscmd.WriteJSON(w, v) }
 func osUser() string                          { return runscmd.DefaultActor() }
+func checkActor(as string) error              { return runscmd.CheckActor(as) }

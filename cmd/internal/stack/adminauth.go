@@ -7,12 +7,12 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/user"
 	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/taskport/taskport/admin"
+	"github.com/taskport/taskport/runscmd"
 )
 
 // AdminAuth is the admin's flags: its authentication, and the Temporal UI
@@ -123,10 +123,7 @@ func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 		}
 		out.Auth.Proxy = p
 	case "":
-		name := os.Getenv("USER")
-		if u, err := user.Current(); err == nil {
-			name = u.Username
-		}
+		name := runscmd.DefaultActor()
 		switch {
 		case a.InsecureNoAuth:
 			out.Auth.Local, out.Mode = "anonymous", "insecure"
@@ -138,6 +135,12 @@ func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 		}
 	default:
 		return out, usage(fmt.Errorf("--auth must be token or proxy, got %q", a.Mode))
+	}
+	// What the admin handler would refuse (a malformed origin, a trusted
+	// proxy network wider than it believes), refused here, before the
+	// command connects: a database or Temporal outage must not hide it.
+	if err := admin.CheckAccess(out.Auth, out.Origins); err != nil {
+		return out, usage(err)
 	}
 	return out, nil
 }

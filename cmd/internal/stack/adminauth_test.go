@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/runscmd"
 )
 
 // Without --auth only loopback is served, and every request acts as the
@@ -41,4 +43,17 @@ func TestAdminAuthResolve(t *testing.T) {
 		_, err = AdminAuth{Mode: mode, ProxyFrom: []string{"127.0.0.1"}}.Resolve(":8080")
 		require.ErrorContains(t, err, "needs --public-origin", mode)
 	}
+	// What the admin handler refuses is refused here, before the command
+	// connects to anything, as a usage error.
+	for _, a := range []AdminAuth{
+		{Mode: "proxy", ProxyHeader: "X-Forwarded-User", ProxyFrom: []string{"0.0.0.0/0"}, Origins: public},
+		{Mode: "proxy", ProxyHeader: "X-Forwarded-User", ProxyFrom: []string{"127.0.0.1"}, Origins: []string{"not a url"}},
+	} {
+		_, err = a.Resolve(":8080")
+		require.ErrorAs(t, err, new(runscmd.UsageError), "%+v", a)
+	}
+	_, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Forwarded-User", ProxyFrom: []string{"0.0.0.0/0"}, Origins: public}.Resolve(":8080")
+	require.ErrorContains(t, err, "spans more than 256 addresses")
+	_, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Forwarded-User", ProxyFrom: []string{"127.0.0.1"}, Origins: []string{"not a url"}}.Resolve(":8080")
+	require.ErrorContains(t, err, `public origin must be http(s)://host[:port], got "not a url"`)
 }

@@ -170,16 +170,21 @@ func usage(err error) error {
 	return runscmd.UsageError{Err: err}
 }
 
-// checkPoolSizes refuses a pool size below 1. A command without an engine
-// has no --engine-db-pool-size.
+// maxPoolSize is the most connections one Postgres server accepts
+// (MAX_BACKENDS, 2^18-1): a larger pool is a typo, and pgxpool's int32
+// size would wrap a far larger one round to a small pool.
+const maxPoolSize = 1<<18 - 1
+
+// checkPoolSizes refuses a pool size outside [1, maxPoolSize]. A command
+// without an engine has no --engine-db-pool-size.
 func checkPoolSizes(fs *pflag.FlagSet) error {
 	for _, name := range []string{"db-pool-size", "engine-db-pool-size"} {
 		f := fs.Lookup(name)
 		if f == nil {
 			continue
 		}
-		if n, err := strconv.Atoi(f.Value.String()); err != nil || n < 1 {
-			return fmt.Errorf("--%s must be at least 1, got %s", name, f.Value)
+		if n, err := strconv.Atoi(f.Value.String()); err != nil || n < 1 || n > maxPoolSize {
+			return fmt.Errorf("--%s must lie in [1, %d], got %s", name, maxPoolSize, f.Value)
 		}
 	}
 	return nil

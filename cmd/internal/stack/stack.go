@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,9 @@ type Config struct {
 	TemporalCert      string
 	TemporalKey       string
 	TemporalTLS       bool
+	// TemporalServerName is the name checked in the frontend's
+	// certificate, when it is not the address's host.
+	TemporalServerName string
 	// DeploymentName and BuildID opt the Temporal worker into Worker
 	// Deployment Versioning (temporal-worker-controller injects both).
 	DeploymentName    string
@@ -89,6 +93,9 @@ const (
 	defaultStopTimeout     = 30 * time.Second
 )
 
+// minInterval is the shortest --reconcile-interval or --retention-interval.
+const minInterval = time.Second
+
 // Bind adds the flags to fs: a worker's, all of them.
 func (c *Config) Bind(fs *pflag.FlagSet) {
 	c.bindShared(fs)
@@ -102,9 +109,9 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 			"up to four times while runs leave step slots idle; below the concurrency: raised to it (env LEASE_ACTIVE_RUNS)")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", defaultStopTimeout, "graceful stop bound: in-flight steps finish or are handed back (env STOP_TIMEOUT)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
-		"temporal: how often a worker checks open runs' projections against Temporal; negative: never in this process (env RECONCILE_INTERVAL)")
+		"temporal: how often a worker checks open runs' projections against Temporal; 0: the default; negative: never in this process (env RECONCILE_INTERVAL)")
 	fs.DurationVar(&c.Retention.Interval, "retention-interval", retention.DefaultInterval,
-		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); negative: never in this process "+
+		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); 0: the default; negative: never in this process "+
 			"(env RETENTION_INTERVAL)")
 	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", defaultQBittorrentURL), "qBittorrent WebUI (env QBITTORRENT_URL)")
 	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", defaultQBittorrentUser), "qBittorrent WebUI user (env QBITTORRENT_USER)")
@@ -134,11 +141,11 @@ func (c *Config) bindShared(fs *pflag.FlagSet) {
 	c.BindEngine(fs)
 	fs.DurationVar(&c.Retention.Completed, "retention-completed", retention.DefaultCompleted,
 		"delete succeeded runs (and dispatched outbox rows, consumed or expired signals, waiters of ended runs) this long after they "+
-			"finished; an idempotency key is free again once its run is deleted; negative: keep forever (env RETENTION_COMPLETED)")
+			"finished; an idempotency key is free again once its run is deleted; 0: the default; negative: keep forever (env RETENTION_COMPLETED)")
 	fs.DurationVar(&c.Retention.Canceled, "retention-canceled", retention.DefaultCanceled,
-		"delete canceled runs this long after they finished; negative: keep forever (env RETENTION_CANCELED)")
+		"delete canceled runs this long after they finished; 0: the default; negative: keep forever (env RETENTION_CANCELED)")
 	fs.DurationVar(&c.Retention.Failed, "retention-failed", retention.DefaultFailed,
-		"delete failed runs (dead letters) this long after they finished; negative: keep forever (env RETENTION_FAILED)")
+		"delete failed runs (dead letters) this long after they finished; 0: the default; negative: keep forever (env RETENTION_FAILED)")
 	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
 }
@@ -162,8 +169,15 @@ func (c *Config) BindEngineConnection(fs *pflag.FlagSet) {
 	fs.StringVar(&c.temporalAPIKeyFile, "temporal-api-key-file", "",
 		"file holding the Temporal Cloud API key (env TEMPORAL_API_KEY_FILE); or the key itself in env TEMPORAL_API_KEY; never logged")
 	fs.StringVar(&c.TemporalCA, "temporal-tls-ca", EnvOr("TEMPORAL_TLS_CA", ""), "CA file to verify the frontend (env TEMPORAL_TLS_CA)")
-	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", EnvOr("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
-	fs.StringVar(&c.TemporalKey, "temporal-tls-key", EnvOr("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
+	// temporal-worker-controller mounts a Connection's mTLS secret and
+	// names its files in TEMPORAL_TLS_CLIENT_CERT_PATH and _KEY_PATH: those
+	// are the flags' defaults when TEMPORAL_TLS_CERT and _KEY are unset.
+	fs.StringVar(&c.TemporalCert, "temporal-tls-cert", EnvOr("TEMPORAL_TLS_CERT", EnvOr("TEMPORAL_TLS_CLIENT_CERT_PATH", "")),
+		"client certificate for mTLS (env TEMPORAL_TLS_CERT, or TEMPORAL_TLS_CLIENT_CERT_PATH as temporal-worker-controller sets it)")
+	fs.StringVar(&c.TemporalKey, "temporal-tls-key", EnvOr("TEMPORAL_TLS_KEY", EnvOr("TEMPORAL_TLS_CLIENT_KEY_PATH", "")),
+		"client key for mTLS (env TEMPORAL_TLS_KEY, or TEMPORAL_TLS_CLIENT_KEY_PATH as temporal-worker-controller sets it)")
+	fs.StringVar(&c.TemporalServerName, "temporal-tls-server-name", EnvOr("TEMPORAL_TLS_SERVER_NAME", ""),
+		"name to verify in the frontend's certificate; empty: the address's host (env TEMPORAL_TLS_SERVER_NAME)")
 	fs.BoolVar(&c.TemporalTLS, "temporal-tls", EnvOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
 }
 
@@ -196,6 +210,16 @@ func (c *Config) validate() error {
 	if c.StopTimeout <= 0 {
 		return fmt.Errorf("--stop-timeout must be positive, got %s", c.StopTimeout)
 	}
+	// Each interval paces a loop of statements (or of calls to Temporal):
+	// a positive one under a second is a typo for a busy loop.
+	for name, d := range map[string]time.Duration{"--reconcile-interval": c.ReconcileInterval, "--retention-interval": c.Retention.Interval} {
+		if d > 0 && d < minInterval {
+			return fmt.Errorf("%s must be 0 (the default), negative (never) or at least %s, got %s", name, minInterval, d)
+		}
+	}
+	if u, err := url.Parse(c.QBittorrentURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--qbittorrent-url must be an http(s) URL, got %q", c.QBittorrentURL)
+	}
 	for name, dir := range map[string]string{"--library-root": c.LibraryRoot, "--download-dir": c.DownloadDir} {
 		if !filepath.IsAbs(dir) {
 			return fmt.Errorf("%s must be an absolute path, got %q", name, dir)
@@ -208,6 +232,23 @@ func (c *Config) validate() error {
 func (c *Config) validateEngine() error {
 	if c.Engine != "temporal" && c.Engine != "lease" && c.Engine != "both" {
 		return fmt.Errorf("--engine must be temporal, lease or both, got %q", c.Engine)
+	}
+	if c.Engine == "lease" {
+		return nil // the Temporal flags are not read
+	}
+	// The SDK would dial a host without a port on 443, and an empty
+	// namespace or task queue would silently become the default one.
+	if host, port, err := net.SplitHostPort(c.TemporalAddress); err != nil || host == "" || port == "" {
+		return fmt.Errorf("--temporal-address must be host:port, got %q", c.TemporalAddress)
+	}
+	if strings.TrimSpace(c.TemporalNamespace) == "" {
+		return errors.New("--temporal-namespace must not be empty")
+	}
+	if strings.TrimSpace(c.TaskQueue) == "" {
+		return errors.New("--task-queue must not be empty")
+	}
+	if (c.TemporalCert == "") != (c.TemporalKey == "") {
+		return fmt.Errorf("--temporal-tls-cert and --temporal-tls-key go together, got %q and %q", c.TemporalCert, c.TemporalKey)
 	}
 	return nil
 }
@@ -345,7 +386,7 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 func dialTemporal(ctx context.Context, c Config, log *slog.Logger, metrics *prometheus.Registry, tp trace.TracerProvider) (client.Client, error) {
 	return temporaladapter.Dial(ctx, temporaladapter.ClientConfig{
 		HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace, APIKey: c.TemporalAPIKey,
-		CAFile: c.TemporalCA, CertFile: c.TemporalCert, KeyFile: c.TemporalKey, TLS: systemTLS(c),
+		CAFile: c.TemporalCA, CertFile: c.TemporalCert, KeyFile: c.TemporalKey, ServerName: c.TemporalServerName, TLS: systemTLS(c),
 		Logger: log, MetricsHandler: temporaladapter.PrometheusMetricsHandler(metrics, func(err error) {
 			log.Warn("temporal metric", slog.Any("err", err))
 		}),
@@ -359,7 +400,7 @@ func systemTLS(c Config) *tls.Config {
 	if !c.TemporalTLS || c.TemporalCA != "" || c.TemporalCert != "" {
 		return nil
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12}
+	return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.TemporalServerName}
 }
 
 // Close closes the Temporal client and both pools, and exports the spans
