@@ -294,29 +294,23 @@ func (b *bookkeeping) takeKept(ctx context.Context, id port.RunID, topic port.To
 }
 
 // addWaiter registers the run as waiting on topic. A signal sent to the
-// topic while nobody waited was kept (Engine.Signal): addWaiter sends it to
-// the run now, so the wait that follows receives it at once, and marks it
-// taken only once sent. A worker that dies in between sends it again on the
-// retry; a signal is only a hint, a repeat costs one more check.
+// topic while nobody waited was kept (Engine.Signal): addWaiter sends the
+// oldest one to the run now, so the wait that follows receives it at once,
+// and marks it taken by this wait in the same transaction
+// (runstore.WaitTakingKeptSignal). The others stay kept, one for each wait
+// that follows, this run's or another's.
 func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.Topic, step string) error {
-	kept, err := runstore.WaitKeepingSignals(ctx, b.pool, topic, id, step)
-	if err != nil {
-		return err
-	}
 	if err := runstore.Project(ctx, b.pool, id, runstore.Projection{Status: port.StatusWaiting, CurrentStep: step}); err != nil {
 		return err
 	}
-	for _, k := range kept {
+	return runstore.WaitTakingKeptSignal(ctx, b.pool, topic, id, step, func(k runstore.KeptSignal) error {
 		// Sent under the sender's trace, which the wait then continues
 		// (continueTrace), as it would a signal sent to it directly.
 		if err := interpretError(b.client.SignalWorkflow(k.Trace.Into(ctx), WorkflowID(id), "", string(topic), k.Payload)); err != nil {
 			return fmt.Errorf("hand the kept signal %d on %s to run %s: %w", k.ID, topic, id, err)
 		}
-		if err := runstore.TakeKeptSignal(ctx, b.pool, k.ID, id, step); err != nil {
-			return err
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // waitReturned marks the run's registration on topic as past its wait and

@@ -45,10 +45,12 @@ func TestPrunerDeletesTakenAndExpiredEarlySignals(t *testing.T) {
 		t.Helper()
 		run, _, err := runstore.Insert(ctx, pool, newRun(key))
 		require.NoError(t, err)
-		kept, err := runstore.WaitKeepingSignals(ctx, pool, topic, run.ID, "wait")
-		require.NoError(t, err)
-		require.Len(t, kept, 1)
-		require.NoError(t, runstore.TakeKeptSignal(ctx, pool, kept[0].ID, run.ID, "wait"))
+		took := 0
+		require.NoError(t, runstore.WaitTakingKeptSignal(ctx, pool, topic, run.ID, "wait", func(runstore.KeptSignal) error {
+			took++
+			return nil
+		}))
+		require.Equal(t, 1, took)
 		require.NoError(t, runstore.RemoveWaiter(ctx, pool, topic, run.ID))
 	}
 	for _, topic := range []port.Topic{"t:taken-old", "t:taken-young"} {
@@ -121,8 +123,11 @@ WHERE topic IN ('t:taken-old', 't:expired', 't:locked')`)
 	// The signal kept and not expired still goes to the next wait.
 	run, _, err := runstore.Insert(ctx, pool, newRun("fresh-waiter"))
 	require.NoError(t, err)
-	kept, err := runstore.WaitKeepingSignals(ctx, pool, "t:fresh", run.ID, "wait")
-	require.NoError(t, err)
+	var kept []runstore.KeptSignal
+	require.NoError(t, runstore.WaitTakingKeptSignal(ctx, pool, "t:fresh", run.ID, "wait", func(k runstore.KeptSignal) error {
+		kept = append(kept, k)
+		return nil
+	}))
 	require.Len(t, kept, 1)
 	require.JSONEq(t, string(payload), string(kept[0].Payload))
 }

@@ -284,9 +284,10 @@ const topicLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 7454))`
 
 const keepEarlySignalSQL = `INSERT INTO taskport.early_signal (topic, payload, traceparent, tracestate) VALUES ($1, $2, $3, $4)`
 
-// keptSignalsSQL lists the signals kept on a topic and not taken yet.
-const keptSignalsSQL = `
-SELECT id, payload, traceparent, tracestate FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id`
+// oldestKeptSignalSQL reads the oldest signal kept on a topic and not
+// taken yet (the caller holds the topic's lock).
+const oldestKeptSignalSQL = `
+SELECT id, payload, traceparent, tracestate FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id LIMIT 1`
 
 // takeOneKeptSignalSQL takes the oldest signal kept for topic $1 for run
 // $2's wait $3, if there is one, and returns its payload and its sender's
@@ -301,7 +302,7 @@ UPDATE taskport.early_signal SET consumed_by = $2, consumed_step = $3, consumed_
 WHERE id = $1 AND consumed_by IS NULL`
 
 // pruneEarlySignalsSQL deletes up to $2 kept signals that a wait took more
-// than $1 ms ago (nothing reads them again: keptSignalsSQL skips them), and
+// than $1 ms ago (nothing reads them again: oldestKeptSignalSQL skips them), and
 // up to $2 that no wait took within $1 ms of being sent: an early signal
 // expires, as the lease engine's untargeted ones do. Each reads its own
 // index of migration 00013 in age order, skipping rows another transaction

@@ -89,7 +89,7 @@ func WaiterLag(ctx context.Context, q DBTX, p Ages) (time.Duration, error) {
 
 // PruneEarlySignals deletes up to limit kept signals taken longer ago than
 // p.Completed and up to limit never taken and sent longer ago than that
-// (SignalParked keeps them, TakeKeptSignal takes them), in a transaction
+// (SignalParked keeps them, a wait takes them), in a transaction
 // of its own under dbtx.PinIndexScansSQL: unpinned, the planner deletes the
 // batch by hashing the whole table and, without statistics, sorts every old
 // signal not taken for the LIMIT.

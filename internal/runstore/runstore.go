@@ -752,7 +752,7 @@ func WaitReturned(ctx context.Context, q DBTX, topic port.Topic, id port.RunID) 
 // Temporal engine's runs parked in a wait there, oldest wait first, and
 // returns how many it reached (send reports false for a run that ended
 // meanwhile). When none is parked, it keeps the signal, with the sender's
-// trace, for the next wait on the topic (WaitKeepingSignals), so that a
+// trace, for the next wait on the topic (WaitTakingKeptSignal), so that a
 // signal sent between a run's check of the business DB and its wait is not
 // lost (ADR 2.2). A run registered on the topic but past its wait
 // (WaitReturned) is not parked: the signal is kept for whichever wait on
@@ -811,36 +811,54 @@ type KeptSignal struct {
 	Trace tracing.Stored
 }
 
-// WaitKeepingSignals registers run id as waiting on topic at step, like
-// AddWaiter, and returns the signals kept for the topic that no wait has
-// taken yet, oldest first, for the caller to hand to the run and then mark
-// taken (TakeKeptSignal). It runs under the topic's lock, in a transaction of
-// its own, so a concurrent SignalParked either sees the waiter or kept its
-// signal before.
-func WaitKeepingSignals(ctx context.Context, db dbtx.Beginner, topic port.Topic, id port.RunID, step string) ([]KeptSignal, error) {
-	var kept []KeptSignal
-	err := dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
+// WaitTakingKeptSignal registers run id as waiting on topic at step, like
+// AddWaiter. When a signal was kept for the topic (SignalParked), it hands
+// the oldest one to the run through send and marks it taken by this wait,
+// and the registration past its wait (as WaitReturned does): the run has
+// its signal, so a later one is kept for the topic's next wait, not counted
+// for this one. One signal per wait, as the lease engine consumes them; the
+// rest stay kept for the waits that follow, this run's or another's.
+//
+// It all happens in one transaction under the topic's lock, send included,
+// so a concurrent SignalParked either sees the waiter or kept its signal
+// before, and two waits never hand the same signal. If send fails, nothing
+// is written and the caller retries. If the commit fails after send
+// succeeded, the run holds a signal still marked kept, which a later wait
+// receives again: a signal is a hint, a repeat costs one more check, and
+// none is lost.
+func WaitTakingKeptSignal(ctx context.Context, db dbtx.Beginner, topic port.Topic, id port.RunID, step string, send func(KeptSignal) error) error {
+	u, err := ParseID(id)
+	if err != nil {
+		return err
+	}
+	err = dbtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, topicLockSQL, topic); err != nil {
 			return err
 		}
 		if err := AddWaiter(ctx, tx, topic, id, step); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, keptSignalsSQL, topic)
+		var k KeptSignal
+		err := tx.QueryRow(ctx, oldestKeptSignalSQL, topic).Scan(&k.ID, &k.Payload, &k.Trace.Parent, &k.Trace.State)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		kept, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (KeptSignal, error) {
-			var k KeptSignal
-			err := row.Scan(&k.ID, &k.Payload, &k.Trace.Parent, &k.Trace.State)
-			return k, err
-		})
+		if err := send(k); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, takeKeptSignalSQL, k.ID, u, step); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, waitReturnedSQL, topic, u)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("wait %s on %s: %w", id, topic, InterpretError(err))
+		return fmt.Errorf("wait %s on %s: %w", id, topic, InterpretError(err))
 	}
-	return kept, nil
+	return nil
 }
 
 // TakeOneKeptSignal takes the oldest signal kept for topic (SignalParked)
@@ -860,19 +878,6 @@ func TakeOneKeptSignal(ctx context.Context, q DBTX, topic port.Topic, id port.Ru
 		return k, false, fmt.Errorf("take a kept signal on %s for %s: %w", topic, id, InterpretError(err))
 	}
 	return k, true, nil
-}
-
-// TakeKeptSignal records that the wait of run id at step took the kept
-// signal sid; a signal already taken stays with its first taker.
-func TakeKeptSignal(ctx context.Context, q DBTX, sid int64, id port.RunID, step string) error {
-	u, err := ParseID(id)
-	if err != nil {
-		return err
-	}
-	if _, err := q.Exec(ctx, takeKeptSignalSQL, sid, u, step); err != nil {
-		return fmt.Errorf("take kept signal %d for %s: %w", sid, id, InterpretError(err))
-	}
-	return nil
 }
 
 // collectRun reads the one run a statement returns, through InterpretError:

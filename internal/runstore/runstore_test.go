@@ -284,10 +284,59 @@ func TestSignalParkedIgnoresLeaseWaiters(t *testing.T) {
 	require.NoError(t, runstore.AddWaiter(ctx, pool, "download:p1", lease.ID, "wait-download"))
 	require.Empty(t, signalParked(t, pool, "download:p1", `"done"`, tracing.Stored{}), "a lease run is not a target of the Temporal engine")
 	m := insertRun(t, pool, runstore.EngineTemporal, "mine")
-	kept, err := runstore.WaitKeepingSignals(ctx, pool, "download:p1", m.ID, "wait-download")
-	require.NoError(t, err)
+	kept := waitTaking(t, pool, "download:p1", m.ID, "wait-download")
 	require.Len(t, kept, 1, "the signal was kept for the Temporal engine's next wait")
 	require.JSONEq(t, `"done"`, string(kept[0].Payload))
+}
+
+// waitTaking registers id's wait on topic at step and returns the kept
+// signals it handed to the run.
+func waitTaking(t *testing.T, pool *pgxpool.Pool, topic port.Topic, id port.RunID, step string) []runstore.KeptSignal {
+	t.Helper()
+	var sent []runstore.KeptSignal
+	require.NoError(t, runstore.WaitTakingKeptSignal(context.Background(), pool, topic, id, step, func(k runstore.KeptSignal) error {
+		sent = append(sent, k)
+		return nil
+	}))
+	return sent
+}
+
+// A wait takes one kept signal, the oldest, and is then past its wait: a
+// signal sent next is kept, not counted for it. A wait whose hand-over
+// fails takes nothing and registers nothing.
+func TestAWaitTakesOneKeptSignal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const topic = "approval:p3"
+	for _, p := range []string{`"one"`, `"two"`} {
+		require.Empty(t, signalParked(t, pool, topic, p, tracing.Stored{}))
+	}
+	failing := insertRun(t, pool, runstore.EngineTemporal, "failing")
+	err := runstore.WaitTakingKeptSignal(ctx, pool, topic, failing.ID, "wait", func(runstore.KeptSignal) error { return errors.New("server down") })
+	require.ErrorContains(t, err, "server down")
+	var waiters int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.waiter WHERE topic = $1`, topic).Scan(&waiters))
+	require.Zero(t, waiters, "a wait whose hand-over failed stays unregistered")
+
+	first := insertRun(t, pool, runstore.EngineTemporal, "first")
+	kept := waitTaking(t, pool, topic, first.ID, "wait")
+	require.Len(t, kept, 1, "one signal per wait")
+	require.JSONEq(t, `"one"`, string(kept[0].Payload), "the oldest first")
+	require.Empty(t, signalParked(t, pool, topic, `"three"`, tracing.Stored{}), "a wait that took its signal is past it")
+
+	second := insertRun(t, pool, runstore.EngineTemporal, "second")
+	kept = waitTaking(t, pool, topic, second.ID, "wait")
+	require.Len(t, kept, 1)
+	require.JSONEq(t, `"two"`, string(kept[0].Payload))
+	rows, err := pool.Query(ctx, `SELECT consumed_by::text FROM taskport.early_signal WHERE topic = $1 ORDER BY id`, topic)
+	require.NoError(t, err)
+	takers, err := pgx.CollectRows(rows, pgx.RowTo[*string])
+	require.NoError(t, err)
+	require.Len(t, takers, 3)
+	require.Equal(t, string(first.ID), *takers[0])
+	require.Equal(t, string(second.ID), *takers[1])
+	require.Nil(t, takers[2], "the third is kept for the next wait")
 }
 
 // A run registered on the topic but past its wait is not a target: the
@@ -306,12 +355,12 @@ func TestSignalParkedKeepsWhatNoParkedRunTakes(t *testing.T) {
 	require.Empty(t, signalParked(t, pool, "approval:p2", `"between"`, sent), "a run between two waits is not parked")
 
 	other := insertRun(t, pool, runstore.EngineTemporal, "other")
-	kept, err := runstore.WaitKeepingSignals(ctx, pool, "approval:p2", other.ID, "wait-approval")
-	require.NoError(t, err)
+	kept := waitTaking(t, pool, "approval:p2", other.ID, "wait-approval")
 	require.Len(t, kept, 1, "the next wait on the topic, another run's, finds it kept")
 	require.JSONEq(t, `"between"`, string(kept[0].Payload))
 	require.Equal(t, sent, kept[0].Trace)
-	require.NoError(t, runstore.TakeKeptSignal(ctx, pool, kept[0].ID, other.ID, "wait-approval"))
+	// Its next wait finds nothing kept and parks.
+	require.Empty(t, waitTaking(t, pool, "approval:p2", other.ID, "wait-approval-2"))
 
 	require.Equal(t, []port.RunID{other.ID}, signalParked(t, pool, "approval:p2", `"parked"`, tracing.Stored{}), "the parked run is the target")
 	var open int

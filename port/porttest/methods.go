@@ -522,6 +522,18 @@ func checkSignal(c *cell) {
 		require.Equal(t, 1, c.executions(c.id, "work", 0), "duplicate executions of work")
 		require.Equal(t, 1, c.executions(c.id, "done", 0), "duplicate executions of done")
 	}
+	// receives enqueues a run that waits on topic and asserts that its
+	// wait received want.
+	receives := func(topic, key, want string) {
+		t.Helper()
+		id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic}, port.EnqueueOptions{IdempotencyKey: c.key + key})
+		require.NoError(t, err)
+		v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		require.Equal(t, port.StatusSucceeded, v.Status, "this engine's wait did not receive the kept signal: %+v", v)
+		var got string
+		require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&got))
+		require.Equal(t, want, got)
+	}
 	switch c.st.name {
 	case "other":
 		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic), "another engine's run counted") })
@@ -530,16 +542,7 @@ func checkSignal(c *cell) {
 		// too: that run is not counted and not reached (an engine that
 		// reaches for it depends on the other engine's server being up).
 		c.start(port.StartOptions{})
-		receives := func(key, want string) {
-			id, err := c.eng.Enqueue(ctx, kind, program{Topic: c.topic}, port.EnqueueOptions{IdempotencyKey: c.key + key})
-			require.NoError(t, err)
-			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
-			require.Equal(t, port.StatusSucceeded, v.Status, "this engine's wait did not receive the kept signal: %+v", v)
-			var got string
-			require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&got))
-			require.Equal(t, want, got)
-		}
-		receives(":first", payload)
+		receives(c.topic, ":first", payload)
 		t.Run("waiting on the other engine", func(t *testing.T) {
 			c.startEngine(c.other, port.StartOptions{})
 			otherStatus := func() port.Status {
@@ -551,7 +554,7 @@ func checkSignal(c *cell) {
 			n, err := c.eng.Signal(ctx, port.Topic(c.topic), "second")
 			require.NoError(t, err)
 			require.Zero(t, n, "another engine's waiting run counted")
-			receives(":second", "second")
+			receives(c.topic, ":second", "second")
 			require.Equal(t, port.StatusWaiting, otherStatus(), "the signal reached the other engine's run")
 		})
 	case "unknown":
@@ -564,6 +567,19 @@ func checkSignal(c *cell) {
 		require.Zero(t, signal(c.topic))
 		c.start(port.StartOptions{})
 		received()
+		// Each kept signal is for one wait: two sent while nobody waits
+		// are received by the next two waits, oldest first, not both by
+		// the first (where the second would be lost with that run).
+		t.Run("two kept signals, two waits", func(t *testing.T) {
+			topic := c.topic + ":kept-two"
+			for _, p := range []string{"kept 1", "kept 2"} {
+				n, err := c.eng.Signal(ctx, port.Topic(topic), p)
+				require.NoError(t, err)
+				require.Zero(t, n, "nobody waits on %s", topic)
+			}
+			receives(topic, ":kept-1", "kept 1")
+			receives(topic, ":kept-2", "kept 2")
+		})
 	case "leased", "running":
 		require.Zero(t, signal(c.topic), "a run not yet waiting counted")
 		received()
