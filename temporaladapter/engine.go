@@ -436,16 +436,22 @@ func (e *Engine) startCanceled(ctx context.Context, id port.RunID, reason string
 	return e.start(ctx, run, runInput{Canceled: true, Reason: reason})
 }
 
-// Get reads the run from Temporal (DescribeWorkflow) over the Postgres
+// Get reads an open run from Temporal (DescribeWorkflow) over the Postgres
 // projection, which it falls back to once Temporal has forgotten the run. A
 // run whose workflow ended without its own terminal projection (terminated,
 // failed in the SDK on nondeterminism, or its projection write failed) is
 // recorded as Temporal reports it, as the reconciler does for runs nobody
-// reads.
+// reads. A run the projection records as ended is read from Postgres alone:
+// its end is final there, and Get, Wait and Result of a finished run do not
+// depend on the Temporal server being up, as they do not on the lease
+// engine.
 func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 	run, err := runstore.GetOwned(ctx, e.pool, runstore.EngineTemporal, id)
 	if err != nil {
 		return port.RunView{}, err
+	}
+	if run.Status.Terminal() {
+		return run.RunView, nil
 	}
 	view, _, err := e.describe(ctx, run)
 	return view, err

@@ -2,11 +2,14 @@ package temporaladapter_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
@@ -136,4 +139,44 @@ func TestGetOfATerminatedWorkflowReadsOneFinishedAt(t *testing.T) {
 	row, err := runstore.Get(ctx, h.pool, id)
 	require.NoError(t, err)
 	require.Equal(t, row.FinishedAt, first.FinishedAt)
+}
+
+// unreachable is a client whose server does not answer DescribeWorkflow,
+// as during a Temporal outage; everything else is the real client's.
+type unreachable struct{ client.Client }
+
+func (unreachable) DescribeWorkflow(context.Context, string, string) (*client.WorkflowExecutionDescription, error) {
+	return nil, serviceerror.NewUnavailable("temporal is down")
+}
+
+// A finished run reads from Postgres alone: Get, Wait and Result answer
+// while Temporal does not, as on the lease engine. An open run still needs
+// Temporal's view of its step, and says so.
+func TestGetOfAFinishedRunNeedsNoTemporal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	eng := h.engine(temporaladapter.Config{ReconcileInterval: -1})
+	done := h.enqueue(eng, kinds.Three, kinds.TagIn{Tag: "outage"}, port.EnqueueOptions{IdempotencyKey: "outage:done"})
+	h.waitStatus(done, port.StatusSucceeded)
+	open := h.enqueue(eng, kinds.Memo, wait("outage:open"), port.EnqueueOptions{IdempotencyKey: "outage:open"})
+	h.waitStatus(open, port.StatusWaiting)
+	want, err := eng.Get(ctx, done)
+	require.NoError(t, err)
+
+	reg := port.NewRegistry()
+	require.NoError(t, kinds.Register(reg, h.pool, kinds.Definitions(false)...))
+	down, err := temporaladapter.New(unreachable{h.c}, h.pool, reg, temporaladapter.Config{TaskQueue: h.queue, Logger: testLogger()})
+	require.NoError(t, err)
+	got, err := down.Get(ctx, done)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	waited, err := port.Wait(ctx, down, done)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusSucceeded, waited.Status)
+	_, err = port.Result[json.RawMessage](ctx, down, done)
+	require.NoError(t, err)
+
+	_, err = down.Get(ctx, open)
+	require.ErrorContains(t, err, "temporal is down")
 }
