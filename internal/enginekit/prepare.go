@@ -33,16 +33,18 @@ func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.Enq
 	if err := port.ValidateName("kind", string(kind)); err != nil {
 		return PreparedEnqueue{}, err
 	}
+	// Both refusals are *port.FieldErrors, as the port promises for any
+	// invalid input, and still match their sentinels.
 	def, err := reg.Current(kind)
 	if err != nil {
-		return PreparedEnqueue{}, err
+		return PreparedEnqueue{}, &port.FieldError{Field: "kind", Reason: fmt.Sprintf("unknown kind %q: not registered in this process", kind), Err: port.ErrUnknownKind}
 	}
 	if opts.MinVersion < 0 {
 		return PreparedEnqueue{}, fieldErr("min_version", "must not be negative, got %d", opts.MinVersion)
 	}
 	if opts.MinVersion > def.Version {
-		return PreparedEnqueue{}, fmt.Errorf("kind %q: input needs version %d, newest registered is %d: %w",
-			kind, opts.MinVersion, def.Version, port.ErrUnknownVersion)
+		return PreparedEnqueue{}, &port.FieldError{Field: "min_version", Err: port.ErrUnknownVersion,
+			Reason: fmt.Sprintf("kind %q: input needs version %d, newest registered is %d", kind, opts.MinVersion, def.Version)}
 	}
 	if err := validateKey("idempotency_key", opts.IdempotencyKey, true); err != nil {
 		return PreparedEnqueue{}, err
@@ -90,7 +92,7 @@ func PrepareBatch(reg *port.Registry, items []port.EnqueueItem) ([]PreparedEnque
 }
 
 // validateKey checks an idempotency key or business key: non-empty (when
-// required), at most port.MaxNameLen bytes, UTF-8, printable.
+// required), at most port.MaxNameLen bytes, UTF-8, no control character.
 func validateKey(field, s string, required bool) error {
 	if s == "" {
 		if required {
@@ -104,8 +106,10 @@ func validateKey(field, s string, required bool) error {
 	if !utf8.ValidString(s) {
 		return fieldErr(field, "is not valid UTF-8")
 	}
+	// C0, DEL and C1 (U+0080-U+009F): a key is shown back to operators,
+	// and a C1 control is a terminal escape as much as a C0 one.
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
+		if unicode.IsControl(r) {
 			return fieldErr(field, "control character %U not allowed", r)
 		}
 	}

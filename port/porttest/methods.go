@@ -1,8 +1,11 @@
 package porttest
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,25 +288,61 @@ func checkEnqueue(c *cell) {
 		require.Equal(t, port.RunView{ID: id, Kind: kind, Version: 1, BusinessKey: c.bk, Status: port.StatusPending,
 			CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Cursor: v.Cursor}, v)
 		checkTimes(c, v)
-		invalid := map[string]port.EnqueueOptions{
-			"NUL in the input":        {IdempotencyKey: c.key + ":nul-input"},
-			"NUL in the key":          {IdempotencyKey: c.key + "\x00"},
-			"NUL in the business key": {IdempotencyKey: c.key + ":nul-bk", BusinessKey: "a\x00b"},
-			"invalid UTF-8 key":       {IdempotencyKey: c.key + "\xff"},
-			"available after 9999":    {IdempotencyKey: c.key + ":late", AvailableAt: time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)},
-			"available before year 1": {IdempotencyKey: c.key + ":early", AvailableAt: time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		// Each refused with a *FieldError naming its field, matching the
+		// sentinel a caller tells it by, and nothing written.
+		type refused struct {
+			kind  port.Kind
+			in    any
+			opts  port.EnqueueOptions
+			field string
+			is    error
 		}
-		for name, opts := range invalid {
-			in := program{}
-			if name == "NUL in the input" {
-				in.Note = "a\x00b"
+		invalid := map[string]refused{
+			"NUL in the input":        {in: program{Note: "a\x00b"}, opts: port.EnqueueOptions{IdempotencyKey: c.key + ":nul-input"}, field: "input"},
+			"lone surrogate in input": {in: json.RawMessage(`{"note":"\ud800"}`), opts: port.EnqueueOptions{IdempotencyKey: c.key + ":surrogate"}, field: "input"},
+			"oversize input": {in: program{Note: strings.Repeat("x", port.MaxPayloadBytes)}, opts: port.EnqueueOptions{IdempotencyKey: c.key + ":big"},
+				field: "input", is: port.ErrPayloadTooLarge},
+			"input the handler refuses": {in: json.RawMessage(`{"no_such_field":1}`), opts: port.EnqueueOptions{IdempotencyKey: c.key + ":strict"}, field: "input"},
+			"unknown kind":              {kind: "porttest.no-such-kind", opts: port.EnqueueOptions{IdempotencyKey: c.key + ":nokind"}, field: "kind", is: port.ErrUnknownKind},
+			"min version too new":       {opts: port.EnqueueOptions{IdempotencyKey: c.key + ":minv", MinVersion: 2}, field: "min_version", is: port.ErrUnknownVersion},
+			"negative min version":      {opts: port.EnqueueOptions{IdempotencyKey: c.key + ":minv-neg", MinVersion: -1}, field: "min_version"},
+			"empty key":                 {opts: port.EnqueueOptions{}, field: "idempotency_key"},
+			"key over the limit":        {opts: port.EnqueueOptions{IdempotencyKey: strings.Repeat("k", port.MaxNameLen+1)}, field: "idempotency_key"},
+			"NUL in the key":            {opts: port.EnqueueOptions{IdempotencyKey: c.key + "\x00"}, field: "idempotency_key"},
+			"C1 control in the key":     {opts: port.EnqueueOptions{IdempotencyKey: c.key + "\u009b31m"}, field: "idempotency_key"},
+			"invalid UTF-8 key":         {opts: port.EnqueueOptions{IdempotencyKey: c.key + "\xff"}, field: "idempotency_key"},
+			"NUL in the business key":   {opts: port.EnqueueOptions{IdempotencyKey: c.key + ":nul-bk", BusinessKey: "a\x00b"}, field: "business_key"},
+			"priority above the range":  {opts: port.EnqueueOptions{IdempotencyKey: c.key + ":prio", Priority: port.MaxPriority + 1}, field: "priority"},
+			"priority below the range":  {opts: port.EnqueueOptions{IdempotencyKey: c.key + ":prio-", Priority: port.MinPriority - 1}, field: "priority"},
+			"available after 9999": {opts: port.EnqueueOptions{IdempotencyKey: c.key + ":late", AvailableAt: time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)},
+				field: "available_at"},
+			"available before year 1": {opts: port.EnqueueOptions{IdempotencyKey: c.key + ":early", AvailableAt: time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC)},
+				field: "available_at"},
+		}
+		for name, r := range invalid {
+			k, in := cmp.Or(r.kind, kind), r.in
+			if in == nil {
+				in = program{}
 			}
 			n := c.count()
-			_, err := c.eng.Enqueue(ctx, kind, in, opts)
+			_, err := c.eng.Enqueue(ctx, k, in, r.opts)
 			var fe *port.FieldError
 			require.ErrorAs(t, err, &fe, "%s: %v", name, err)
-			require.ErrorIs(t, err, port.ErrInvalidInput, name)
+			require.Equal(t, r.field, fe.Field, "%s: %v", name, err)
+			require.ErrorIs(t, err, cmp.Or(r.is, port.ErrInvalidInput), name)
 			require.Equal(t, n, c.count(), "%s: a run was written", name)
+			// EnqueueMany refuses the same item, by its index, writing
+			// nothing of the batch.
+			_, err = c.eng.EnqueueMany(ctx, []port.EnqueueItem{
+				{Kind: kind, Input: program{}, Options: port.EnqueueOptions{IdempotencyKey: c.key + ":batch-ok:" + name}},
+				{Kind: k, Input: in, Options: r.opts},
+			})
+			var ie *port.ItemError
+			require.ErrorAs(t, err, &ie, "%s: %v", name, err)
+			require.Equal(t, 1, ie.Index, name)
+			require.ErrorAs(t, err, &fe, "%s: %v", name, err)
+			require.Equal(t, r.field, fe.Field, "%s: %v", name, err)
+			require.Equal(t, n, c.count(), "%s: the batch wrote a run", name)
 		}
 	default:
 		if !c.held() {
