@@ -376,18 +376,28 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 // start. Canceling a finished run writes nothing and returns nil; a run of
 // the lease engine is refused with port.ErrOtherEngine, nothing written.
 //
+// A run no step body is in (projected pending or waiting) ends canceled in
+// Postgres at once (runstore.EndCanceledIfIdle), as on the lease engine:
+// Get, Wait and ListRuns read it canceled whether or not a worker serves
+// it (a retired version, every worker down). Its workflow stays open in
+// Temporal until a worker takes it; it can then run no step (each step's
+// start reads the flag) and ends canceled, and its own terminal projection
+// writes nothing over the row. A run in a step is left to its workflow,
+// which ends it with that step's attempts.
+//
 // A run whose workflow is not there yet (Enqueue's start still in flight,
 // or a crash between the insert and the start) is started here, under the
 // same ID and options, with the canceled mark (runInput.Canceled): the
-// workflow ends canceled at once and writes its own terminal projection, and
-// whichever start comes second finds it (USE_EXISTING). The workflow is then
-// canceled anyway, in case Enqueue's start won: that workflow may have begun,
-// and the cancel keeps it from starting any step. Cancel never projects the
-// run's end itself: a projection the workflow did not write would be
-// overwritten by nothing, and would say canceled while the workflow ran on.
+// workflow ends canceled at once, and whichever start comes second finds it
+// (USE_EXISTING). The workflow is then canceled anyway, in case Enqueue's
+// start won: that workflow may have begun, and the cancel keeps it from
+// starting any step.
 func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error {
 	flagged, err := runstore.RequestCancel(ctx, e.pool, runstore.EngineTemporal, id, reason)
 	if err != nil || !flagged {
+		return err
+	}
+	if _, err := runstore.EndCanceledIfIdle(ctx, e.pool, id); err != nil {
 		return err
 	}
 	err = e.cancelWorkflow(ctx, id, reason)

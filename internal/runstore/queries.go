@@ -86,6 +86,20 @@ SELECT true, engine FROM u
 UNION ALL
 SELECT false, engine FROM taskport.run WHERE id = $1 AND NOT EXISTS (SELECT FROM u)`
 
+// endCanceledIfIdleSQL is EndCanceledIfIdle: attempts and current_step
+// stay what they were, as the lease engine's cancel of a pending or
+// waiting run leaves them.
+const endCanceledIfIdleSQL = `
+WITH t AS (
+  UPDATE taskport.run
+  SET status = 'canceled', finished_at = now(), last_error = '', updated_at = now()
+  WHERE id = $1 AND engine = 'temporal' AND cancel_requested_at IS NOT NULL AND status IN ('pending', 'waiting')
+  RETURNING id
+), w AS (
+  DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t)
+)
+SELECT EXISTS (SELECT FROM t)`
+
 // CancelRequestedSQL reads a run's cancel flag (CancelRequested); the
 // lease engine sends it in its group commits.
 const CancelRequestedSQL = `SELECT cancel_requested_at IS NOT NULL FROM taskport.run WHERE id = $1`

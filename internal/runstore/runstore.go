@@ -515,6 +515,25 @@ func RequestCancel(ctx context.Context, q DBTX, engine Engine, id port.RunID, re
 	return flagged, nil
 }
 
+// EndCanceledIfIdle ends the Temporal engine's run id canceled, now, when
+// its cancel was requested (RequestCancel) and its projection says no step
+// body is in it (pending or waiting), and unregisters its waits: what the
+// lease engine's Cancel does for such a run, so that the run reads
+// canceled whether or not a worker serves it. Its workflow, once a worker
+// takes it, cannot run a step (each step's start reads the flag first) and
+// ends canceled too; its own terminal projection then writes nothing, as a
+// terminal row is never written again. ended reports whether it wrote.
+func EndCanceledIfIdle(ctx context.Context, q DBTX, id port.RunID) (ended bool, err error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return false, err
+	}
+	if err := q.QueryRow(ctx, endCanceledIfIdleSQL, u).Scan(&ended); err != nil {
+		return false, fmt.Errorf("end run %s canceled: %w", id, InterpretError(err))
+	}
+	return ended, nil
+}
+
 // CancelRequested reports whether run id's cancel was requested
 // (RequestCancel): an engine reads it before a step body starts, so that no
 // body starts once Cancel returned, even when the engine itself has not yet

@@ -240,9 +240,23 @@ func checkCancel(c *cell) {
 		} else {
 			c.unchanged(c.id, spelt)
 		}
+		if c.st.name == "waiting" {
+			// Nothing serves the engine now: the cancel of a parked run
+			// must not wait for a worker (the "pending" state never
+			// started one).
+			require.NoError(t, c.eng.Stop(ctx))
+			c.started = false
+		}
 		before := c.get(c.id)
 		require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest"))
 		mark := c.lastExecution()
+		if !c.started {
+			// Cancel and Get work whether or not the engine serves: a run
+			// no step body is in ends canceled at the Cancel.
+			v := c.get(c.id)
+			require.Equal(t, port.StatusCanceled, v.Status, "a run nothing serves did not read canceled after Cancel: %+v", v)
+			require.False(t, v.FinishedAt.IsZero(), "%+v", v)
+		}
 		if c.st.name == "running" {
 			eventually(t, func() bool { return c.bodies.cause(c.id) != nil }, "the running body's context was never canceled")
 			require.ErrorIs(t, c.bodies.cause(c.id), port.ErrCanceled, "the running body's context cause")
