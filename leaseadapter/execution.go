@@ -538,12 +538,6 @@ func (f *flow) takeStepSlot() error {
 	panic(unwind{why: "run context ended"})
 }
 
-// errAttemptTimeout and errHeartbeatTimeout fail one attempt (retryable).
-var (
-	errAttemptTimeout   = errors.New("step attempt timed out")
-	errHeartbeatTimeout = errors.New("step missed its heartbeat timeout")
-)
-
 // invoke runs one attempt through the engines' one activity runtime
 // (enginekit.RunActivity), with the lease engine's fencing token, under the
 // attempt's timeout and heartbeat timeout, which this engine enforces itself.
@@ -551,11 +545,11 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, seq int, step
 	defer func() { <-f.w.steps }() // the slot takeStepSlot took
 	ctx, cancel := context.WithCancelCause(f.runCtx)
 	defer cancel(nil)
-	ctx, cancelT := context.WithTimeoutCause(ctx, o.Timeout, errAttemptTimeout)
+	ctx, cancelT := context.WithTimeoutCause(ctx, o.Timeout, enginekit.ErrAttemptTimeout)
 	defer cancelT()
 	hb := &heartbeat{ex: f.ex}
 	if o.HeartbeatTimeout > 0 {
-		hb.watchdog = time.AfterFunc(o.HeartbeatTimeout, func() { cancel(errHeartbeatTimeout) })
+		hb.watchdog = time.AfterFunc(o.HeartbeatTimeout, func() { cancel(enginekit.ErrHeartbeatTimeout) })
 		hb.timeout = o.HeartbeatTimeout
 		defer hb.watchdog.Stop()
 	}
@@ -570,9 +564,16 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, seq int, step
 		attribute.String("taskport.step", step), attribute.Int("taskport.attempt", attempt)))
 	defer span.End()
 	out, err := enginekit.RunActivity(ctx, b, info, hb, raw)
-	if err == nil && ctx.Err() != nil {
-		// The attempt ran past its timeout or heartbeat timeout; its result
-		// is not trusted, like Temporal's.
+	switch timedOut := enginekit.TimedOut(ctx); {
+	case timedOut != nil:
+		// The attempt ran past its timeout or heartbeat timeout: what its
+		// body returned after that, a result or its own error, is not
+		// the attempt's outcome, as on Temporal, whose server records the
+		// timeout.
+		out, err = nil, timedOut
+	case err == nil && ctx.Err() != nil:
+		// Canceled or its lease lost while it ran: its result is not
+		// trusted either.
 		err = context.Cause(ctx)
 	}
 	if err != nil {

@@ -140,8 +140,9 @@ func StepInfoFrom(ctx context.Context) (StepInfo, bool) {
 
 // Kind authors: Heartbeat reports progress from inside an activity and tells
 // it whether to go on: it returns ErrCanceled once the run is canceled and
-// ErrLeaseLost once the worker's claim is gone; the step must then stop and
-// commit nothing. Outside an activity context it only checks ctx.
+// an error matching ErrLeaseLost once the attempt no longer owns the step
+// (the worker's claim is gone, or the attempt timed out); the step must then
+// stop and commit nothing. Outside an activity context it only checks ctx.
 func Heartbeat(ctx context.Context, progress any) error {
 	if rt, ok := runtimeFrom(ctx); ok {
 		if err := rt.Heartbeat(ctx, progress); err != nil {
@@ -152,7 +153,8 @@ func Heartbeat(ctx context.Context, progress any) error {
 }
 
 // Kind authors: StopReason returns nil while ctx is live, else why it ended:
-// ErrCanceled, ErrLeaseLost, or the context's own error.
+// ErrCanceled, an error matching ErrLeaseLost (test with errors.Is), or the
+// context's own error.
 func StopReason(ctx context.Context) error {
 	if ctx.Err() == nil {
 		return nil

@@ -37,8 +37,10 @@ var (
 	// ErrFenced: a ledger write carried a fencing token that is no longer the
 	// current one; nothing was written.
 	ErrFenced = errors.New("taskport: fenced: a newer attempt owns this operation")
-	// ErrLeaseLost: the worker's lease on the run expired or was taken over;
-	// the step must stop and commit nothing.
+	// ErrLeaseLost: the worker's lease on the run expired or was taken over,
+	// or the step's attempt ran past its timeout or heartbeat timeout (the
+	// cause then also names which): the attempt no longer owns the step, a
+	// retry may run elsewhere; the step must stop and commit nothing.
 	ErrLeaseLost = errors.New("taskport: lease lost")
 	// ErrCanceled: the run was canceled. Flow methods return it once a cancel
 	// is seen; activities see it as their context's cause.

@@ -76,7 +76,22 @@ func (e *Engine) activityFunc(b port.ActivityBinding, watch *cancelWatch) func(c
 			e.unstick(ctx, log, ai)
 		}
 
-		out, err := enginekit.RunActivity(sctx, b, info, heartbeat{activityCtx: ctx}, call.Input)
+		hb := &heartbeat{activityCtx: ctx}
+		if t := ai.HeartbeatTimeout; t > 0 {
+			// Temporal's server times the attempt out, but its worker
+			// learns of it only from a heartbeat's answer, which a stalled
+			// body never asks for: the body's context ends here at the
+			// same bound, as the lease engine's does.
+			hb.watchdog, hb.timeout = time.AfterFunc(t, func() { stop(enginekit.ErrHeartbeatTimeout) }), t
+			defer hb.watchdog.Stop()
+		}
+		out, err := enginekit.RunActivity(sctx, b, info, hb, call.Input)
+		if timedOut := enginekit.TimedOut(sctx); timedOut != nil {
+			// What the body returned after its timeout is not the
+			// attempt's outcome (the server records the timeout); the
+			// projection reads the timeout, as the lease engine's does.
+			out, err = nil, timedOut
+		}
 		if err == nil {
 			if info.Attempt > 1 {
 				// The failure projected by the attempt before is not the
@@ -156,12 +171,17 @@ func (e *Engine) unstick(ctx context.Context, log *slog.Logger, ai activity.Info
 const unstickTimeout = 2 * time.Second
 
 // stopCause says why Temporal ended an activity context: a cancel request
-// seen by a heartbeat means the run was canceled; anything else (the attempt
-// timed out and a retry may be running elsewhere, the worker is stopping)
-// means this attempt no longer owns the step.
+// seen by a heartbeat means the run was canceled; its deadline (the step
+// timeout) is enginekit.ErrAttemptTimeout; anything else (the server timed
+// the attempt out and a retry may be running elsewhere, the worker is
+// stopping) means this attempt no longer owns the step. Both of the latter
+// match port.ErrLeaseLost.
 func stopCause(ctx context.Context) error {
-	if errors.As(context.Cause(ctx), new(*temporal.CanceledError)) {
+	switch {
+	case errors.As(context.Cause(ctx), new(*temporal.CanceledError)):
 		return port.ErrCanceled
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return enginekit.ErrAttemptTimeout
 	}
 	return port.ErrLeaseLost
 }
@@ -169,11 +189,18 @@ func stopCause(ctx context.Context) error {
 // heartbeat is Temporal's half of the activity runtime (enginekit.Beater).
 // It reads Temporal's activity context directly: the heartbeat that learns
 // of a cancel ends it synchronously, before the body's context follows.
-type heartbeat struct{ activityCtx context.Context }
+type heartbeat struct {
+	activityCtx context.Context
+	watchdog    *time.Timer // ends the body at its heartbeat timeout; nil without one
+	timeout     time.Duration
+}
 
 // Beat records progress (shown in the Temporal UI as heartbeat details); a
 // cancel request or a lost attempt is learned from its response.
-func (h heartbeat) Beat(ctx context.Context, progress any) error {
+func (h *heartbeat) Beat(ctx context.Context, progress any) error {
+	if h.watchdog != nil {
+		h.watchdog.Reset(h.timeout)
+	}
 	activity.RecordHeartbeat(ctx, progress)
 	if h.activityCtx.Err() == nil {
 		return nil

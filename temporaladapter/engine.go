@@ -31,6 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -531,7 +532,7 @@ func overlay(v port.RunView, desc *client.WorkflowExecutionDescription, now time
 				v.Status = port.StatusPending
 			}
 		}
-		v.LastError = pa.GetLastFailure().GetMessage()
+		v.LastError = failureMessage(pa.GetLastFailure())
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		v.Status, v.LastError = port.StatusSucceeded, ""
 	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
@@ -547,6 +548,29 @@ func overlay(v port.RunView, desc *client.WorkflowExecutionDescription, now time
 		v.FinishedAt = *desc.WorkflowCloseTime
 	}
 	return v
+}
+
+// failureMessage is the message of an attempt's failure as the run's
+// LastError reads it: a timeout the server recorded reads as the lease
+// engine's does (enginekit.ErrAttemptTimeout, ErrHeartbeatTimeout), not as
+// Temporal's "activity StartToClose timeout".
+func failureMessage(f *failurepb.Failure) string {
+	if msg := timeoutMessage(f.GetTimeoutFailureInfo().GetTimeoutType()); msg != "" {
+		return msg
+	}
+	return f.GetMessage()
+}
+
+// timeoutMessage is how an attempt that timed out in Temporal reads; ""
+// for a timeout that is not an attempt's.
+func timeoutMessage(t enumspb.TimeoutType) string {
+	switch t {
+	case enumspb.TIMEOUT_TYPE_START_TO_CLOSE, enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
+		return enginekit.ErrAttemptTimeout.Error()
+	case enumspb.TIMEOUT_TYPE_HEARTBEAT:
+		return enginekit.ErrHeartbeatTimeout.Error()
+	}
+	return ""
 }
 
 // ListRuns reads the Postgres projection of this engine's runs: dead

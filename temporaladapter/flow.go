@@ -1,6 +1,7 @@
 package temporaladapter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -346,6 +347,12 @@ func stepError(name, activityName string, so port.StepOptions, err error) *port.
 		if appErr.Type() == stepErrorType && appErr.HasDetails() && appErr.Details(&attempt) == nil {
 			attempts = attempt
 		}
+	}
+	// The last attempt timed out: the message is the timeout's, as on the
+	// lease engine, not an earlier attempt's failure the timeout carries.
+	var timeoutErr *temporal.TimeoutError
+	if errors.As(err, &timeoutErr) {
+		msg = cmp.Or(timeoutMessage(timeoutErr.TimeoutType()), msg)
 	}
 	// Retries ran out: every attempt was spent, whatever attempt the cause
 	// chain names (a timeout can carry an earlier attempt's failure).

@@ -3,6 +3,7 @@ package enginekit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/taskport/taskport/internal/stepctx"
@@ -76,6 +77,33 @@ func RunActivity(ctx context.Context, b port.ActivityBinding, info port.StepInfo
 // activity).
 func StepFailed(step, activity string, attempts int, message string, nonRetryable bool) *port.StepError {
 	return &port.StepError{Step: step, Activity: activity, Attempts: attempts, Message: message, NonRetryable: nonRetryable}
+}
+
+// ErrAttemptTimeout and ErrHeartbeatTimeout end an attempt's context when
+// it runs past its step timeout, or goes its heartbeat timeout without a
+// heartbeat, on both engines. Each matches port.ErrLeaseLost (the attempt
+// no longer owns the step: a retry may run elsewhere), so StopReason reads
+// the same on both, and each is the attempt's error, whatever the body
+// returned after it: the run's LastError (and the StepError's Message once
+// the retries ran out) reads its text on both.
+var (
+	ErrAttemptTimeout   error = stepTimeout("step attempt timed out")
+	ErrHeartbeatTimeout error = stepTimeout("step missed its heartbeat timeout")
+)
+
+type stepTimeout string
+
+func (e stepTimeout) Error() string { return string(e) }
+func (stepTimeout) Unwrap() error   { return port.ErrLeaseLost }
+
+// TimedOut is the timeout that ended ctx (ErrAttemptTimeout or
+// ErrHeartbeatTimeout), or nil when ctx is live or ended otherwise.
+func TimedOut(ctx context.Context) error {
+	var st stepTimeout
+	if ctx.Err() != nil && errors.As(context.Cause(ctx), &st) {
+		return st
+	}
+	return nil
 }
 
 // TemporalToken is the fencing token of a Temporal activity attempt: its

@@ -2,6 +2,7 @@ package porttest
 
 import (
 	"context"
+	"slices"
 
 	"fmt"
 	"sync"
@@ -43,6 +44,9 @@ type program struct {
 	SleepMs     int    `json:"sleep_ms,omitempty"`     // then Sleep("nap")
 	Unbound     bool   `json:"unbound,omitempty"`      // the only step names an activity never bound
 	Note        string `json:"note,omitempty"`         // free text, for inputs that must differ
+	// StepTimeoutMs and HeartbeatTimeoutMs, when set, are those of "work".
+	StepTimeoutMs      int `json:"step_timeout_ms,omitempty"`
+	HeartbeatTimeoutMs int `json:"heartbeat_timeout_ms,omitempty"`
 }
 
 // workIn is the input of the work activity.
@@ -92,7 +96,14 @@ func handle(f port.Flow, p program) (programResult, error) {
 	// (the spec's Cancel), as a body blocked in a call that takes a
 	// context would need.
 	opts := []port.StepOption{port.WithRetry(p.retry())}
-	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail}, opts...); err != nil {
+	workOpts := slices.Clip(opts)
+	if p.StepTimeoutMs > 0 {
+		workOpts = append(workOpts, port.WithTimeout(time.Duration(p.StepTimeoutMs)*time.Millisecond))
+	}
+	if p.HeartbeatTimeoutMs > 0 {
+		workOpts = append(workOpts, port.WithHeartbeatTimeout(time.Duration(p.HeartbeatTimeoutMs)*time.Millisecond))
+	}
+	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail}, workOpts...); err != nil {
 		return programResult{}, err
 	}
 	var payload string

@@ -127,6 +127,27 @@ func checkGet(c *cell) {
 			_, err := c.eng.Get(ctx, id)
 			requireErr(t, err, port.ErrNotFound)
 		}
+		// A step that runs past its timeout, or goes its heartbeat timeout
+		// without a heartbeat: its body's context ends with a cause that
+		// is ErrLeaseLost (the attempt no longer owns the step), and the
+		// run reads the timeout as its error, on every engine.
+		c.start(port.StartOptions{})
+		for name, p := range map[string]program{
+			"step attempt timed out":            {Block: true, MaxAttempts: 1, StepTimeoutMs: 300},
+			"step missed its heartbeat timeout": {Block: true, MaxAttempts: 1, HeartbeatTimeoutMs: 300},
+		} {
+			t.Run(name, func(t *testing.T) {
+				id, err := c.eng.Enqueue(ctx, kind, p, port.EnqueueOptions{IdempotencyKey: c.key + ":" + name})
+				require.NoError(t, err)
+				eventually(t, func() bool { return c.bodies.cause(id) != nil }, "the body's context never ended")
+				require.ErrorIs(t, c.bodies.cause(id), port.ErrLeaseLost, "the body's context cause")
+				v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+				require.Equal(t, port.StatusFailed, v.Status, "%+v", v)
+				require.Contains(t, v.LastError, name, "%+v", v)
+				require.Equal(t, 1, v.Attempts, "%+v", v)
+				require.Equal(t, "work", v.CurrentStep, "%+v", v)
+			})
+		}
 	case c.held():
 		for _, id := range otherSpellings(c.id) {
 			_, err := c.eng.Get(ctx, id)
