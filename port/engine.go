@@ -146,7 +146,10 @@ type EnqueueOptions struct {
 	// AvailableAt delays the first step until this instant. Zero means now.
 	AvailableAt time.Time
 	// Priority orders runs that are ready at the same time: lower runs first.
-	// Zero is the default; it must lie in [MinPriority, MaxPriority].
+	// Zero is the default; it must lie in [MinPriority, MaxPriority]. The
+	// lease engine orders its claims by it; the Temporal engine records it
+	// but its server dispatches in its own order (docs/engines.md, "Known
+	// differences").
 	Priority int
 	// BusinessKey is a free-form business identifier (a plan id) recorded with
 	// the run so that operators can find it, e.g. in the Temporal UI. Optional.
