@@ -47,6 +47,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/port/porttx"
@@ -257,6 +258,9 @@ func (r *Router) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 // enqueueManyHeld answers the items whose keys other engines hold from the
 // run store and sends the others to e.
 func (r *Router) enqueueManyHeld(ctx context.Context, name runstore.Engine, e Engine, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
+	if err := enginekit.CheckBatchOptions(items); err != nil {
+		return nil, err
+	}
 	keys := make([]runstore.RunKey, len(items))
 	for i, it := range items {
 		keys[i] = runstore.RunKey{Kind: it.Kind, Key: it.Options.IdempotencyKey}

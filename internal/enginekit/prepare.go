@@ -30,7 +30,7 @@ type PreparedEnqueue struct {
 // PrepareEnqueue validates an Enqueue call against the registry. Both engines
 // call it before writing anything, so bad input is refused identically.
 func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.EnqueueOptions) (PreparedEnqueue, error) {
-	if err := port.ValidateName("kind", string(kind)); err != nil {
+	if err := CheckOptions(kind, opts); err != nil {
 		return PreparedEnqueue{}, err
 	}
 	// Both refusals are *port.FieldErrors, as the port promises for any
@@ -39,27 +39,9 @@ func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.Enq
 	if err != nil {
 		return PreparedEnqueue{}, &port.FieldError{Field: "kind", Reason: fmt.Sprintf("unknown kind %q: not registered in this process", kind), Err: port.ErrUnknownKind}
 	}
-	if opts.MinVersion < 0 {
-		return PreparedEnqueue{}, fieldErr("min_version", "must not be negative, got %d", opts.MinVersion)
-	}
 	if opts.MinVersion > def.Version {
 		return PreparedEnqueue{}, &port.FieldError{Field: "min_version", Err: port.ErrUnknownVersion,
 			Reason: fmt.Sprintf("kind %q: input needs version %d, newest registered is %d", kind, opts.MinVersion, def.Version)}
-	}
-	if err := validateKey("idempotency_key", opts.IdempotencyKey, true); err != nil {
-		return PreparedEnqueue{}, err
-	}
-	if err := validateKey("business_key", opts.BusinessKey, false); err != nil {
-		return PreparedEnqueue{}, err
-	}
-	if opts.Priority < port.MinPriority || opts.Priority > port.MaxPriority {
-		return PreparedEnqueue{}, fieldErr("priority", "must lie in [%d, %d], got %d", port.MinPriority, port.MaxPriority, opts.Priority)
-	}
-	// Years 1-9999: RFC 3339's and protobuf Timestamp's range, inside
-	// Postgres's, which refused an instant beyond it with its own error
-	// ("timestamp out of range") after validation had passed.
-	if at := opts.AvailableAt; !at.IsZero() && (at.Before(minAvailableAt) || !at.Before(maxAvailableAt)) {
-		return PreparedEnqueue{}, fieldErr("available_at", "must lie in the years 1 to 9999, got %s", at.Format(time.RFC3339))
 	}
 	raw, err := EncodePayload("input", input)
 	if err != nil {
@@ -69,6 +51,48 @@ func PrepareEnqueue(reg *port.Registry, kind port.Kind, input any, opts port.Enq
 		return PreparedEnqueue{}, err
 	}
 	return PreparedEnqueue{Definition: def, Input: raw, Options: opts}, nil
+}
+
+// CheckOptions is the part of PrepareEnqueue that needs no registry: the
+// kind's name and the options. A caller that reads the run store by an
+// item's kind and key before handing it to an engine (the router) checks
+// them first, so that a key Postgres cannot take is refused as the engines
+// refuse it, not by the server.
+func CheckOptions(kind port.Kind, opts port.EnqueueOptions) error {
+	if err := port.ValidateName("kind", string(kind)); err != nil {
+		return err
+	}
+	if opts.MinVersion < 0 {
+		return fieldErr("min_version", "must not be negative, got %d", opts.MinVersion)
+	}
+	if err := validateKey("idempotency_key", opts.IdempotencyKey, true); err != nil {
+		return err
+	}
+	if err := validateKey("business_key", opts.BusinessKey, false); err != nil {
+		return err
+	}
+	if opts.Priority < port.MinPriority || opts.Priority > port.MaxPriority {
+		return fieldErr("priority", "must lie in [%d, %d], got %d", port.MinPriority, port.MaxPriority, opts.Priority)
+	}
+	// Years 1-9999: RFC 3339's and protobuf Timestamp's range, inside
+	// Postgres's, which refused an instant beyond it with its own error
+	// ("timestamp out of range") after validation had passed.
+	if at := opts.AvailableAt; !at.IsZero() && (at.Before(minAvailableAt) || !at.Before(maxAvailableAt)) {
+		return fieldErr("available_at", "must lie in the years 1 to 9999, got %s", at.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// CheckBatchOptions is CheckOptions for every item of a batch, the first
+// bad one refused as PrepareBatch refuses it: a *port.ItemError with the
+// item's index.
+func CheckBatchOptions(items []port.EnqueueItem) error {
+	for i, it := range items {
+		if err := CheckOptions(it.Kind, it.Options); err != nil {
+			return &port.ItemError{Index: i, Err: err}
+		}
+	}
+	return nil
 }
 
 var (
