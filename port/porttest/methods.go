@@ -268,6 +268,15 @@ func checkCancel(c *cell) {
 			require.NoError(t, c.eng.Stop(ctx))
 			c.started = false
 		}
+		// A reason Postgres cannot store is refused, naming it, and
+		// nothing is written (no flag: the run goes on).
+		c.unchanged(c.id, func() {
+			for _, reason := range []string{"a\x00b", "\xff"} {
+				var fe *port.FieldError
+				require.ErrorAs(t, c.eng.Cancel(ctx, c.id, reason), &fe, "Cancel with reason %q", reason)
+				require.Equal(t, "reason", fe.Field)
+			}
+		})
 		before := c.get(c.id)
 		require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest"))
 		mark := c.lastExecution()
@@ -633,6 +642,29 @@ func checkSignal(c *cell) {
 		})
 	case "unknown":
 		require.Zero(t, signal(c.topic))
+		// A topic the engines refuse, or a payload over the limit, is
+		// refused naming it, and nothing is kept: the next wait on the
+		// topic receives the valid signal sent after them.
+		for _, bad := range []struct {
+			topic   string
+			payload any
+			field   string
+			is      error
+		}{
+			{topic: "", payload: payload, field: "topic", is: port.ErrInvalidInput},
+			{topic: "a topic", payload: payload, field: "topic", is: port.ErrInvalidInput},
+			{topic: c.topic + ":refused", payload: strings.Repeat("x", port.MaxPayloadBytes), field: "payload", is: port.ErrPayloadTooLarge},
+		} {
+			n, err := c.eng.Signal(ctx, port.Topic(bad.topic), bad.payload)
+			var fe *port.FieldError
+			require.ErrorAs(t, err, &fe, "Signal(%q): %v", bad.topic, err)
+			require.Equal(t, bad.field, fe.Field)
+			require.ErrorIs(t, err, bad.is)
+			require.Zero(t, n)
+		}
+		c.start(port.StartOptions{})
+		require.Zero(t, signal(c.topic+":refused"))
+		receives(c.topic+":refused", ":after-refused", payload)
 	case "delayed":
 		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic)) })
 	case "succeeded", "failed", "canceled":
@@ -841,9 +873,11 @@ func checkStart(c *cell) {
 				require.ErrorAs(t, c.eng.Start(ctx, port.StartOptions{Versions: v}), &fe, "Start with Versions %v", v)
 				require.Equal(t, "versions", fe.Field)
 			}
-			var fe *port.FieldError
-			require.ErrorAs(t, c.eng.Start(ctx, port.StartOptions{Concurrency: port.MaxConcurrency + 1}), &fe)
-			require.Equal(t, "concurrency", fe.Field)
+			for _, n := range []int{port.MaxConcurrency + 1, -1} {
+				var fe *port.FieldError
+				require.ErrorAs(t, c.eng.Start(ctx, port.StartOptions{Concurrency: n}), &fe, "Start with Concurrency %d", n)
+				require.Equal(t, "concurrency", fe.Field)
+			}
 		})
 		c.start(port.StartOptions{})
 		c.bodies.release(c.id)
