@@ -283,7 +283,8 @@ func TestNoBackquoteInFlagHelp(t *testing.T) {
 func TestAdminTakesNoWorkerFlags(t *testing.T) {
 	admin, _, err := newRootCmd().Find([]string{"admin"})
 	require.NoError(t, err)
-	for _, name := range []string{"concurrency", "lease-active-runs", "stop-timeout", "reconcile-interval", "retention-interval",
+	for _, name := range []string{"concurrency", "lease-active-runs", "lease-batch-size", "cancel-poll-interval", "stop-timeout",
+		"reconcile-interval", "retention-interval",
 		"temporal-deployment-name", "temporal-worker-build-id", "qbittorrent-url", "qbittorrent-user", "qbittorrent-password-file",
 		"webhook-url-file"} {
 		require.Nil(t, admin.Flags().Lookup(name), "taskport admin takes the worker flag --%s", name)

@@ -132,6 +132,9 @@ func TestWorkerRefusesCarelessValues(t *testing.T) {
 		"--temporal-tls-cert /tls/tls.crt":   `--temporal-tls-cert and --temporal-tls-key go together, got "/tls/tls.crt" and ""`,
 		"--qbittorrent-url ht!tp://::bad":    `--qbittorrent-url must be an http(s) URL, got "ht!tp://::bad"`,
 		"--qbittorrent-url qbittorrent:8080": `--qbittorrent-url must be an http(s) URL, got "qbittorrent:8080"`,
+		"--lease-batch-size -1":              "--lease-batch-size must not be negative, got -1",
+		"--cancel-poll-interval 1ms":         "--cancel-poll-interval must be 0 (the default) or at least 10ms, got 1ms",
+		"--cancel-poll-interval -1s":         "--cancel-poll-interval must be 0 (the default) or at least 10ms, got -1s",
 	} {
 		cmd := newWorkerCmd(&stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"})
 		cmd.SetArgs(append(strings.Fields(args), "--library-root", "/library", "--download-dir", "/downloads"))

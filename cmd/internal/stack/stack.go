@@ -64,12 +64,16 @@ type Config struct {
 	TemporalServerName string
 	// DeploymentName and BuildID opt the Temporal worker into Worker
 	// Deployment Versioning (temporal-worker-controller injects both).
-	DeploymentName    string
-	BuildID           string
-	Concurrency       int
-	LeaseActiveRuns   int // the lease worker's leaseadapter.Config.ActiveRuns
-	StopTimeout       time.Duration
-	ReconcileInterval time.Duration
+	DeploymentName  string
+	BuildID         string
+	Concurrency     int
+	LeaseActiveRuns int // the lease worker's leaseadapter.Config.ActiveRuns
+	LeaseBatchSize  int // the lease worker's leaseadapter.Config.BatchSize
+	// CancelPollInterval is the Temporal worker's
+	// temporaladapter.Config.CancelPollInterval.
+	CancelPollInterval time.Duration
+	StopTimeout        time.Duration
+	ReconcileInterval  time.Duration
 	// Retention is the cleaner's policy (package retention; zero fields
 	// take its defaults); a negative Interval runs no cleaner in this
 	// process.
@@ -107,6 +111,12 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.IntVar(&c.LeaseActiveRuns, "lease-active-runs", 0,
 		"lease: claimed runs this worker executes at once (replaying, committing or in a step); 0: twice the concurrency, "+
 			"up to four times while runs leave step slots idle; below the concurrency: raised to it (env LEASE_ACTIVE_RUNS)")
+	fs.IntVar(&c.LeaseBatchSize, "lease-batch-size", 0,
+		"lease: most runs one claim statement takes, and one group commit carries; 0: the engine's default (64); raise it with a "+
+			"concurrency in the hundreds (docs/benchmarks.md, \"Configured for a drain\") (env LEASE_BATCH_SIZE)")
+	fs.DurationVar(&c.CancelPollInterval, "cancel-poll-interval", 0,
+		"temporal: how often a worker reads the cancel flags of the runs whose steps it runs, for a cancel whose notification it missed; "+
+			"0: the engine's default (1s) (env CANCEL_POLL_INTERVAL)")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", defaultStopTimeout, "graceful stop bound: in-flight steps finish or are handed back (env STOP_TIMEOUT)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
 		"temporal: how often a worker checks open runs' projections against Temporal; 0: the default; negative: never in this process (env RECONCILE_INTERVAL)")
@@ -203,6 +213,14 @@ func (c *Config) validate() error {
 	}
 	if c.LeaseActiveRuns < 0 {
 		return fmt.Errorf("--lease-active-runs must not be negative, got %d", c.LeaseActiveRuns)
+	}
+	if c.LeaseBatchSize < 0 {
+		return fmt.Errorf("--lease-batch-size must not be negative, got %d", c.LeaseBatchSize)
+	}
+	// A poll of one primary-key read per interval while steps run: under
+	// 10ms it is a busy loop of reads.
+	if c.CancelPollInterval < 0 || (c.CancelPollInterval > 0 && c.CancelPollInterval < 10*time.Millisecond) {
+		return fmt.Errorf("--cancel-poll-interval must be 0 (the default) or at least 10ms, got %s", c.CancelPollInterval)
 	}
 	if (c.DeploymentName == "") != (c.BuildID == "") {
 		return fmt.Errorf("--temporal-deployment-name and --temporal-worker-build-id go together, got %q and %q", c.DeploymentName, c.BuildID)
@@ -339,14 +357,15 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	}
 	lease := func() (port.TaskEngine, error) {
 		return leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
-			StopTimeout: c.StopTimeout, ActiveRuns: c.LeaseActiveRuns, Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
+			StopTimeout: c.StopTimeout, ActiveRuns: c.LeaseActiveRuns, BatchSize: c.LeaseBatchSize, Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
 	}
 	temporal := func() (port.TaskEngine, error) {
 		if s.temporal, err = dialTemporal(ctx, c, log, s.metrics, tp); err != nil {
 			return nil, err
 		}
 		return temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
-			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, ReconcileInterval: c.ReconcileInterval, Logger: log,
+			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, ReconcileInterval: c.ReconcileInterval,
+			CancelPollInterval: c.CancelPollInterval, Logger: log,
 			Deployment: temporaladapter.Deployment{Name: c.DeploymentName, BuildID: c.BuildID}})
 	}
 	if s.engine, err = openEngine(c.Engine, s.enginePool, log, lease, temporal, false); err != nil {
