@@ -547,12 +547,8 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, seq int, step
 	defer cancel(nil)
 	ctx, cancelT := context.WithTimeoutCause(ctx, o.Timeout, enginekit.ErrAttemptTimeout)
 	defer cancelT()
-	hb := &heartbeat{ex: f.ex}
-	if o.HeartbeatTimeout > 0 {
-		hb.watchdog = time.AfterFunc(o.HeartbeatTimeout, func() { cancel(enginekit.ErrHeartbeatTimeout) })
-		hb.timeout = o.HeartbeatTimeout
-		defer hb.watchdog.Stop()
-	}
+	hb, disarm := enginekit.WatchHeartbeats(heartbeat{ex: f.ex}, o.HeartbeatTimeout, cancel)
+	defer disarm()
 	f.ex.setStep(step, seq)
 	defer f.ex.setStep("", -1)
 	info := port.StepInfo{
@@ -589,19 +585,13 @@ const SpanStepPrefix = "step:"
 
 // heartbeat is the lease engine's half of the activity runtime
 // (enginekit.Beater) for one attempt.
-type heartbeat struct {
-	ex       *execution
-	watchdog *time.Timer // nil without a heartbeat timeout
-	timeout  time.Duration
-}
+type heartbeat struct{ ex *execution }
 
-// Beat keeps the heartbeat timeout from firing and records progress; the
-// worker writes it with its next lease renewal. A cancel or a lost lease
-// shows as the cause of the attempt's context, which port.Heartbeat checks.
-func (h *heartbeat) Beat(_ context.Context, progress any) error {
-	if h.watchdog != nil {
-		h.watchdog.Reset(h.timeout)
-	}
+// Beat records progress; the worker writes it with its next lease renewal.
+// A cancel or a lost lease shows as the cause of the attempt's context,
+// which port.Heartbeat checks; the heartbeat timeout is
+// enginekit.WatchHeartbeats'.
+func (h heartbeat) Beat(_ context.Context, progress any) error {
 	if progress != nil {
 		if b, err := enginekit.EncodePayload("progress", progress); err == nil {
 			h.ex.setProgress(string(b))

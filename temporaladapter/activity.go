@@ -76,15 +76,12 @@ func (e *Engine) activityFunc(b port.ActivityBinding, watch *cancelWatch) func(c
 			e.unstick(ctx, log, ai)
 		}
 
-		hb := &heartbeat{activityCtx: ctx}
-		if t := ai.HeartbeatTimeout; t > 0 {
-			// Temporal's server times the attempt out, but its worker
-			// learns of it only from a heartbeat's answer, which a stalled
-			// body never asks for: the body's context ends here at the
-			// same bound, as the lease engine's does.
-			hb.watchdog, hb.timeout = time.AfterFunc(t, func() { stop(enginekit.ErrHeartbeatTimeout) }), t
-			defer hb.watchdog.Stop()
-		}
+		// Temporal's server times the attempt out at its heartbeat
+		// timeout, but its worker learns of it only from a heartbeat's
+		// answer, which a stalled body never asks for: the body's context
+		// ends here at the same bound, as the lease engine's does.
+		hb, disarm := enginekit.WatchHeartbeats(heartbeat{activityCtx: ctx}, ai.HeartbeatTimeout, stop)
+		defer disarm()
 		out, err := enginekit.RunActivity(sctx, b, info, hb, call.Input)
 		if timedOut := enginekit.TimedOut(sctx); timedOut != nil {
 			// What the body returned after its timeout is not the
@@ -189,18 +186,11 @@ func stopCause(ctx context.Context) error {
 // heartbeat is Temporal's half of the activity runtime (enginekit.Beater).
 // It reads Temporal's activity context directly: the heartbeat that learns
 // of a cancel ends it synchronously, before the body's context follows.
-type heartbeat struct {
-	activityCtx context.Context
-	watchdog    *time.Timer // ends the body at its heartbeat timeout; nil without one
-	timeout     time.Duration
-}
+type heartbeat struct{ activityCtx context.Context }
 
 // Beat records progress (shown in the Temporal UI as heartbeat details); a
 // cancel request or a lost attempt is learned from its response.
-func (h *heartbeat) Beat(ctx context.Context, progress any) error {
-	if h.watchdog != nil {
-		h.watchdog.Reset(h.timeout)
-	}
+func (h heartbeat) Beat(ctx context.Context, progress any) error {
 	activity.RecordHeartbeat(ctx, progress)
 	if h.activityCtx.Err() == nil {
 		return nil

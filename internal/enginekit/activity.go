@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/taskport/taskport/internal/stepctx"
 	"github.com/taskport/taskport/port"
@@ -95,6 +96,30 @@ type stepTimeout string
 
 func (e stepTimeout) Error() string { return string(e) }
 func (stepTimeout) Unwrap() error   { return port.ErrLeaseLost }
+
+// WatchHeartbeats ends an attempt whose body goes timeout without a
+// heartbeat, with stop(ErrHeartbeatTimeout), as both engines do: it
+// returns b with each Beat resetting that bound first, and the func that
+// disarms it once the body returned. A timeout of 0 (none) leaves b as it
+// is.
+func WatchHeartbeats(b Beater, timeout time.Duration, stop context.CancelCauseFunc) (Beater, func()) {
+	if timeout <= 0 {
+		return b, func() {}
+	}
+	w := watchedBeater{Beater: b, timeout: timeout, timer: time.AfterFunc(timeout, func() { stop(ErrHeartbeatTimeout) })}
+	return w, func() { w.timer.Stop() }
+}
+
+type watchedBeater struct {
+	Beater
+	timer   *time.Timer
+	timeout time.Duration
+}
+
+func (w watchedBeater) Beat(ctx context.Context, progress any) error {
+	w.timer.Reset(w.timeout)
+	return w.Beater.Beat(ctx, progress)
+}
 
 // TimedOut is the timeout that ended ctx (ErrAttemptTimeout or
 // ErrHeartbeatTimeout), or nil when ctx is live or ended otherwise.
