@@ -310,16 +310,16 @@ func (b *bookkeeping) takeKept(ctx context.Context, id port.RunID, topic port.To
 	return out, nil
 }
 
-// addWaiter registers the run as waiting on topic. A signal sent to the
+// addWaiter registers the run as waiting on topic and projects it waiting,
+// in one transaction: registered before it reads waiting, as before
+// 49f6fb8, whose projection ahead of the registration let a Signal find a
+// waiting run unparked and keep its signal. A signal sent to the
 // topic while nobody waited was kept (Engine.Signal): addWaiter sends the
 // oldest one to the run now, so the wait that follows receives it at once,
 // and marks it taken by this wait in the same transaction
 // (runstore.WaitTakingKeptSignal). The others stay kept, one for each wait
 // that follows, this run's or another's.
 func (b *bookkeeping) addWaiter(ctx context.Context, id port.RunID, topic port.Topic, step string) error {
-	if err := runstore.Project(ctx, b.pool, id, runstore.Projection{Status: port.StatusWaiting, CurrentStep: step}); err != nil {
-		return err
-	}
 	return runstore.WaitTakingKeptSignal(ctx, b.pool, topic, id, step, func(k runstore.KeptSignal) error {
 		// Sent under the sender's trace, which the wait then continues
 		// (continueTrace), as it would a signal sent to it directly.

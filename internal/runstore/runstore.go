@@ -831,7 +831,9 @@ type KeptSignal struct {
 }
 
 // WaitTakingKeptSignal registers run id as waiting on topic at step, like
-// AddWaiter. When a signal was kept for the topic (SignalParked), it hands
+// AddWaiter, and projects it waiting there in the same transaction: a
+// Signal that reads the run waiting (Get) finds it parked, and counts it.
+// When a signal was kept for the topic (SignalParked), it hands
 // the oldest one to the run through send and marks it taken by this wait,
 // and the registration past its wait (as WaitReturned does): the run has
 // its signal, so a later one is kept for the topic's next wait, not counted
@@ -855,6 +857,9 @@ func WaitTakingKeptSignal(ctx context.Context, db dbtx.Beginner, topic port.Topi
 			return err
 		}
 		if err := AddWaiter(ctx, tx, topic, id, step); err != nil {
+			return err
+		}
+		if err := Project(ctx, tx, id, Projection{Status: port.StatusWaiting, CurrentStep: step}); err != nil {
 			return err
 		}
 		var k KeptSignal

@@ -318,6 +318,7 @@ func TestAWaitTakesOneKeptSignal(t *testing.T) {
 	var waiters int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.waiter WHERE topic = $1`, topic).Scan(&waiters))
 	require.Zero(t, waiters, "a wait whose hand-over failed stays unregistered")
+	require.Equal(t, port.StatusPending, getRun(t, pool, failing.ID).Status, "and does not read waiting")
 
 	first := insertRun(t, pool, runstore.EngineTemporal, "first")
 	kept := waitTaking(t, pool, topic, first.ID, "wait")
@@ -337,6 +338,41 @@ func TestAWaitTakesOneKeptSignal(t *testing.T) {
 	require.Equal(t, string(first.ID), *takers[0])
 	require.Equal(t, string(second.ID), *takers[1])
 	require.Nil(t, takers[2], "the third is kept for the next wait")
+}
+
+// A run reads waiting only once it is parked, never before: the
+// registration and the projection commit together, so a Signal that reads
+// the run waiting (as a caller polling Get does) finds it parked and counts
+// it. While the wait's transaction is open, here inside its hand-over of a
+// kept signal, the run still reads pending from another connection.
+func TestARunReadsWaitingOnlyOnceParked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const topic = "approval:p4"
+	parked := insertRun(t, pool, runstore.EngineTemporal, "parked")
+	require.Empty(t, waitTaking(t, pool, topic, parked.ID, "wait-approval"))
+	got := getRun(t, pool, parked.ID)
+	require.Equal(t, port.StatusWaiting, got.Status)
+	require.Equal(t, "wait-approval", got.CurrentStep)
+	require.Equal(t, []port.RunID{parked.ID}, signalParked(t, pool, topic, `"now"`, tracing.Stored{}))
+
+	require.Empty(t, signalParked(t, pool, "approval:p5", `"early"`, tracing.Stored{}))
+	taking := insertRun(t, pool, runstore.EngineTemporal, "taking")
+	var during port.Status
+	require.NoError(t, runstore.WaitTakingKeptSignal(ctx, pool, "approval:p5", taking.ID, "wait-approval", func(runstore.KeptSignal) error {
+		during = getRun(t, pool, taking.ID).Status
+		return nil
+	}))
+	require.Equal(t, port.StatusPending, during, "not waiting before the registration commits")
+	require.Equal(t, port.StatusWaiting, getRun(t, pool, taking.ID).Status)
+}
+
+func getRun(t *testing.T, pool *pgxpool.Pool, id port.RunID) runstore.Run {
+	t.Helper()
+	r, err := runstore.Get(context.Background(), pool, id)
+	require.NoError(t, err)
+	return r
 }
 
 // A run registered on the topic but past its wait is not a target: the
