@@ -443,7 +443,10 @@ func (f *flow) failStep(seq int, name, activity string, attempt int, msg string,
 	if err != nil {
 		return fmt.Errorf("encode failure of step %s: %w", name, err)
 	}
-	res, err := f.w.commit(f.dbCtx, commitStepSQL, f.ex.id, f.ex.token, name, seq, enc, true, attempt, se.Error(),
+	// The run reads the last attempt's message until it ends (port/spec.go,
+	// LastError), as on Temporal, whose attempt projects its own; the
+	// StepError's summary is the run's LastError once its handler returns it.
+	res, err := f.w.commit(f.dbCtx, commitStepSQL, f.ex.id, f.ex.token, name, seq, enc, true, attempt, msg,
 		f.w.e.cfg.LeaseDuration.Milliseconds())
 	f.committed(res, err, "failure of "+name)
 	f.ex.stepAttempts, f.ex.errorShown = 0, true

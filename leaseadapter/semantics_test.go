@@ -112,6 +112,40 @@ func TestStepSucceededOnARetryClearsLastError(t *testing.T) {
 	require.EqualValues(t, 3, calls.Load())
 }
 
+// Between a step that failed for good and the run's end, the run reads
+// that step's last attempt: its message as LastError, not the *StepError's
+// summary, which is the run's LastError only once its handler returns it.
+// So the Temporal engine reads it, from the attempt's own projection.
+func TestStepFailedForGoodReadsItsLastAttempt(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var handed atomic.Pointer[port.StepError]
+	eng := semEngine(t, newDB(t), port.RetryPolicy{MaxAttempts: 3},
+		port.Handle(func(f port.Flow, _ struct{}) error {
+			_, err := semStep.Run(f, "import", struct{}{})
+			var se *port.StepError
+			if errors.As(err, &se) {
+				handed.Store(se)
+				<-release // the handler deciding what to do with it
+			}
+			return err
+		}),
+		port.Bind(semStep, func(context.Context, struct{}) (int, error) {
+			return 0, port.NonRetryable(errors.New("disk full"))
+		}))
+	id := enqueue(t, eng, semKind, struct{}{}, "failed")
+	require.Eventually(t, func() bool { return handed.Load() != nil }, 20*time.Second, 10*time.Millisecond)
+	v, err := eng.Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, port.StatusRunning, v.Status)
+	require.Equal(t, "import", v.CurrentStep)
+	require.Equal(t, 1, v.Attempts)
+	require.Equal(t, "non-retryable: disk full", v.LastError, "the latest failed attempt's message (its error's text)")
+	close(release)
+	v = waitView(t, eng, id, func(v port.RunView) bool { return v.Status == port.StatusFailed })
+	require.Equal(t, handed.Load().Error(), v.LastError, "the handler's error once the run ended")
+}
+
 // A run canceled in its retry backoff (pending, Attempts 1, the failure
 // shown) ends canceled with no LastError: a cancel is not an error.
 func TestCanceledInBackoffHasNoLastError(t *testing.T) {
