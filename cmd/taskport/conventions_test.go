@@ -283,7 +283,7 @@ func TestNoBackquoteInFlagHelp(t *testing.T) {
 func TestAdminTakesNoWorkerFlags(t *testing.T) {
 	admin, _, err := newRootCmd().Find([]string{"admin"})
 	require.NoError(t, err)
-	for _, name := range []string{"concurrency", "lease-active-runs", "lease-batch-size", "cancel-poll-interval", "stop-timeout",
+	for _, name := range []string{"concurrency", "lease-active-runs", "lease-batch-size", "lease-duration", "lease-poll-interval", "cancel-poll-interval", "stop-timeout",
 		"reconcile-interval", "retention-interval",
 		"temporal-deployment-name", "temporal-worker-build-id", "qbittorrent-url", "qbittorrent-user", "qbittorrent-password-file",
 		"webhook-url-file"} {

@@ -135,6 +135,9 @@ func TestWorkerRefusesCarelessValues(t *testing.T) {
 		"--lease-batch-size -1":              "--lease-batch-size must not be negative, got -1",
 		"--cancel-poll-interval 1ms":         "--cancel-poll-interval must be 0 (the default) or at least 10ms, got 1ms",
 		"--cancel-poll-interval -1s":         "--cancel-poll-interval must be 0 (the default) or at least 10ms, got -1s",
+		"--lease-poll-interval 1ns":          "--lease-poll-interval must be 0 (the default) or at least 10ms, got 1ns",
+		"--lease-duration 10ms":              "--lease-duration must be 0 (the default) or at least 100ms, got 10ms",
+		"--lease-duration -10s":              "--lease-duration must be 0 (the default) or at least 100ms, got -10s",
 	} {
 		cmd := newWorkerCmd(&stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"})
 		cmd.SetArgs(append(strings.Fields(args), "--library-root", "/library", "--download-dir", "/downloads"))

@@ -69,6 +69,10 @@ type Config struct {
 	Concurrency     int
 	LeaseActiveRuns int // the lease worker's leaseadapter.Config.ActiveRuns
 	LeaseBatchSize  int // the lease worker's leaseadapter.Config.BatchSize
+	// LeaseDuration and LeasePollInterval are the lease worker's
+	// leaseadapter.Config.LeaseDuration and PollInterval.
+	LeaseDuration     time.Duration
+	LeasePollInterval time.Duration
 	// CancelPollInterval is the Temporal worker's
 	// temporaladapter.Config.CancelPollInterval.
 	CancelPollInterval time.Duration
@@ -114,6 +118,12 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.IntVar(&c.LeaseBatchSize, "lease-batch-size", 0,
 		"lease: most runs one claim statement takes, and one group commit carries; 0: the engine's default (64); raise it with a "+
 			"concurrency in the hundreds (docs/benchmarks.md, \"Configured for a drain\") (env LEASE_BATCH_SIZE)")
+	fs.DurationVar(&c.LeaseDuration, "lease-duration", 0,
+		"lease: how long a claim lives without renewal: a killed worker's runs are taken over within it plus the poll interval; "+
+			"renewed every third of it; 0: the engine's default (10s) (env LEASE_DURATION)")
+	fs.DurationVar(&c.LeasePollInterval, "lease-poll-interval", 0,
+		"lease: how often a worker looks for ready runs and expired leases when no notification came; 0: the engine's default (1s) "+
+			"(env LEASE_POLL_INTERVAL)")
 	fs.DurationVar(&c.CancelPollInterval, "cancel-poll-interval", 0,
 		"temporal: how often a worker reads the cancel flags of the runs whose steps it runs, for a cancel whose notification it missed; "+
 			"0: the engine's default (1s) (env CANCEL_POLL_INTERVAL)")
@@ -217,10 +227,17 @@ func (c *Config) validate() error {
 	if c.LeaseBatchSize < 0 {
 		return fmt.Errorf("--lease-batch-size must not be negative, got %d", c.LeaseBatchSize)
 	}
-	// A poll of one primary-key read per interval while steps run: under
-	// 10ms it is a busy loop of reads.
-	if c.CancelPollInterval < 0 || (c.CancelPollInterval > 0 && c.CancelPollInterval < 10*time.Millisecond) {
-		return fmt.Errorf("--cancel-poll-interval must be 0 (the default) or at least 10ms, got %s", c.CancelPollInterval)
+	// The engine's own floor (leaseadapter.Config): a shorter lease is
+	// renewed in a busy loop and lost at any pause.
+	if c.LeaseDuration < 0 || (c.LeaseDuration > 0 && c.LeaseDuration < 100*time.Millisecond) {
+		return fmt.Errorf("--lease-duration must be 0 (the default) or at least 100ms, got %s", c.LeaseDuration)
+	}
+	// A poll of a statement or two per interval: under 10ms it is a busy
+	// loop of reads.
+	for name, d := range map[string]time.Duration{"--lease-poll-interval": c.LeasePollInterval, "--cancel-poll-interval": c.CancelPollInterval} {
+		if d < 0 || (d > 0 && d < 10*time.Millisecond) {
+			return fmt.Errorf("%s must be 0 (the default) or at least 10ms, got %s", name, d)
+		}
 	}
 	if (c.DeploymentName == "") != (c.BuildID == "") {
 		return fmt.Errorf("--temporal-deployment-name and --temporal-worker-build-id go together, got %q and %q", c.DeploymentName, c.BuildID)
@@ -357,7 +374,9 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 	}
 	lease := func() (port.TaskEngine, error) {
 		return leaseadapter.New(s.enginePool, s.registry, leaseadapter.Config{
-			StopTimeout: c.StopTimeout, ActiveRuns: c.LeaseActiveRuns, BatchSize: c.LeaseBatchSize, Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
+			StopTimeout: c.StopTimeout, ActiveRuns: c.LeaseActiveRuns, BatchSize: c.LeaseBatchSize,
+			LeaseDuration: c.LeaseDuration, PollInterval: c.LeasePollInterval,
+			Logger: log, Metrics: newLeaseMetrics(s.metrics), TracerProvider: tp})
 	}
 	temporal := func() (port.TaskEngine, error) {
 		if s.temporal, err = dialTemporal(ctx, c, log, s.metrics, tp); err != nil {
