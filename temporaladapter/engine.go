@@ -190,6 +190,10 @@ type runInput struct {
 // without touching Temporal, which is what keeps Enqueue idempotent past
 // Temporal's retention; one recorded but not finished is (re)started with the
 // same ID and policies, which covers a crash between the insert and the start.
+// A start that fails after the insert returns its error and leaves the run
+// recorded: enqueuing the key again starts it, and otherwise a worker's
+// reconciler does once the run's row is Config.ReconcileAfter old
+// (startUnstarted), so a caller that gives up loses no run.
 func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
 	prep, err := enginekit.PrepareEnqueue(e.reg, kind, input, opts)
 	if err != nil {
@@ -249,7 +253,8 @@ const startParallelism = 16
 // workflow of an existing open run of this engine, in case the call that
 // recorded it failed before the start; a started workflow is left alone. An
 // error after the insert leaves the runs recorded: calling again with the
-// same items starts what is missing.
+// same items starts what is missing, and so does the reconciler otherwise
+// (startUnstarted).
 func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
 	prep, err := enginekit.PrepareBatch(e.reg, items)
 	if err != nil || len(prep) == 0 {
@@ -465,6 +470,9 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 		return run.RunView, nil
 	}
 	view, _, err := e.describe(ctx, run)
+	if errors.Is(err, errNoWorkflow) {
+		return run.RunView, nil // not started yet (the reconciler starts it), or past Temporal's retention
+	}
 	return view, err
 }
 

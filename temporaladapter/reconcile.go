@@ -114,6 +114,9 @@ func (r *reconciler) round(ctx context.Context) (int, error) {
 	var errs []error
 	for _, run := range runs {
 		_, fixed, err := r.e.describe(ctx, run)
+		if errors.Is(err, errNoWorkflow) {
+			fixed, err = r.e.startUnstarted(ctx, run)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -125,16 +128,39 @@ func (r *reconciler) round(ctx context.Context) (int, error) {
 	return corrected, errors.Join(errs...)
 }
 
+// startUnstarted starts the workflow of a run recorded without one: its
+// Enqueue's start failed after the insert (the server unreachable, the
+// namespace without the search attributes, the caller's deadline) or its
+// process died in between, and nobody enqueued the key again. Without it
+// the run read pending for ever. Only a run that never began is started:
+// pending, no step, no attempt, no cancel (a run Temporal forgot after it
+// ran, past the namespace's retention, is left alone). It reports whether
+// it started one; a start that fails is tried again at the next round.
+func (e *Engine) startUnstarted(ctx context.Context, run runstore.Run) (bool, error) {
+	if run.Status != port.StatusPending || run.CurrentStep != "" || run.Attempts != 0 || !run.CancelRequestedAt.IsZero() {
+		return false, nil
+	}
+	if err := e.start(ctx, run, runInput{}); err != nil {
+		return false, err
+	}
+	e.logger.InfoContext(ctx, "started the workflow of a run recorded without one", slog.String("run_id", string(run.ID)))
+	return true, nil
+}
+
+// errNoWorkflow is describe's answer for a run whose workflow Temporal does
+// not know: never started, or past the namespace's retention.
+var errNoWorkflow = errors.New("no workflow")
+
 // describe reads run's workflow (its current Temporal run) and returns the
 // view over the projection. When the workflow ended without the run's own
 // terminal projection, it records what Temporal says and reports fixed. A
-// workflow Temporal does not know (never started, or past retention) leaves
-// the projection as it is.
+// workflow Temporal does not know returns the projection as it is, with
+// errNoWorkflow.
 func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunView, fixed bool, err error) {
 	wid := WorkflowID(run.ID)
 	desc, err := e.client.DescribeWorkflow(ctx, wid, "")
 	if err = interpretError(err); errors.Is(err, port.ErrNotFound) {
-		return run.RunView, false, nil
+		return run.RunView, false, fmt.Errorf("run %s: %w", run.ID, errNoWorkflow)
 	}
 	if err != nil {
 		return port.RunView{}, false, fmt.Errorf("describe workflow of run %s: %w", run.ID, err)

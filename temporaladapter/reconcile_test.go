@@ -3,6 +3,7 @@ package temporaladapter_test
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/port"
@@ -179,4 +181,54 @@ func TestGetOfAFinishedRunNeedsNoTemporal(t *testing.T) {
 
 	_, err = down.Get(ctx, open)
 	require.ErrorContains(t, err, "temporal is down")
+}
+
+// An Enqueue whose workflow start fails after the run was recorded returns
+// the error; its caller gives up, and nobody enqueues the key again. A
+// worker's reconciler starts the run, which then runs each step once:
+// before, it read pending for ever.
+func TestReconcilerStartsARunWhoseStartFailed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c, err := client.NewClientFromExisting(temporalClient, client.Options{
+		Namespace: server.Namespace, Interceptors: []interceptor.ClientInterceptor{&failFirstStart{}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	h.c = c
+	eng := h.engine(reconcileFast)
+	ctx := context.Background()
+
+	_, err = eng.Enqueue(ctx, kinds.Three, kinds.TagIn{Tag: "lost"}, port.EnqueueOptions{IdempotencyKey: "start-failed"})
+	require.ErrorContains(t, err, "frontend unreachable")
+	runs, err := eng.ListRuns(ctx, port.RunFilter{Kind: kinds.Three})
+	require.NoError(t, err)
+	require.Len(t, runs, 1, "the run was recorded before the start failed")
+	t.Logf("injected: the start of run %s failed after its insert", runs[0].ID)
+
+	h.waitStatus(runs[0].ID, port.StatusSucceeded)
+	require.Equal(t, map[string]int{"s1": 1, "s2": 1, "s3": 1}, h.effects(runs[0].ID))
+}
+
+// failFirstStart fails the client's first ExecuteWorkflow as an
+// unreachable frontend does, before the request leaves.
+type failFirstStart struct {
+	interceptor.ClientInterceptorBase
+	failed atomic.Bool
+}
+
+func (f *failFirstStart) InterceptClient(next interceptor.ClientOutboundInterceptor) interceptor.ClientOutboundInterceptor {
+	return &failFirstStartOut{ClientOutboundInterceptorBase: interceptor.ClientOutboundInterceptorBase{Next: next}, f: f}
+}
+
+type failFirstStartOut struct {
+	interceptor.ClientOutboundInterceptorBase
+	f *failFirstStart
+}
+
+func (o *failFirstStartOut) ExecuteWorkflow(ctx context.Context, in *interceptor.ClientExecuteWorkflowInput) (client.WorkflowRun, error) {
+	if o.f.failed.CompareAndSwap(false, true) {
+		return nil, serviceerror.NewUnavailable("frontend unreachable")
+	}
+	return o.Next.ExecuteWorkflow(ctx, in)
 }
