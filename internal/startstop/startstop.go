@@ -155,6 +155,11 @@ func Every(ctx context.Context, interval time.Duration, fn func(ctx context.Cont
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			// A tick and the end can be ready together (fn ran past an
+			// interval), and select picks either: no call after the end.
+			if ctx.Err() != nil {
+				return
+			}
 			fn(ctx)
 		}
 	}

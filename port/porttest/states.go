@@ -229,7 +229,11 @@ var states = []state{
 		id := c.enqueue(program{Block: true, Topic: c.topic}, port.EnqueueOptions{})
 		// An engine that takes no more runs than it has slots leaves it
 		// pending: the row then checks a pending run held behind a busy slot.
-		took := within(5*time.Second, func() bool { return c.get(id).Status == port.StatusRunning })
+		// Both of this project's engines take it (Temporal once the first
+		// workflow task has run, which a loaded server may take seconds
+		// to hand out): the wait is long enough that a slow take is not
+		// mistaken for none, and costs only an engine that takes none.
+		took := within(15*time.Second, func() bool { return c.get(id).Status == port.StatusRunning })
 		if !took {
 			c.leasedPending = true
 			c.t.Logf("the engine did not take run %s while its only slot was busy: checked as pending", id)

@@ -33,12 +33,15 @@ func show(t *testing.T, pool *pgxpool.Pool, param string) string {
 func TestPoolTimeoutsEndAStalledTransaction(t *testing.T) {
 	ctx := context.Background()
 	g := &Globals{DatabaseURL: pgtest.NewDatabase(t), Timeouts: Timeouts{
-		Lock: 200 * time.Millisecond, IdleInTransaction: time.Second, Statement: 30 * time.Second}}
+		Lock: 200 * time.Millisecond, IdleInTransaction: 5 * time.Second, Statement: 30 * time.Second}}
 	pool, err := g.Pool(ctx, slog.New(slog.DiscardHandler), 4)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.Equal(t, "200ms", show(t, pool, "lock_timeout"))
-	require.Equal(t, "1s", show(t, pool, "idle_in_transaction_session_timeout"))
+	// Long enough for the Approve below to reach the lock on a loaded
+	// machine (a new connection, BEGIN, the lock) while the stalled
+	// session lives: 1s was, now and then, not.
+	require.Equal(t, "5s", show(t, pool, "idle_in_transaction_session_timeout"))
 	require.Equal(t, "30s", show(t, pool, "statement_timeout"))
 
 	root := t.TempDir()

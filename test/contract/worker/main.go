@@ -75,7 +75,17 @@ func run(ctx context.Context, args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	pool, err := pgxpool.New(ctx, o.db)
+	pcfg, err := pgxpool.ParseConfig(o.db)
+	if err != nil {
+		return fmt.Errorf("parse -db: %w", err)
+	}
+	// A connection for each step at once and four for the engine (its
+	// LISTEN connection, commits, renewals): pgxpool's default, four on two
+	// cores, left the steps queueing for connections behind the engine's,
+	// and a step body that waits past the ledger kinds' 2s heartbeat
+	// timeout is timed out and runs again.
+	pcfg.MaxConns = int32(o.concurrency + 4)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("open pool: %w", err)
 	}
