@@ -176,6 +176,13 @@ func New(c client.Client, pool *pgxpool.Pool, reg *port.Registry, cfg Config) (*
 // Canceled marks a workflow that Cancel started itself, because it found
 // none (see Engine.Cancel): the workflow ends canceled at once, without
 // running the handler. Reason is the cancel's, kept in the history.
+//
+// Step and Attempts carry, across a continue-as-new, the step, wait or
+// sleep the run was last in and its attempts: an execution that ends before
+// its first step ends in them, as the specification has it (a ContinueAsNew
+// does not change CurrentStep). Before they were carried, such a run ended
+// in the step its earlier execution had last projected. An execution
+// continued by an earlier release has neither, and ends as it did.
 type runInput struct {
 	Input      json.RawMessage                  `json:"input"`
 	Pending    map[port.Topic][]json.RawMessage `json:"pending,omitempty"`
@@ -183,6 +190,8 @@ type runInput struct {
 	Generation int64                            `json:"generation,omitempty"`
 	Canceled   bool                             `json:"canceled,omitempty"`
 	Reason     string                           `json:"reason,omitempty"`
+	Step       string                           `json:"step,omitempty"`
+	Attempts   int                              `json:"attempts,omitempty"`
 }
 
 // Enqueue records the run in Postgres (the idempotency authority), then

@@ -45,14 +45,16 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 	return func(ctx workflow.Context, in runInput) (json.RawMessage, error) {
 		info := workflow.GetInfo(ctx)
 		f := &flow{
-			ctx:        ctx,
-			def:        def,
-			runID:      runIDFromWorkflowID(info.WorkflowExecution.ID),
-			books:      e.books,
-			pending:    in.Pending,
-			topics:     in.Topics,
-			generation: in.Generation,
-			parents:    e.parents,
+			ctx:          ctx,
+			def:          def,
+			runID:        runIDFromWorkflowID(info.WorkflowExecution.ID),
+			books:        e.books,
+			pending:      in.Pending,
+			topics:       in.Topics,
+			generation:   in.Generation,
+			lastStep:     in.Step,
+			lastAttempts: in.Attempts,
+			parents:      e.parents,
 			laOpts: workflow.LocalActivityOptions{
 				ScheduleToCloseTimeout: e.cfg.LocalActivityTimeout,
 				StartToCloseTimeout:    min(e.cfg.LocalActivityTimeout, 10*time.Second),
@@ -67,7 +69,8 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 		}
 		next, output, err := enginekit.Outcome(f.run(in.Input))
 		if next != nil {
-			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation}
+			cont := runInput{Input: next, Pending: f.drain(), Topics: f.topics, Generation: f.generation,
+				Step: f.lastStep, Attempts: f.lastAttempts}
 			return nil, workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
 		}
 		status, msg := outcome(ctx, err)

@@ -44,6 +44,10 @@ type program struct {
 	SleepMs     int    `json:"sleep_ms,omitempty"`     // then Sleep("nap")
 	Unbound     bool   `json:"unbound,omitempty"`      // the only step names an activity never bound
 	Note        string `json:"note,omitempty"`         // free text, for inputs that must differ
+	// ContinueOnce: after "done", ContinueAsNew into an execution whose
+	// input has Continued, which ends at once, running no step.
+	ContinueOnce bool `json:"continue_once,omitempty"`
+	Continued    bool `json:"continued,omitempty"`
 	// StepTimeoutMs and HeartbeatTimeoutMs, when set, are those of "work".
 	StepTimeoutMs      int `json:"step_timeout_ms,omitempty"`
 	HeartbeatTimeoutMs int `json:"heartbeat_timeout_ms,omitempty"`
@@ -91,6 +95,9 @@ func handle(f port.Flow, p program) (programResult, error) {
 	if p.Unbound {
 		return programResult{}, f.Step("unbound", unbound, p, nil)
 	}
+	if p.Continued {
+		return programResult{Run: f.RunID()}, nil
+	}
 	// No heartbeat timeout, and the blocked body never heartbeats: an
 	// engine hands it a cancel or a stop through its context all the same
 	// (the spec's Cancel), as a body blocked in a call that takes a
@@ -129,6 +136,9 @@ func handle(f port.Flow, p program) (programResult, error) {
 	}
 	if _, err := work.Run(f, "done", workIn{Payload: payload}, opts...); err != nil {
 		return programResult{}, err
+	}
+	if p.ContinueOnce {
+		return programResult{}, port.ContinueAsNew(program{Continued: true})
 	}
 	return programResult{Run: f.RunID(), Payload: payload}, nil
 }

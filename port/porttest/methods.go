@@ -148,6 +148,19 @@ func checkGet(c *cell) {
 				require.Equal(t, "work", v.CurrentStep, "%+v", v)
 			})
 		}
+		// A ContinueAsNew does not change CurrentStep, nor does the end of
+		// the run: an execution that ends before any step reads the step
+		// the execution before it ended in, with its attempts.
+		t.Run("continued as new, then ended before any step", func(t *testing.T) {
+			id, err := c.eng.Enqueue(ctx, kind, program{ContinueOnce: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":continued"})
+			require.NoError(t, err)
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusSucceeded, v.Status, "%+v", v)
+			require.Equal(t, "done", v.CurrentStep, "%+v", v)
+			require.Equal(t, 1, v.Attempts, "%+v", v)
+			require.Empty(t, v.LastError, "%+v", v)
+			require.JSONEq(t, `{"run":"`+string(id)+`","payload":""}`, string(v.Output), "the second execution's result")
+		})
 	case c.held():
 		for _, id := range otherSpellings(c.id) {
 			_, err := c.eng.Get(ctx, id)
