@@ -34,8 +34,11 @@ type execution struct {
 	stepAttempts int
 	errorShown   bool // the run row shows a last error, which the next recorded step clears
 	canceled     bool
-	createdAt    time.Time
-	history      []historyEntry
+	// beganAt is when the run's current execution began: its first claim,
+	// or its ContinueAsNew (execution_at); created_at for a run an earlier
+	// release claimed first. Flow.Now reads it until the first step.
+	beganAt time.Time
+	history []historyEntry
 	// trace is the trace the run's steps continue: its enqueuer's, or that
 	// of the last signal a wait received (consumeSignalSQL). Only the
 	// executor's goroutine touches it.
@@ -122,7 +125,7 @@ func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
 		w.release(dbCtx, ex)
 		return
 	}
-	f := &flow{w: w, ex: ex, def: def, runCtx: runCtx, dbCtx: dbCtx, now: ex.createdAt, replaying: len(ex.history) > 0}
+	f := &flow{w: w, ex: ex, def: def, runCtx: runCtx, dbCtx: dbCtx, now: ex.beganAt, replaying: len(ex.history) > 0}
 	f.log = log
 	u, out, herr := f.run()
 	next, output, herr := enginekit.Outcome(out, herr)
@@ -272,8 +275,9 @@ func (f *flow) RunID() port.RunID { return f.ex.runID() }
 func (f *flow) Kind() port.Kind   { return port.Kind(f.ex.kind) }
 func (f *flow) Version() int      { return f.ex.version }
 
-// Now is the run's creation time until the first step, then the commit time
-// of the latest step: the same values on every replay.
+// Now is when the run's execution began (its first claim, or its
+// ContinueAsNew) until the first step, then the commit time of the latest
+// step: the same values on every replay.
 func (f *flow) Now() time.Time {
 	f.flush() // the held step's commit time is the value a replay sees
 	return f.now

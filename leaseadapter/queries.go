@@ -180,13 +180,14 @@ const claimSQL = presentPrioritiesCTE + `, c AS (
 ), t AS (
   UPDATE taskport.run r
   SET status = 'running', lease_owner = $3, lease_token = gen_random_uuid(),
-      lease_until = now() + $4 * interval '1 millisecond', claims = r.claims + 1, updated_at = now()
+      lease_until = now() + $4 * interval '1 millisecond', claims = r.claims + 1, updated_at = now(),
+      execution_at = coalesce(r.execution_at, CASE WHEN r.claims = 0 THEN now() END)
   FROM c WHERE r.id = c.id
   RETURNING r.id, r.kind, r.version, coalesce(r.continued_input, r.input) AS input, r.claims, r.lease_token,
-    r.step_attempts, r.cancel_requested_at IS NOT NULL AS canceled, r.created_at, r.seq, r.traceparent, r.tracestate,
-    r.last_error <> '' AS error_shown
+    r.step_attempts, r.cancel_requested_at IS NOT NULL AS canceled, coalesce(r.execution_at, r.created_at) AS began_at,
+    r.seq, r.traceparent, r.tracestate, r.last_error <> '' AS error_shown
 )
-SELECT t.id, t.kind, t.version, t.input, t.claims, t.lease_token, t.step_attempts, t.canceled, t.created_at,
+SELECT t.id, t.kind, t.version, t.input, t.claims, t.lease_token, t.step_attempts, t.canceled, t.began_at,
   t.seq, t.traceparent, t.tracestate, t.error_shown,
   coalesce((SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'result', s.result,
       'failed', s.failed, 'at', s.completed_at) ORDER BY s.seq)
@@ -322,14 +323,15 @@ WITH f AS (
 SELECT id FROM t`
 
 // continueAsNewSQL clears the history and restarts the run with a new input
-// under the same id. The input it was enqueued with stays in input, as on
-// the Temporal engine. The view keeps the step the run was last in and its
+// under the same id, its execution begun now (execution_at: what Flow.Now
+// reads until the new execution's first step). The input it was enqueued
+// with stays in input, as on the Temporal engine. The view keeps the step the run was last in and its
 // attempts until the new execution begins one, as Temporal's does: the
 // spec's CurrentStep is the step the run is in or last was in.
 const continueAsNewSQL = `
 WITH t AS (
   UPDATE taskport.run
-  SET status = 'pending', continued_input = $3, next_run_at = now(), step_attempts = 0,
+  SET status = 'pending', continued_input = $3, next_run_at = now(), execution_at = now(), step_attempts = 0,
       last_error = '', wait_topic = NULL, wait_until = NULL, progress = NULL, ` + endedClaim + `
   WHERE ` + claimedRun + `
   RETURNING id

@@ -376,7 +376,7 @@ func (w *worker) queueClaim(b *pgx.Batch, n int, exs *[]*execution) {
 			ex := &execution{}
 			var history []byte
 			if err := row.Scan(&ex.id, &ex.kind, &ex.version, &ex.input, &ex.claims, &ex.token, &ex.stepAttempts,
-				&ex.canceled, &ex.createdAt, &ex.generation, &ex.trace.Parent, &ex.trace.State, &ex.errorShown, &history); err != nil {
+				&ex.canceled, &ex.beganAt, &ex.generation, &ex.trace.Parent, &ex.trace.State, &ex.errorShown, &history); err != nil {
 				return nil, err
 			}
 			if err := json.Unmarshal(history, &ex.history); err != nil {

@@ -24,6 +24,10 @@ type Flow interface {
 	Kind() Kind
 	Version() int
 	// Now is the deterministic current time (recorded on first execution).
+	// Before an execution's first step it is when the execution began: not
+	// before a delayed run was due, and after a ContinueAsNew not before
+	// the continued execution's last Now (conformance rows "Now of a
+	// delayed run", "Now after a ContinueAsNew"). It never goes back.
 	Now() time.Time
 	// Logger does not repeat lines while the engine replays history.
 	Logger() *slog.Logger

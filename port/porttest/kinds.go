@@ -48,6 +48,10 @@ type program struct {
 	// input has Continued, which ends at once, running no step.
 	ContinueOnce bool `json:"continue_once,omitempty"`
 	Continued    bool `json:"continued,omitempty"`
+	// NotBeforeMs, when set, fails the run at once (before any step) if
+	// Flow.Now reads earlier than it (Unix milliseconds). A run continued
+	// by ContinueOnce gets its execution's Now after "done".
+	NotBeforeMs int64 `json:"not_before_ms,omitempty"`
 	// StepTimeoutMs and HeartbeatTimeoutMs, when set, are those of "work".
 	StepTimeoutMs      int `json:"step_timeout_ms,omitempty"`
 	HeartbeatTimeoutMs int `json:"heartbeat_timeout_ms,omitempty"`
@@ -95,6 +99,10 @@ func handle(f port.Flow, p program) (programResult, error) {
 	if p.Unbound {
 		return programResult{}, f.Step("unbound", unbound, p, nil)
 	}
+	if now := f.Now(); p.NotBeforeMs > 0 && now.UnixMilli() < p.NotBeforeMs {
+		return programResult{}, fmt.Errorf("Flow.Now read %s before the execution's first step, before %s",
+			now.UTC().Format(time.RFC3339Nano), time.UnixMilli(p.NotBeforeMs).UTC().Format(time.RFC3339Nano))
+	}
 	if p.Continued {
 		return programResult{Run: f.RunID()}, nil
 	}
@@ -138,7 +146,7 @@ func handle(f port.Flow, p program) (programResult, error) {
 		return programResult{}, err
 	}
 	if p.ContinueOnce {
-		return programResult{}, port.ContinueAsNew(program{Continued: true})
+		return programResult{}, port.ContinueAsNew(program{Continued: true, NotBeforeMs: f.Now().UnixMilli()})
 	}
 	return programResult{Run: f.RunID(), Payload: payload}, nil
 }

@@ -161,6 +161,27 @@ func checkGet(c *cell) {
 			require.Empty(t, v.LastError, "%+v", v)
 			require.JSONEq(t, `{"run":"`+string(id)+`","payload":""}`, string(v.Output), "the second execution's result")
 		})
+		// Flow.Now before an execution's first step is when the execution
+		// began: not before a delayed run was due, and, after a
+		// ContinueAsNew, not before the time the execution before it last
+		// read (the program fails the run otherwise).
+		for name, enq := range map[string]func() (port.RunID, error){
+			"Now of a delayed run": func() (port.RunID, error) {
+				due := time.Now().Add(time.Second)
+				return c.eng.Enqueue(ctx, kind, program{NotBeforeMs: due.UnixMilli()},
+					port.EnqueueOptions{IdempotencyKey: c.key + ":now-delayed", AvailableAt: due})
+			},
+			"Now after a ContinueAsNew": func() (port.RunID, error) {
+				return c.eng.Enqueue(ctx, kind, program{ContinueOnce: true, Note: "now"}, port.EnqueueOptions{IdempotencyKey: c.key + ":now-continued"})
+			},
+		} {
+			t.Run(name, func(t *testing.T) {
+				id, err := enq()
+				require.NoError(t, err)
+				v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+				require.Equal(t, port.StatusSucceeded, v.Status, "%+v", v)
+			})
+		}
 	case c.held():
 		for _, id := range otherSpellings(c.id) {
 			_, err := c.eng.Get(ctx, id)
