@@ -391,8 +391,10 @@ func (e *Engine) Signal(ctx context.Context, topic port.Topic, payload any) (int
 // start. Canceling a finished run writes nothing and returns nil; a run of
 // the lease engine is refused with port.ErrOtherEngine, nothing written.
 //
-// A run no step body is in (projected pending or waiting) ends canceled in
-// Postgres at once (runstore.EndCanceledIfIdle), as on the lease engine:
+// A run no step body is in (projected pending or waiting, or, as Temporal
+// describes it after the flag committed, with no activity attempt started:
+// in a step's retry backoff, or between steps) ends canceled in Postgres at
+// once (runstore.EndCanceledIfIdle), as on the lease engine:
 // Get, Wait and ListRuns read it canceled whether or not a worker serves
 // it (a retired version, every worker down). Its workflow stays open in
 // Temporal until a worker takes it; it can then run no step (each step's
@@ -412,8 +414,14 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	if err != nil || !flagged {
 		return err
 	}
-	if _, err := runstore.EndCanceledIfIdle(ctx, e.pool, id); err != nil {
+	ended, err := runstore.EndCanceledIfIdle(ctx, e.pool, id, false)
+	if err != nil {
 		return err
+	}
+	if !ended && e.noStepBody(ctx, id) {
+		if _, err := runstore.EndCanceledIfIdle(ctx, e.pool, id, true); err != nil {
+			return err
+		}
 	}
 	err = e.cancelWorkflow(ctx, id, reason)
 	if err == nil {
@@ -432,6 +440,25 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 		return nil
 	}
 	return err
+}
+
+// noStepBody reports whether Temporal says no step body is in run id's open
+// workflow: none of its activities has an attempt started (one in its retry
+// backoff, or scheduled and not yet taken, has not). Read after Cancel's
+// flag committed, it stays true: every attempt's start reads the flag and
+// runs no body (activityFunc). An error, or a workflow Temporal does not
+// know or that closed, reads false: the workflow's own end decides.
+func (e *Engine) noStepBody(ctx context.Context, id port.RunID) bool {
+	desc, err := e.client.DescribeWorkflow(ctx, WorkflowID(id), "")
+	if err != nil || desc.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return false
+	}
+	for _, pa := range desc.RawResponse.GetPendingActivities() {
+		if pa.GetState() != enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {
+			return false
+		}
+	}
+	return true
 }
 
 // notifyCancel wakes the cancel watches of the serving workers (see

@@ -93,7 +93,8 @@ const endCanceledIfIdleSQL = `
 WITH t AS (
   UPDATE taskport.run
   SET status = 'canceled', finished_at = now(), last_error = '', updated_at = now()
-  WHERE id = $1 AND engine = 'temporal' AND cancel_requested_at IS NOT NULL AND status IN ('pending', 'waiting')
+  WHERE id = $1 AND engine = 'temporal' AND cancel_requested_at IS NOT NULL
+    AND (status IN ('pending', 'waiting') OR ($2 AND status = 'running'))
   RETURNING id
 ), w AS (
   DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM t)

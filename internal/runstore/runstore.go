@@ -523,12 +523,17 @@ func RequestCancel(ctx context.Context, q DBTX, engine Engine, id port.RunID, re
 // takes it, cannot run a step (each step's start reads the flag first) and
 // ends canceled too; its own terminal projection then writes nothing, as a
 // terminal row is never written again. ended reports whether it wrote.
-func EndCanceledIfIdle(ctx context.Context, q DBTX, id port.RunID) (ended bool, err error) {
+//
+// noBody says the caller learned from Temporal, after the flag committed,
+// that no step body is in the run (no activity attempt started): a run the
+// projection reads running (in a step's retry backoff, or between steps)
+// is then ended too.
+func EndCanceledIfIdle(ctx context.Context, q DBTX, id port.RunID, noBody bool) (ended bool, err error) {
 	u, err := ParseID(id)
 	if err != nil {
 		return false, err
 	}
-	if err := q.QueryRow(ctx, endCanceledIfIdleSQL, u).Scan(&ended); err != nil {
+	if err := q.QueryRow(ctx, endCanceledIfIdleSQL, u, noBody).Scan(&ended); err != nil {
 		return false, fmt.Errorf("end run %s canceled: %w", id, InterpretError(err))
 	}
 	return ended, nil

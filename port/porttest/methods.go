@@ -279,6 +279,26 @@ func checkCancel(c *cell) {
 		for _, id := range unknownIDs() {
 			c.unchanged(id, func() { requireErr(t, c.eng.Cancel(ctx, id, "porttest"), port.ErrNotFound) })
 		}
+		// A run in its retry backoff is pending (the specification's
+		// states): nothing serving, Cancel ends it canceled at once, with
+		// the attempt it spent and no error.
+		t.Run("in its retry backoff, nothing serving", func(t *testing.T) {
+			c.start(port.StartOptions{})
+			id, err := c.eng.Enqueue(ctx, kind, program{Fail: 1, BackoffMs: int(time.Hour / time.Millisecond)},
+				port.EnqueueOptions{IdempotencyKey: c.key + ":backoff"})
+			require.NoError(t, err)
+			eventually(t, func() bool { v := c.get(id); return v.Status == port.StatusPending && v.LastError != "" },
+				"run %s never read pending in its retry backoff", id)
+			require.NoError(t, c.eng.Stop(ctx))
+			c.started = false
+			require.NoError(t, c.eng.Cancel(ctx, id, "porttest"))
+			v := c.get(id)
+			require.Equal(t, port.StatusCanceled, v.Status, "%+v", v)
+			require.Equal(t, 1, v.Attempts, "%+v", v)
+			require.Equal(t, "work", v.CurrentStep, "%+v", v)
+			require.Empty(t, v.LastError, "%+v", v)
+			require.False(t, v.FinishedAt.IsZero(), "%+v", v)
+		})
 	case !c.open():
 		c.unchanged(c.id, func() { require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest")) })
 	default:
