@@ -344,7 +344,7 @@ func (f *flow) admit() error {
 // checkLease abandons the claim once the run context says it is gone.
 func (f *flow) checkLease() {
 	cause := context.Cause(f.runCtx)
-	if errors.Is(cause, port.ErrLeaseLost) || errors.Is(cause, errStopping) {
+	if errors.Is(cause, port.ErrLeaseLost) { // errStopping too
 		panic(unwind{why: "lease lost"})
 	}
 }

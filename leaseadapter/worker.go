@@ -19,9 +19,12 @@ import (
 	"github.com/taskport/taskport/port"
 )
 
-// Causes of a canceled background or run context.
+// Causes of a canceled background or run context. errStopping is a run's
+// once Stop handed it back past the bound: it matches port.ErrLeaseLost, the
+// attempt no longer owns the step, as the Temporal engine's body reads a
+// worker shutdown (before, it matched no sentinel a body could test).
 var (
-	errStopping = errors.New("lease engine stopping")
+	errStopping = fmt.Errorf("lease engine stopping, its claims handed back: %w", port.ErrLeaseLost)
 	errStopped  = errors.New("lease engine stopped")
 )
 

@@ -184,8 +184,13 @@
 //
 //	running a step
 //	           the body finishes (its result commits) or is handed back
-//	           within the engine's bound; the run goes on under the next
-//	           Start, and a step that finished does not run again
+//	           within the engine's bound, its context ending with a cause
+//	           matching ErrLeaseLost; the run goes on under the next
+//	           Start, and a step that finished does not run again. A
+//	           handed-back attempt counts on Temporal (its server retries
+//	           the step as the next attempt; on the last one the step
+//	           fails) and not on the lease engine (docs/engines.md,
+//	           "Known differences")
 //	leased     handed back without an attempt charged
 //	pending, delayed, waiting
 //	           unchanged, picked up again by the next Start
