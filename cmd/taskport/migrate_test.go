@@ -33,7 +33,7 @@ func TestMigrateCommands(t *testing.T) {
 	require.Contains(t, status, "engine  00001  pending  baseline")
 	require.Contains(t, status, "media   00001  pending  baseline")
 	require.NotContains(t, status, "legacy", "a new database never gets the legacy set")
-	require.Contains(t, runCLI(t, append([]string{"migrate", "up"}, common...)...), "applied 4 migration(s): [engine 1 engine 2 engine 3 media 1]")
+	require.Contains(t, runCLI(t, append([]string{"migrate", "up"}, common...)...), "applied 5 migration(s): [engine 1 engine 2 engine 3 engine 4 media 1]")
 	require.NotContains(t, runCLI(t, append([]string{"migrate", "status"}, common...)...), "pending")
 	require.Contains(t, runCLI(t, append([]string{"migrate", "down", "--to", "0"}, common...)...), "rolled back 1 migration(s): [media 1]")
 	status = runCLI(t, append([]string{"migrate", "status"}, common...)...)
