@@ -203,11 +203,13 @@
 //
 // Status:
 //   - pending: no worker holds the run: enqueued and not yet taken, delayed,
-//     or between two attempts of a step (retry backoff).
+//     or between two attempts of a step: in the retry backoff, and once the
+//     next attempt is due, until a worker takes it (so too a step a Stop
+//     handed back, while nothing serves the run).
 //   - running: a worker holds the run, from the claim (lease) or the first
 //     workflow task (Temporal) until it parks or ends. A run claimed whose
-//     step waits for a slot, and a step whose attempt is scheduled and due,
-//     read running.
+//     step waits for a slot, and a step whose first attempt is scheduled
+//     and due, read running.
 //   - waiting: parked in WaitSignal or Sleep.
 //   - succeeded, failed, canceled: terminal; never change again.
 //

@@ -518,8 +518,8 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 // current activity's schedule, start or last completed attempt, or the
 // workflow's start), and at least past the projection's: the same value on
 // every Get of the same state, since it is read from the description.
-func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription, now time.Time) port.RunView {
-	o := overlay(v, desc, now)
+func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription) port.RunView {
+	o := overlay(v, desc)
 	if o.Status.Terminal() || (o.Status == v.Status && o.CurrentStep == v.CurrentStep && o.Attempts == v.Attempts && o.LastError == v.LastError) {
 		return o
 	}
@@ -542,9 +542,9 @@ func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescripti
 // overlay lays what Temporal reports over the projection v. A pending
 // activity one of whose attempts started is the current step: its attempts
 // are those whose body started (an attempt SCHEDULED, due or in its retry
-// backoff, has not), and during the backoff no worker holds the run, so it
-// reads pending. A first attempt still SCHEDULED is not yet.
-func overlay(v port.RunView, desc *client.WorkflowExecutionDescription, now time.Time) port.RunView {
+// backoff, has not), and until a worker takes the retry none holds the run,
+// so it reads pending. A first attempt still SCHEDULED is not yet.
+func overlay(v port.RunView, desc *client.WorkflowExecutionDescription) port.RunView {
 	projected := v.Status
 	switch desc.Status {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
@@ -571,10 +571,11 @@ func overlay(v port.RunView, desc *client.WorkflowExecutionDescription, now time
 		v.CurrentStep = pa.GetActivityId()
 		v.Attempts = int(pa.GetAttempt())
 		if pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {
+			// A retry, in its backoff or due and not yet taken: no worker
+			// holds the run, as none holds a lease run between two attempts
+			// until a claim takes it again.
 			v.Attempts--
-			if next := pa.GetNextAttemptScheduleTime(); next != nil && next.AsTime().After(now) {
-				v.Status = port.StatusPending
-			}
+			v.Status = port.StatusPending
 		}
 		v.LastError = failureMessage(pa.GetLastFailure())
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -165,7 +164,7 @@ func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunV
 	if err != nil {
 		return port.RunView{}, false, fmt.Errorf("describe workflow of run %s: %w", run.ID, err)
 	}
-	view = viewFromDescription(run.RunView, desc, time.Now())
+	view = viewFromDescription(run.RunView, desc)
 	if !view.Status.Terminal() || run.Status.Terminal() {
 		return view, false, nil
 	}
@@ -204,7 +203,7 @@ func (e *Engine) describe(ctx context.Context, run runstore.Run) (view port.RunV
 	// The row as written, not the description: its FinishedAt and
 	// UpdatedAt are the Postgres clock's, which every later Get reads (the
 	// workflow's close time, returned before, moved on the next Get).
-	return viewFromDescription(cur.RunView, desc, time.Now()), fixed, nil
+	return viewFromDescription(cur.RunView, desc), fixed, nil
 }
 
 // closeMessage reads why a workflow closed from its close event, for the

@@ -1039,6 +1039,13 @@ func checkStopPastItsBound(c *cell) {
 		c.started = false
 		eventually(t, func() bool { return c.bodies.cause(id) != nil }, "the body's context never ended")
 		require.ErrorIs(t, c.bodies.cause(id), port.ErrLeaseLost, "the body's context cause")
+		// Nothing serves the run now: it reads pending, and goes on
+		// reading pending once a retry it is due is not taken (Temporal's
+		// next attempt scheduled and due, the lease engine's claim handed
+		// back), as a run between two attempts does.
+		eventually(t, func() bool { return c.get(id).Status == port.StatusPending }, "run %s never read pending after the stop", id)
+		require.Never(t, func() bool { return c.get(id).Status != port.StatusPending }, time.Second, pollEvery,
+			"run %s stopped read other than pending with nothing serving", id)
 		c.bodies.release(id)
 		c.startEngine(c.h.New(t, c.reg), port.StartOptions{})
 		v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
