@@ -791,12 +791,23 @@ func (f *flow) GetVersion(changeID string, minSupported, maxSupported int) int {
 		f.checkMarker(changeID, v, minSupported, maxSupported)
 		return v
 	}
+	if f.markers == nil {
+		f.markers = map[string]int{}
+	}
+	if at := f.seq.Len(); at < len(f.ex.history) && f.ex.history[at].Name != enginekit.MarkerStep(changeID) {
+		// The run went past this point before the call was added: as on
+		// Temporal, it gets DefaultVersion, and nothing is recorded (the
+		// history goes on with what is there).
+		if port.DefaultVersion < minSupported || port.DefaultVersion > maxSupported {
+			panic(unwind{why: "marker", fatal: fmt.Errorf("version marker %q: the run went past it before it was added (DefaultVersion), supported [%d, %d]: %w",
+				changeID, minSupported, maxSupported, port.ErrNondeterminism)})
+		}
+		f.markers[changeID] = port.DefaultVersion
+		return port.DefaultVersion
+	}
 	seq, h, err := f.next(enginekit.MarkerStep(changeID))
 	if err != nil {
 		panic(unwind{why: "bad marker", fatal: fmt.Errorf("version marker %q: %w", changeID, err)})
-	}
-	if f.markers == nil {
-		f.markers = map[string]int{}
 	}
 	if h != nil {
 		var v int

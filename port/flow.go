@@ -49,9 +49,14 @@ type Flow interface {
 	// GetVersion marks a compatible in-place change: it returns maxSupported
 	// on a first execution and the recorded version on replay; a changeID
 	// met again in the same run returns the version it got the first time.
+	// A run that went past this point before the call was added (its
+	// history goes on without the marker) gets DefaultVersion, so code that
+	// keeps such runs on the old path passes DefaultVersion as minSupported
+	// and branches on it.
 	// "version:" + changeID must be a valid step name (ValidateName) and
 	// minSupported must not exceed maxSupported; otherwise, or when the
-	// recorded version lies outside the range, the run fails.
+	// version recorded (or DefaultVersion) lies outside the range, the run
+	// fails.
 	GetVersion(changeID string, minSupported, maxSupported int) int
 	// RestartSuggested reports that the run's history is long; a loop should
 	// then return ContinueAsNew with its current state.
@@ -69,6 +74,11 @@ type StepOptions struct {
 	// before Timeout. Zero disables it.
 	HeartbeatTimeout time.Duration
 }
+
+// Kind authors: DefaultVersion is what Flow.GetVersion returns to a run
+// that went past the call's place in its handler before the call was added
+// (Temporal's workflow.DefaultVersion).
+const DefaultVersion = -1
 
 // Kind authors: DefaultStepTimeout applies when neither the Definition nor
 // the step sets one.

@@ -47,6 +47,7 @@ var scenarios = []scenario{
 	{"concurrency_bounds_steps_at_once", concurrencyBoundsSteps},
 	{"unserved_version_stays_pending", unservedVersion},
 	{"version_marker_replays", versionMarker},
+	{"version_marker_added_in_flight", versionMarkerAddedInFlight},
 	{"flow_answers_read_alike", flowAlike},
 	{"continue_as_new_keeps_run_id", continueAsNew},
 	{"heartbeat_timeout_fails_silent_attempts", heartbeatTimeout},

@@ -88,6 +88,39 @@ func versionMarker(w *world) {
 	}
 }
 
+// A GetVersion added to code with runs in flight: a run that went past its
+// place before it was added gets port.DefaultVersion (and code that
+// supports it keeps the run on the old path), a new run gets the newest
+// version, and code that no longer supports DefaultVersion fails the
+// in-flight run before any further step, on every engine.
+func versionMarkerAddedInFlight(w *world) {
+	e := w.start(registry(w.t, w.pool, append(kinds.Definitions(false), kinds.UnmarkedKind())...), port.StartOptions{})
+	kept, dropped := longWait("marker-added-kept"), longWait("marker-added-dropped")
+	keptID := w.enqueue(e, kinds.Marker, kept, "added-kept")
+	droppedID := w.enqueue(e, kinds.Marker, dropped, "added-dropped")
+	w.waitStatus(e, keptID, port.StatusWaiting)
+	w.waitStatus(e, droppedID, port.StatusWaiting)
+	w.stop(e)
+
+	e2 := w.start(registry(w.t, w.pool, append(kinds.Definitions(false), kinds.MarkerKind(port.DefaultVersion, 1))...), port.StartOptions{})
+	fresh := longWait("marker-added-fresh")
+	freshID := w.enqueue(e2, kinds.Marker, fresh, "added-fresh")
+	w.waitStatus(e2, freshID, port.StatusWaiting)
+	w.signalUntilDelivered(e2, kept.Topic)
+	w.signalUntilDelivered(e2, fresh.Topic)
+	w.waitStatus(e2, keptID, port.StatusSucceeded)
+	w.waitStatus(e2, freshID, port.StatusSucceeded)
+	require.Equal(w.t, map[string]string{"before": "unmarked", "after": "-1"}, w.notes(keptID), "the run in flight got DefaultVersion")
+	require.Equal(w.t, map[string]string{"before": "1", "after": "1"}, w.notes(freshID))
+	w.stop(e2)
+
+	e3 := w.start(registry(w.t, w.pool, append(kinds.Definitions(false), kinds.MarkerKind(1, 1))...), port.StartOptions{})
+	w.signalUntilDelivered(e3, dropped.Topic)
+	v := w.waitStatus(e3, droppedID, port.StatusFailed)
+	require.Contains(w.t, v.LastError, "new-step", "%+v", v)
+	require.Equal(w.t, map[string]int{"before": 1}, w.effects(droppedID), "no step ran past the unsupported marker")
+}
+
 // A run that continues as new stays one run: the same id, one row, the
 // same idempotency key; each generation ran its step once.
 func continueAsNew(w *world) {

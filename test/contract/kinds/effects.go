@@ -346,8 +346,18 @@ func VersionTwo() port.Definition {
 // values [lo, hi] of change "new-step": steps "before" and "after" around a
 // wait on the topic of its input, each noting the value it got.
 func MarkerKind(lo, hi int) port.Definition {
+	return markerKind(func(f port.Flow) string { return fmt.Sprint(f.GetVersion("new-step", lo, hi)) })
+}
+
+// UnmarkedKind is Marker@v1 as it was before the change "new-step": the same
+// steps and wait, no GetVersion, each step noting "unmarked".
+func UnmarkedKind() port.Definition {
+	return markerKind(func(port.Flow) string { return "unmarked" })
+}
+
+func markerKind(version func(port.Flow) string) port.Definition {
 	return port.Definition{Kind: Marker, Version: 1, Retry: FastRetry, Handler: port.Handle(func(f port.Flow, in WaitIn) error {
-		v := fmt.Sprint(f.GetVersion("new-step", lo, hi))
+		v := version(f)
 		if _, err := Effect.Run(f, "before", EffectIn{Label: "before", Note: v}); err != nil {
 			return err
 		}
