@@ -120,12 +120,15 @@ func (f *flow) end(status port.Status, msg string, output json.RawMessage, err e
 
 // outcome maps the handler's result onto the port vocabulary: the status
 // and the run's last error, which only a failure has (a cancel's reason is
-// not an error).
+// not an error). A run is canceled only when a cancel reached it: the
+// workflow's (here), or Cancel's flag in Postgres, which end's write reads.
+// A handler that returns port.ErrCanceled of its own accord fails, as on the
+// lease engine.
 func outcome(ctx workflow.Context, err error) (port.Status, string) {
 	switch {
 	case err == nil:
 		return port.StatusSucceeded, ""
-	case errors.Is(err, port.ErrCanceled) || (ctx.Err() != nil && temporal.IsCanceledError(err)):
+	case ctx.Err() != nil && (errors.Is(err, port.ErrCanceled) || temporal.IsCanceledError(err)):
 		return port.StatusCanceled, ""
 	default:
 		return port.StatusFailed, err.Error()

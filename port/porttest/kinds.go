@@ -44,6 +44,9 @@ type program struct {
 	SleepMs     int    `json:"sleep_ms,omitempty"`     // then Sleep("nap")
 	Unbound     bool   `json:"unbound,omitempty"`      // the only step names an activity never bound
 	Note        string `json:"note,omitempty"`         // free text, for inputs that must differ
+	// GiveUp: after "work", the handler returns an error wrapping
+	// port.ErrCanceled of its own accord (no Cancel was called).
+	GiveUp bool `json:"give_up,omitempty"`
 	// ContinueOnce: after "done", ContinueAsNew into an execution whose
 	// input has Continued, which ends at once, running no step.
 	ContinueOnce bool `json:"continue_once,omitempty"`
@@ -120,6 +123,9 @@ func handle(f port.Flow, p program) (programResult, error) {
 	}
 	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail}, workOpts...); err != nil {
 		return programResult{}, err
+	}
+	if p.GiveUp {
+		return programResult{}, fmt.Errorf("gave up: %w", port.ErrCanceled)
 	}
 	var payload string
 	if p.Topic != "" {

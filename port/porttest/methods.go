@@ -161,6 +161,19 @@ func checkGet(c *cell) {
 			require.Empty(t, v.LastError, "%+v", v)
 			require.JSONEq(t, `{"run":"`+string(id)+`","payload":""}`, string(v.Output), "the second execution's result")
 		})
+		// A run fails when its handler returns port.ErrCanceled that no
+		// Cancel caused: canceled means a cancel reached the run.
+		t.Run("a handler that returns ErrCanceled of its own accord", func(t *testing.T) {
+			id, err := c.eng.Enqueue(ctx, kind, program{GiveUp: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":give-up"})
+			require.NoError(t, err)
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusFailed, v.Status, "%+v", v)
+			require.Equal(t, "gave up: "+port.ErrCanceled.Error(), v.LastError, "%+v", v)
+			require.Equal(t, "work", v.CurrentStep, "%+v", v)
+			require.Equal(t, 1, v.Attempts, "%+v", v)
+			_, err = port.Result[programResult](ctx, c.eng, id)
+			require.ErrorIs(t, err, port.ErrRunFailed)
+		})
 		// Flow.Now before an execution's first step is when the execution
 		// began: not before a delayed run was due, and, after a
 		// ContinueAsNew, not before the time the execution before it last
