@@ -224,6 +224,9 @@
 // succeeds and when a new step, wait or sleep begins. A cancel never sets it.
 // Terminal: succeeded "", canceled "", failed the handler's error message
 // (err.Error() of what the handler returned; for a *StepError its Error()).
+// A message is stored as Postgres text holds it: a NUL, and each run of
+// bytes that are not UTF-8, reads U+FFFD, in LastError and in a StepError's
+// Message alike.
 //
 // CurrentStep: the name of the step, wait or sleep the run is in or last
 // was in; "" before the first. The end of the run does not change it, nor

@@ -74,7 +74,7 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 			return nil, workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
 		}
 		status, msg := outcome(ctx, err)
-		return f.end(status, msg, output, err)
+		return f.end(status, msg, output, enginekit.Storable(err))
 	}
 }
 
@@ -131,7 +131,7 @@ func outcome(ctx workflow.Context, err error) (port.Status, string) {
 	case ctx.Err() != nil && (errors.Is(err, port.ErrCanceled) || temporal.IsCanceledError(err)):
 		return port.StatusCanceled, ""
 	default:
-		return port.StatusFailed, err.Error()
+		return port.StatusFailed, enginekit.StorableText(err.Error())
 	}
 }
 

@@ -59,6 +59,7 @@ func RunActivity(ctx context.Context, b port.ActivityBinding, info port.StepInfo
 		if p := recover(); p != nil {
 			out, err = nil, fmt.Errorf("activity %s panicked: %v", info.Activity, p)
 		}
+		err = Storable(err)
 	}()
 	res, err := engineapi.Invoke(WithStep(ctx, info, beat), b, input)
 	if err != nil {

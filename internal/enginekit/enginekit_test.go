@@ -3,6 +3,8 @@ package enginekit_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +199,31 @@ func TestStepSequence(t *testing.T) {
 	err = enginekit.CheckReplay(3, "b", "a")
 	require.ErrorIs(t, err, port.ErrNondeterminism)
 	require.Contains(t, err.Error(), `step #3`)
+}
+
+// Storable keeps an error whose chain Postgres and protobuf can hold as it
+// is; otherwise its message reads U+FFFD for the bytes they cannot, its
+// chain carries none of them, and what it matched of the marks engines
+// read (non-retryable, canceled, lease lost) it still matches.
+func TestStorable(t *testing.T) {
+	fine := fmt.Errorf("open %s: %w", "a.mkv", os.ErrNotExist)
+	require.Same(t, fine, enginekit.Storable(fine))
+	require.NoError(t, enginekit.Storable(nil))
+
+	bad := fmt.Errorf("open %s: %w", "a\x00b\xff.mkv", port.ErrCanceled)
+	for _, err := range []error{bad, port.NonRetryable(bad)} {
+		got := enginekit.Storable(err)
+		require.Equal(t, enginekit.StorableText(err.Error()), got.Error())
+		require.Equal(t, port.IsNonRetryable(err), port.IsNonRetryable(got), "%v", err)
+		require.ErrorIs(t, got, port.ErrCanceled)
+		require.NotErrorIs(t, got, port.ErrLeaseLost)
+		require.NotErrorIs(t, got, os.ErrNotExist)
+		require.NoError(t, enginekit.ValidateText("message", got.Error()))
+		for _, e := range got.(interface{ Unwrap() []error }).Unwrap() {
+			for ; e != nil; e = errors.Unwrap(e) {
+				require.NoError(t, enginekit.ValidateText("message", e.Error()))
+			}
+		}
+	}
+	require.Equal(t, "open a\ufffdb\ufffd.mkv: taskport: run canceled", enginekit.Storable(bad).Error())
 }

@@ -450,3 +450,52 @@ func Outcome(out any, err error) (next, output json.RawMessage, outcome error) {
 	}
 	return nil, output, nil
 }
+
+// StorableText is s as a run's LastError can hold it: Postgres text stores
+// no NUL and Temporal's failures (protobuf strings) only UTF-8, so each NUL
+// and each run of bytes that are not UTF-8 reads U+FFFD.
+func StorableText(s string) string {
+	if ValidateText("", s) == nil {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// Storable is err when every message of its chain is StorableText already;
+// otherwise an error that reads StorableText of err's message and matches
+// what err matched of port.NonRetryable's mark, port.ErrCanceled and
+// port.ErrLeaseLost, and nothing else of its chain (Temporal encodes a
+// chain as a failure's causes, so none of it may carry the bytes). A step
+// body's error or a handler's, however it was built, then fails its attempt
+// or its run in its own words; before, Postgres refused the write, and the
+// lease engine handed the claim back and ran the body again without end.
+func Storable(err error) error {
+	if err == nil {
+		return nil
+	}
+	clean := true
+	for e := err; e != nil && clean; e = errors.Unwrap(e) {
+		clean = ValidateText("", e.Error()) == nil
+	}
+	if clean {
+		return err
+	}
+	s := &storableError{msg: StorableText(err.Error())}
+	if port.IsNonRetryable(err) {
+		s.marks = append(s.marks, port.NonRetryable(errors.New("marked non-retryable")))
+	}
+	for _, sentinel := range []error{port.ErrCanceled, port.ErrLeaseLost} {
+		if errors.Is(err, sentinel) {
+			s.marks = append(s.marks, sentinel)
+		}
+	}
+	return s
+}
+
+type storableError struct {
+	msg   string
+	marks []error
+}
+
+func (e *storableError) Error() string   { return e.msg }
+func (e *storableError) Unwrap() []error { return e.marks }

@@ -2,6 +2,7 @@ package porttest
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"fmt"
@@ -47,6 +48,12 @@ type program struct {
 	// GiveUp: after "work", the handler returns an error wrapping
 	// port.ErrCanceled of its own accord (no Cancel was called).
 	GiveUp bool `json:"give_up,omitempty"`
+	// Unstorable ends the message of each failure of "work" with bytes
+	// Postgres text cannot store (unstorable); HandlerUnstorable makes the
+	// handler fail after "work" with "handler failed" and them. (An input
+	// cannot carry them: JSON has no such string.)
+	Unstorable        bool `json:"unstorable,omitempty"`
+	HandlerUnstorable bool `json:"handler_unstorable,omitempty"`
 	// ContinueOnce: after "done", ContinueAsNew into an execution whose
 	// input has Continued, which ends at once, running no step.
 	ContinueOnce bool `json:"continue_once,omitempty"`
@@ -60,11 +67,17 @@ type program struct {
 	HeartbeatTimeoutMs int `json:"heartbeat_timeout_ms,omitempty"`
 }
 
+// unstorable is text Postgres cannot store (a NUL, bytes that are not
+// UTF-8), as an os error's file name may hold; storedAs is how a run's
+// LastError reads it.
+const unstorable, storedAs = " a\x00b \xff\xfe", " a\ufffdb \ufffd"
+
 // workIn is the input of the work activity.
 type workIn struct {
-	Block   bool   `json:"block,omitempty"`
-	Fail    int    `json:"fail,omitempty"`
-	Payload string `json:"payload,omitempty"`
+	Block      bool   `json:"block,omitempty"`
+	Fail       int    `json:"fail,omitempty"`
+	Unstorable bool   `json:"unstorable,omitempty"` // each failure's message ends with unstorable
+	Payload    string `json:"payload,omitempty"`
 }
 
 var (
@@ -121,11 +134,14 @@ func handle(f port.Flow, p program) (programResult, error) {
 	if p.HeartbeatTimeoutMs > 0 {
 		workOpts = append(workOpts, port.WithHeartbeatTimeout(time.Duration(p.HeartbeatTimeoutMs)*time.Millisecond))
 	}
-	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail}, workOpts...); err != nil {
+	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail, Unstorable: p.Unstorable}, workOpts...); err != nil {
 		return programResult{}, err
 	}
 	if p.GiveUp {
 		return programResult{}, fmt.Errorf("gave up: %w", port.ErrCanceled)
+	}
+	if p.HandlerUnstorable {
+		return programResult{}, errors.New("handler failed" + unstorable)
 	}
 	var payload string
 	if p.Topic != "" {
@@ -233,6 +249,9 @@ func (b *bodies) run(ctx context.Context, in workIn) (struct{}, error) {
 		return struct{}{}, fmt.Errorf("count executions: %w", err)
 	}
 	if n <= in.Fail {
+		if in.Unstorable {
+			return struct{}{}, fmt.Errorf("attempt %d failed%s", n, unstorable)
+		}
 		return struct{}{}, fmt.Errorf("attempt %d failed", n)
 	}
 	if in.Block {

@@ -174,6 +174,26 @@ func checkGet(c *cell) {
 			_, err = port.Result[programResult](ctx, c.eng, id)
 			require.ErrorIs(t, err, port.ErrRunFailed)
 		})
+		// An error whose message Postgres cannot store (a NUL, bytes that
+		// are not UTF-8: a file name in an os error) fails its attempt,
+		// then its run, once per attempt, reading U+FFFD for those bytes.
+		t.Run("errors Postgres cannot store", func(t *testing.T) {
+			id, err := c.eng.Enqueue(ctx, kind, program{Fail: 99, MaxAttempts: 2, Unstorable: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":bad-step-error"})
+			require.NoError(t, err)
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusFailed, v.Status, "%+v", v)
+			require.Equal(t, (&port.StepError{Step: "work", Activity: work.Name(), Attempts: 2, Message: "attempt 2 failed" + storedAs}).Error(), v.LastError)
+			require.Equal(t, 2, c.executions(id, "work", 0), "each attempt's body ran once")
+			id, err = c.eng.Enqueue(ctx, kind, program{HandlerUnstorable: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":bad-run-error"})
+			require.NoError(t, err)
+			v = c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusFailed, v.Status, "%+v", v)
+			require.Equal(t, "handler failed"+storedAs, v.LastError)
+			var rf *port.RunFailedError
+			_, err = port.Result[programResult](ctx, c.eng, id)
+			require.ErrorAs(t, err, &rf)
+			require.Equal(t, "handler failed"+storedAs, rf.Message)
+		})
 		// Flow.Now before an execution's first step is when the execution
 		// began: not before a delayed run was due, and, after a
 		// ContinueAsNew, not before the time the execution before it last
