@@ -377,7 +377,7 @@ func (f *flow) Step(name, activity string, in, out any, opts ...port.StepOption)
 	}
 	// Options and input first, as on Temporal, where they are checked in
 	// the workflow and the binding only when the activity runs.
-	o, raw, err := enginekit.PrepareStep(f.def, name, in, opts...)
+	o, raw, err := enginekit.PrepareStep(f.def, name, activity, in, opts...)
 	if err != nil {
 		return err
 	}

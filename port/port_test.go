@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ func TestRetryPolicy(t *testing.T) {
 	require.Equal(t, 16*time.Second, p.Backoff(5))
 	require.Equal(t, time.Minute, p.Backoff(50), "capped at MaxInterval")
 	require.Equal(t, 3, port.FileRetry().MaxAttempts)
+	require.NoError(t, port.RetryPolicy{MaxAttempts: math.MaxInt32}.Validate())
 
 	bad := []port.RetryPolicy{
 		{MaxAttempts: 0},
@@ -29,6 +31,9 @@ func TestRetryPolicy(t *testing.T) {
 		{MaxAttempts: 1, MaxInterval: -1},
 		{MaxAttempts: 1, InitialInterval: time.Minute, MaxInterval: time.Second},
 		{MaxAttempts: 1, BackoffCoefficient: 0.5},
+		{MaxAttempts: 1, BackoffCoefficient: math.NaN()},
+		{MaxAttempts: 1, BackoffCoefficient: math.Inf(1)},
+		{MaxAttempts: math.MaxInt32 + 1},
 	}
 	for _, b := range bad {
 		require.ErrorIs(t, b.Validate(), port.ErrInvalidInput, "%+v", b)

@@ -9,7 +9,9 @@ import (
 // tried again (ADR 2.6: explicit per kind; the engine default is never
 // relied on).
 type RetryPolicy struct {
-	// MaxAttempts counts the first attempt too; 1 means no retry. Required (>= 1).
+	// MaxAttempts counts the first attempt too; 1 means no retry. Required,
+	// from 1 to math.MaxInt32 (what Temporal's retry policy and the run
+	// table's column hold).
 	MaxAttempts int
 	// InitialInterval is the wait before the second attempt. Default 1s.
 	InitialInterval time.Duration
@@ -51,14 +53,16 @@ func (p RetryPolicy) Validate() error {
 	switch {
 	case p.MaxAttempts < 1:
 		return fieldErr("retry.max_attempts", "must be at least 1, got %d", p.MaxAttempts)
+	case p.MaxAttempts > math.MaxInt32:
+		return fieldErr("retry.max_attempts", "must be at most %d, got %d", math.MaxInt32, p.MaxAttempts)
 	case p.InitialInterval < 0:
 		return fieldErr("retry.initial_interval", "must not be negative, got %s", p.InitialInterval)
 	case p.MaxInterval < 0:
 		return fieldErr("retry.max_interval", "must not be negative, got %s", p.MaxInterval)
 	case p.MaxInterval != 0 && p.InitialInterval > p.MaxInterval:
 		return fieldErr("retry.max_interval", "must not be below initial_interval (%s < %s)", p.MaxInterval, p.InitialInterval)
-	case p.BackoffCoefficient != 0 && p.BackoffCoefficient < 1:
-		return fieldErr("retry.backoff_coefficient", "must be at least 1, got %g", p.BackoffCoefficient)
+	case p.BackoffCoefficient != 0 && !(p.BackoffCoefficient >= 1) || math.IsInf(p.BackoffCoefficient, 1):
+		return fieldErr("retry.backoff_coefficient", "must be a finite number of at least 1, got %g", p.BackoffCoefficient)
 	}
 	return nil
 }

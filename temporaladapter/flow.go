@@ -246,7 +246,7 @@ func (f *flow) Step(name, activityName string, in, out any, opts ...port.StepOpt
 	if f.ctx.Err() != nil {
 		return port.ErrCanceled
 	}
-	so, raw, err := enginekit.PrepareStep(f.def, name, in, opts...)
+	so, raw, err := enginekit.PrepareStep(f.def, name, activityName, in, opts...)
 	if err != nil {
 		return err
 	}

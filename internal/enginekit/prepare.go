@@ -384,11 +384,16 @@ func DecodeSignalPayload(name string, raw json.RawMessage, payload any) error {
 	return nil
 }
 
-// PrepareStep resolves step name's options and encodes its input, before
-// anything else of the step (its activity's binding included) is looked
-// at: an error here, "step <name>: ...", means the step never started.
-func PrepareStep(def port.Definition, name string, in any, opts ...port.StepOption) (port.StepOptions, json.RawMessage, error) {
+// PrepareStep resolves step name's options, checks its activity's name and
+// encodes its input, before anything else of the step (its activity's
+// binding included) is looked at: an error here, "step <name>: ...", means
+// the step never started. (A name Temporal could not schedule, such as "",
+// would otherwise fail the workflow task for ever there.)
+func PrepareStep(def port.Definition, name, activity string, in any, opts ...port.StepOption) (port.StepOptions, json.RawMessage, error) {
 	o, err := ResolveStepOptions(def, opts...)
+	if err == nil {
+		err = port.ValidateName("activity", activity)
+	}
 	if err != nil {
 		return o, nil, fmt.Errorf("step %s: %w", name, err)
 	}

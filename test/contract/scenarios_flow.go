@@ -2,6 +2,7 @@ package contract
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -146,9 +147,10 @@ func heartbeatTimeout(w *world) {
 	require.Equal(w.t, kinds.FastRetry.MaxAttempts, v.Attempts)
 }
 
-// A handler that misuses its Flow and returns the error fails its run with
-// that error as LastError, worded the same on every engine, and the checks
-// come in the same order: a step's options before its activity's binding,
+// A handler that misuses its Flow (a negative duration, an activity name
+// no engine could schedule, a retry policy out of range) and returns the
+// error fails its run with that error as LastError, worded the same on
+// every engine, and the checks come in the same order: a step's options before its activity's binding,
 // so such a step never starts (no current step, no attempt). So does a
 // GetVersion that cannot be recorded, which has no error to return, and a
 // handler that panics. A change id met twice in one run returns the version
@@ -167,6 +169,12 @@ func flowAlike(w *world) {
 			return err
 		case "unbound-timeout":
 			return f.Step("s", "ct.never_bound", "x", nil, port.WithTimeout(-time.Second))
+		case "activity-empty":
+			return f.Step("s", "", "x", nil)
+		case "activity-bad-name":
+			return f.Step("s", "ct effect", "x", nil)
+		case "max-attempts":
+			return f.Step("s", kinds.Effect.Name(), kinds.EffectIn{Label: "max-attempts"}, nil, port.WithRetry(port.RetryPolicy{MaxAttempts: math.MaxInt32 + 1}))
 		case "decode":
 			return f.Step("s", kinds.Effect.Name(), kinds.EffectIn{Label: "decode"}, &s)
 		case "signal":
@@ -198,6 +206,9 @@ func flowAlike(w *world) {
 		{"sleep", "invalid duration: must not be negative, got -1s", "", 0},
 		{"timeout", "step s: invalid timeout: must not be negative, got -1s", "", 0},
 		{"unbound-timeout", "step s: invalid timeout: must not be negative, got -1s", "", 0},
+		{"activity-empty", "step s: invalid activity: must not be empty", "", 0},
+		{"activity-bad-name", `step s: invalid activity: character ' ' not allowed in "ct effect" (letters, digits and . _ - : / only)`, "", 0},
+		{"max-attempts", "step s: invalid retry.max_attempts: must be at most 2147483647, got 2147483648", "", 0},
 		{"decode", "step s: decode result of ct.effect: " + notString, "s", 1},
 		{"signal", "wait w: decode signal payload: " + notString, "w", 0},
 		{"marker-bad-id", `version marker "bad id": invalid change_id: character ' ' not allowed in "version:bad id" (letters, digits and . _ - : / only)`, "", 0},
