@@ -142,7 +142,10 @@ func StepInfoFrom(ctx context.Context) (StepInfo, bool) {
 // it whether to go on: it returns ErrCanceled once the run is canceled and
 // an error matching ErrLeaseLost once the attempt no longer owns the step
 // (the worker's claim is gone, or the attempt timed out); the step must then
-// stop and commit nothing. Outside an activity context it only checks ctx.
+// stop and commit nothing. Progress is kept as JSON (the Temporal UI shows
+// it): progress that does not encode, or encodes above MaxPayloadBytes, is
+// dropped, and the heartbeat still counts. Outside an activity context it
+// only checks ctx.
 func Heartbeat(ctx context.Context, progress any) error {
 	if rt, ok := runtimeFrom(ctx); ok {
 		if err := rt.Heartbeat(ctx, progress); err != nil {

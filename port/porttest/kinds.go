@@ -3,6 +3,7 @@ package porttest
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 
 	"fmt"
@@ -54,6 +55,8 @@ type program struct {
 	// cannot carry them: JSON has no such string.)
 	Unstorable        bool `json:"unstorable,omitempty"`
 	HandlerUnstorable bool `json:"handler_unstorable,omitempty"`
+	// BadProgress: "work" heartbeats progress that does not encode as JSON.
+	BadProgress bool `json:"bad_progress,omitempty"`
 	// ContinueOnce: after "done", ContinueAsNew into an execution whose
 	// input has Continued, which ends at once, running no step.
 	ContinueOnce bool `json:"continue_once,omitempty"`
@@ -74,10 +77,11 @@ const unstorable, storedAs = " a\x00b \xff\xfe", " a\ufffdb \ufffd"
 
 // workIn is the input of the work activity.
 type workIn struct {
-	Block      bool   `json:"block,omitempty"`
-	Fail       int    `json:"fail,omitempty"`
-	Unstorable bool   `json:"unstorable,omitempty"` // each failure's message ends with unstorable
-	Payload    string `json:"payload,omitempty"`
+	Block       bool   `json:"block,omitempty"`
+	Fail        int    `json:"fail,omitempty"`
+	Unstorable  bool   `json:"unstorable,omitempty"`   // each failure's message ends with unstorable
+	BadProgress bool   `json:"bad_progress,omitempty"` // heartbeats NaN, which JSON cannot encode
+	Payload     string `json:"payload,omitempty"`
 }
 
 var (
@@ -134,7 +138,7 @@ func handle(f port.Flow, p program) (programResult, error) {
 	if p.HeartbeatTimeoutMs > 0 {
 		workOpts = append(workOpts, port.WithHeartbeatTimeout(time.Duration(p.HeartbeatTimeoutMs)*time.Millisecond))
 	}
-	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail, Unstorable: p.Unstorable}, workOpts...); err != nil {
+	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail, Unstorable: p.Unstorable, BadProgress: p.BadProgress}, workOpts...); err != nil {
 		return programResult{}, err
 	}
 	if p.GiveUp {
@@ -253,6 +257,11 @@ func (b *bodies) run(ctx context.Context, in workIn) (struct{}, error) {
 			return struct{}{}, fmt.Errorf("attempt %d failed%s", n, unstorable)
 		}
 		return struct{}{}, fmt.Errorf("attempt %d failed", n)
+	}
+	if in.BadProgress {
+		if err := port.Heartbeat(ctx, math.NaN()); err != nil {
+			return struct{}{}, err
+		}
 	}
 	if in.Block {
 		select {

@@ -194,6 +194,14 @@ func checkGet(c *cell) {
 			require.ErrorAs(t, err, &rf)
 			require.Equal(t, "handler failed"+storedAs, rf.Message)
 		})
+		// Progress a heartbeat cannot encode is dropped; the step goes on.
+		t.Run("progress that does not encode", func(t *testing.T) {
+			id, err := c.eng.Enqueue(ctx, kind, program{BadProgress: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":bad-progress"})
+			require.NoError(t, err)
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusSucceeded, v.Status, "%+v", v)
+			require.Equal(t, 1, c.executions(id, "work", 0), "one body of work")
+		})
 		// Flow.Now before an execution's first step is when the execution
 		// began: not before a delayed run was due, and, after a
 		// ContinueAsNew, not before the time the execution before it last
