@@ -102,3 +102,25 @@ func TestRetriedAttemptUnsticksTheRun(t *testing.T) {
 	// made the run sticky again.
 	require.Contains(t, queues[failedAt+1:], enumspb.TASK_QUEUE_KIND_STICKY, "all: %v", queues)
 }
+
+// An activity bound under the name of one of the engine's own activities
+// is refused by Start with a field error, where the SDK's registry used to
+// panic and take the worker's process down.
+func TestStartRefusesAnActivityNamedAsTheEnginesOwn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, name := range []string{"project", "addWaiter", "removeWaiters", "takeKept", "waitReturned"} {
+		reg := port.NewRegistry()
+		require.NoError(t, kinds.Register(reg, h.pool, kinds.Definitions(false)...))
+		require.NoError(t, reg.RegisterActivity(port.Bind(port.DeclareActivity[string, string](name),
+			func(_ context.Context, s string) (string, error) { return s, nil })))
+		eng, err := temporaladapter.New(h.c, h.pool, reg, temporaladapter.Config{TaskQueue: h.queue, Logger: testLogger()})
+		require.NoError(t, err)
+		var fe *port.FieldError
+		require.ErrorAs(t, eng.Start(context.Background(), port.StartOptions{}), &fe, name)
+		require.Equal(t, "activity", fe.Field)
+		require.ErrorIs(t, fe, port.ErrInvalidInput)
+		require.Contains(t, fe.Error(), name)
+		require.NoError(t, eng.Stop(context.Background()), "nothing started: Stop is a no-op")
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
@@ -30,6 +32,13 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	opts, err := enginekit.ValidateStartOptions(opts, e.reg.Definitions())
 	if err != nil {
 		return err
+	}
+	for _, b := range engineapi.Activities(e.reg) {
+		if slices.Contains(bookkeepingNames, b.Name()) {
+			return &port.FieldError{Field: "activity", Reason: fmt.Sprintf(
+				"%q is the name of one of the Temporal engine's own activities (%s); bind the activity under another name",
+				b.Name(), strings.Join(bookkeepingNames, ", "))}
+		}
 	}
 	if err := e.CheckSearchAttributes(ctx); err != nil {
 		return err
@@ -61,7 +70,7 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		// for it: registered under that name, the bookkeeping is found as
 		// itself.
 		for _, la := range []any{e.books.project, e.books.addWaiter, e.books.removeWaiters, e.books.takeKept, e.books.waitReturned} {
-			w.RegisterActivity(la)
+			w.RegisterActivity(la) // under bookkeepingNames
 		}
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start temporal worker on %s: %w", e.cfg.TaskQueue, err)
@@ -79,6 +88,13 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 		return nil
 	})
 }
+
+// bookkeepingNames are the activity types the SDK gives the engine's own
+// local activities (a method value's name): histories record them, so they
+// cannot change without breaking the replay of runs in flight, and a user's
+// activity bound under one would collide with it in the worker's registry
+// (the SDK panics). Start refuses such a binding.
+var bookkeepingNames = []string{"project", "addWaiter", "removeWaiters", "takeKept", "waitReturned"}
 
 // registerWorkflows adds the workflow types served under opts to r and
 // returns their names.

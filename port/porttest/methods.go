@@ -194,6 +194,16 @@ func checkGet(c *cell) {
 			require.ErrorAs(t, err, &rf)
 			require.Equal(t, "handler failed"+storedAs, rf.Message)
 		})
+		// The longest business key a run may have runs as any other (the
+		// Temporal UI's summary of the run names it).
+		t.Run("the longest business key", func(t *testing.T) {
+			bk := strings.Repeat("<é&", port.MaxNameLen/len("<é&")) // MaxNameLen bytes, escaped in JSON
+			id, err := c.eng.Enqueue(ctx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + ":long-business-key", BusinessKey: bk})
+			require.NoError(t, err)
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusSucceeded, v.Status, "%+v", v)
+			require.Equal(t, bk, v.BusinessKey)
+		})
 		// Progress a heartbeat cannot encode is dropped; the step goes on.
 		t.Run("progress that does not encode", func(t *testing.T) {
 			id, err := c.eng.Enqueue(ctx, kind, program{BadProgress: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":bad-progress"})
