@@ -305,11 +305,12 @@ const oldestKeptSignalSQL = `
 SELECT id, payload, traceparent, tracestate FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id LIMIT 1`
 
 // takeOneKeptSignalSQL takes the oldest signal kept for topic $1 for run
-// $2's wait $3, if there is one, and returns its payload and its sender's
-// trace.
+// $2's wait $3, if there is one and the run's cancel was not requested, and
+// returns its payload and its sender's trace.
 const takeOneKeptSignalSQL = `
 UPDATE taskport.early_signal SET consumed_by = $2, consumed_step = $3, consumed_at = now()
 WHERE id = (SELECT id FROM taskport.early_signal WHERE topic = $1 AND consumed_by IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+  AND NOT EXISTS (SELECT FROM taskport.run WHERE id = $2 AND cancel_requested_at IS NOT NULL)
 RETURNING payload, traceparent, tracestate`
 
 const takeKeptSignalSQL = `

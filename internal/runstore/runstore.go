@@ -875,6 +875,15 @@ func WaitTakingKeptSignal(ctx context.Context, db dbtx.Beginner, topic port.Topi
 		if err != nil {
 			return err
 		}
+		// A run whose cancel was requested takes no kept signal: its
+		// workflow's cancel is on its way, and the signal stays for the
+		// topic's next wait, as the lease engine's wait refuses it. The
+		// projection above holds the run's row, so a Cancel that has not
+		// flagged it yet flags it after this commits.
+		var canceled bool
+		if err := tx.QueryRow(ctx, CancelRequestedSQL, u).Scan(&canceled); err != nil || canceled {
+			return err
+		}
 		if err := send(k); err != nil {
 			return err
 		}
@@ -893,7 +902,8 @@ func WaitTakingKeptSignal(ctx context.Context, db dbtx.Beginner, topic port.Topi
 // TakeOneKeptSignal takes the oldest signal kept for topic (SignalParked)
 // for run id's wait step, without registering a waiter: a wait that does
 // not park (a zero timeout) still receives a signal sent before it, as the
-// lease engine's does. ok is false when none is kept.
+// lease engine's does. ok is false when none is kept, or when the run's
+// cancel was requested (the signal stays kept for another wait).
 func TakeOneKeptSignal(ctx context.Context, q DBTX, topic port.Topic, id port.RunID, step string) (k KeptSignal, ok bool, err error) {
 	u, err := ParseID(id)
 	if err != nil {

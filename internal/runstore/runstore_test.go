@@ -530,3 +530,27 @@ func TestRecordSwitchRefusesBadText(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, s.Reason)
 }
+
+// A run whose cancel was requested takes no kept signal, parking or not:
+// its workflow's cancel is on its way, and the signal stays kept for the
+// topic's next wait (the lease engine's wait refuses it the same way).
+func TestACanceledRunTakesNoKeptSignal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const topic = "approval:p6"
+	require.Empty(t, signalParked(t, pool, topic, `"kept"`, tracing.Stored{}))
+	canceled := insertRun(t, pool, runstore.EngineTemporal, "canceled")
+	flagged, err := runstore.RequestCancel(ctx, pool, runstore.EngineTemporal, canceled.ID, "operator")
+	require.NoError(t, err)
+	require.True(t, flagged)
+	require.Empty(t, waitTaking(t, pool, topic, canceled.ID, "wait-approval"), "a parking wait")
+	_, ok, err := runstore.TakeOneKeptSignal(ctx, pool, topic, canceled.ID, "wait-zero")
+	require.NoError(t, err)
+	require.False(t, ok, "a zero wait")
+
+	next := insertRun(t, pool, runstore.EngineTemporal, "next")
+	kept := waitTaking(t, pool, topic, next.ID, "wait-approval")
+	require.Len(t, kept, 1, "the next wait on the topic takes it")
+	require.JSONEq(t, `"kept"`, string(kept[0].Payload))
+}
