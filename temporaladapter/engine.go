@@ -212,19 +212,29 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 }
 
 // insertAndStart records the run r, or finds the one of its key, and
-// starts its workflow unless it has ended.
+// starts its workflow unless it has one (needsStart).
 func (e *Engine) insertAndStart(ctx context.Context, r runstore.NewRun) (port.RunID, error) {
 	run, created, err := runstore.Insert(ctx, e.pool, r)
 	if err != nil {
 		return "", err
 	}
-	if !created && run.Status.Terminal() {
+	if !needsStart(run, created) {
 		return run.ID, nil
 	}
 	if err := e.start(ctx, run, runInput{}); err != nil {
 		return "", err
 	}
 	return run.ID, nil
+}
+
+// needsStart reports whether an enqueue that found or created run must
+// start its workflow. A run found past pending has one (only its workflow
+// projects it running or waiting, or ends it), and the enqueue answers from
+// Postgres, as the lease engine's does, whether or not Temporal is
+// reachable. A pending one may be a run whose start failed: starting it
+// again is the idempotent USE_EXISTING start.
+func needsStart(run runstore.Run, created bool) bool {
+	return created || run.Status == port.StatusPending
 }
 
 // enqueueStored is a retry's new run when this process does not register
@@ -283,7 +293,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]p
 	started := make(map[port.RunID]bool, len(runs))
 	for i, run := range runs {
 		out[i] = port.EnqueueResult{ID: run.ID, Created: created[i]}
-		if started[run.ID] || run.Engine != runstore.EngineTemporal || (!created[i] && run.Status.Terminal()) {
+		if started[run.ID] || run.Engine != runstore.EngineTemporal || !needsStart(run, created[i]) {
 			continue
 		}
 		started[run.ID] = true

@@ -143,17 +143,23 @@ func TestGetOfATerminatedWorkflowReadsOneFinishedAt(t *testing.T) {
 	require.Equal(t, row.FinishedAt, first.FinishedAt)
 }
 
-// unreachable is a client whose server does not answer DescribeWorkflow,
-// as during a Temporal outage; everything else is the real client's.
+// unreachable is a client whose server does not answer DescribeWorkflow
+// or ExecuteWorkflow, as during a Temporal outage; everything else is the
+// real client's.
 type unreachable struct{ client.Client }
 
 func (unreachable) DescribeWorkflow(context.Context, string, string) (*client.WorkflowExecutionDescription, error) {
 	return nil, serviceerror.NewUnavailable("temporal is down")
 }
 
+func (unreachable) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	return nil, serviceerror.NewUnavailable("temporal is down")
+}
+
 // A finished run reads from Postgres alone: Get, Wait and Result answer
 // while Temporal does not, as on the lease engine. An open run still needs
-// Temporal's view of its step, and says so.
+// Temporal's view of its step, and says so. Enqueue of the key of a run
+// that has its workflow answers too.
 func TestGetOfAFinishedRunNeedsNoTemporal(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -181,6 +187,25 @@ func TestGetOfAFinishedRunNeedsNoTemporal(t *testing.T) {
 
 	_, err = down.Get(ctx, open)
 	require.ErrorContains(t, err, "temporal is down")
+
+	// Enqueue of a key whose run has its workflow (past pending: finished,
+	// or parked) answers from Postgres too, as the lease engine's does.
+	for _, run := range []struct {
+		id   port.RunID
+		kind port.Kind
+		in   any
+		key  string
+	}{
+		{done, kinds.Three, kinds.TagIn{Tag: "outage"}, "outage:done"},
+		{open, kinds.Memo, wait("outage:open"), "outage:open"},
+	} {
+		again, err := down.Enqueue(ctx, run.kind, run.in, port.EnqueueOptions{IdempotencyKey: run.key})
+		require.NoError(t, err, run.key)
+		require.Equal(t, run.id, again, run.key)
+		many, err := down.EnqueueMany(ctx, []port.EnqueueItem{{Kind: run.kind, Input: run.in, Options: port.EnqueueOptions{IdempotencyKey: run.key}}})
+		require.NoError(t, err, run.key)
+		require.Equal(t, []port.EnqueueResult{{ID: run.id}}, many, run.key)
+	}
 }
 
 // An Enqueue whose workflow start fails after the run was recorded returns
