@@ -74,19 +74,27 @@ func versionMarker(w *world) {
 	w.waitStatus(e, keptID, port.StatusWaiting)
 	w.stop(e)
 
-	e2 := w.start(registry(w.t, w.pool, append(kinds.Definitions(false), kinds.MarkerKind(1, 3))...), port.StartOptions{})
-	fresh := longWait("marker-fresh")
-	freshID := w.enqueue(e2, kinds.Marker, fresh, "fresh")
-	w.waitStatus(e2, freshID, port.StatusWaiting)
-	w.signalUntilDelivered(e2, kept.Topic)
-	w.signalUntilDelivered(e2, fresh.Topic)
-	w.waitStatus(e2, keptID, port.StatusSucceeded)
-	w.waitStatus(e2, freshID, port.StatusSucceeded)
+	_, freshID := resumeUnder(w, kinds.MarkerKind(1, 3), kept, keptID, "fresh")
 	require.Equal(w.t, map[string]string{"before": "2", "after": "2"}, w.notes(keptID), "the replayed marker returned the recorded 2")
 	require.Equal(w.t, map[string]string{"before": "3", "after": "3"}, w.notes(freshID))
 	for _, id := range []port.RunID{keptID, freshID} {
 		require.Equal(w.t, map[string]int{"before": 1, "after": 1}, w.effects(id))
 	}
+}
+
+// resumeUnder starts the Marker code def, enqueues a new run of it under
+// key, and lets that run and the parked run keptID (waiting as kept says)
+// finish, with a signal each.
+func resumeUnder(w *world, def port.Definition, kept kinds.WaitIn, keptID port.RunID, key string) (port.TaskEngine, port.RunID) {
+	e := w.start(registry(w.t, w.pool, append(kinds.Definitions(false), def)...), port.StartOptions{})
+	fresh := longWait("marker-" + key)
+	freshID := w.enqueue(e, kinds.Marker, fresh, key)
+	w.waitStatus(e, freshID, port.StatusWaiting)
+	w.signalUntilDelivered(e, kept.Topic)
+	w.signalUntilDelivered(e, fresh.Topic)
+	w.waitStatus(e, keptID, port.StatusSucceeded)
+	w.waitStatus(e, freshID, port.StatusSucceeded)
+	return e, freshID
 }
 
 // A GetVersion added to code with runs in flight: a run that went past its
@@ -103,14 +111,7 @@ func versionMarkerAddedInFlight(w *world) {
 	w.waitStatus(e, droppedID, port.StatusWaiting)
 	w.stop(e)
 
-	e2 := w.start(registry(w.t, w.pool, append(kinds.Definitions(false), kinds.MarkerKind(port.DefaultVersion, 1))...), port.StartOptions{})
-	fresh := longWait("marker-added-fresh")
-	freshID := w.enqueue(e2, kinds.Marker, fresh, "added-fresh")
-	w.waitStatus(e2, freshID, port.StatusWaiting)
-	w.signalUntilDelivered(e2, kept.Topic)
-	w.signalUntilDelivered(e2, fresh.Topic)
-	w.waitStatus(e2, keptID, port.StatusSucceeded)
-	w.waitStatus(e2, freshID, port.StatusSucceeded)
+	e2, freshID := resumeUnder(w, kinds.MarkerKind(port.DefaultVersion, 1), kept, keptID, "added-fresh")
 	require.Equal(w.t, map[string]string{"before": "unmarked", "after": "-1"}, w.notes(keptID), "the run in flight got DefaultVersion")
 	require.Equal(w.t, map[string]string{"before": "1", "after": "1"}, w.notes(freshID))
 	w.stop(e2)
