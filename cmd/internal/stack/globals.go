@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -251,6 +253,12 @@ func (g *Globals) pool(ctx context.Context, log *slog.Logger, size int, t Timeou
 	if !strings.Contains(g.DatabaseURL, "pool_max_conns") {
 		cfg.MaxConns = int32(cmp.Or(size, defaultPoolSize))
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// A server that accepts the connection and never answers would
+		// otherwise hold every command, and a worker's start, for ever.
+		// connect_timeout in the URL overrides it.
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
 	t.apply(cfg.ConnConfig.RuntimeParams)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -258,10 +266,22 @@ func (g *Globals) pool(ctx context.Context, log *slog.Logger, size int, t Timeou
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to %s: %w", redact(g.DatabaseURL), err)
+		return nil, fmt.Errorf("connect to %s: %w", database(cfg.ConnConfig), err)
 	}
-	log.Info("connected to postgres", slog.String("url", redact(g.DatabaseURL)))
+	log.Info("connected to postgres", slog.String("database", database(cfg.ConnConfig)))
 	return pool, nil
+}
+
+// defaultConnectTimeout bounds each connection attempt to Postgres when the
+// URL sets no connect_timeout.
+const defaultConnectTimeout = 10 * time.Second
+
+// database names the database c connects to, for logs and errors: host,
+// port, user and database, and never the password, wherever the URL put it
+// (user:password@, ?password=, or password= in the keyword form).
+func database(c *pgx.ConnConfig) string {
+	u := url.URL{Scheme: "postgres", User: url.User(c.User), Host: net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))), Path: "/" + c.Database}
+	return u.String()
 }
 
 // WithPool opens the business pool, runs fn with it and the logger, and
