@@ -453,9 +453,7 @@ func (s *Stack) Close() {
 	if s.bizPool != nil {
 		s.bizPool.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.tracing.Shutdown(ctx); err != nil {
+	if err := s.tracing.Shutdown(context.Background()); err != nil {
 		s.log.Warn("tracing shutdown", slog.String("error", err.Error()))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
@@ -56,17 +57,22 @@ func (g *Globals) StartTracing(ctx context.Context, log *slog.Logger) (Tracing, 
 	return Tracing{Provider: tp, sdk: tp}, nil
 }
 
-// Shutdown exports what is buffered and stops the exporter; a no-op when
-// tracing is off.
+// Shutdown exports what is buffered and stops the exporter, for at most
+// shutdownTimeout (an unreachable collector holds a command's exit no
+// longer); a no-op when tracing is off.
 func (t Tracing) Shutdown(ctx context.Context) error {
 	if t.sdk == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+	defer cancel()
 	if err := t.sdk.Shutdown(ctx); err != nil {
 		return fmt.Errorf("flush traces: %w", err)
 	}
 	return nil
 }
+
+const shutdownTimeout = 5 * time.Second
 
 // HTTP wraps h so that each request runs in a server span, a child of the
 // caller's span when the request carries a W3C traceparent: an approval
