@@ -401,6 +401,12 @@ func (m *Migrator) DownTo(ctx context.Context, setName string, version int64) ([
 		if p.name != setName {
 			continue
 		}
+		if sources := p.ListSources(); len(sources) > 0 && version > sources[len(sources)-1].Version {
+			// goose rolls back nothing, and the caller would read that
+			// as done: a version no migration of the set has is a typo.
+			return nil, fmt.Errorf("migrate %s set down to %d: the set has no such migration (its last is %d)",
+				setName, version, sources[len(sources)-1].Version)
+		}
 		if err := m.createSchema(ctx); err != nil {
 			return nil, err
 		}

@@ -147,6 +147,12 @@ func New(cfg Config) *cobra.Command {
 			// What the port defines is checked before the engine is opened;
 			// the rest (a cursor's format is the engine's) is the engine's
 			// refusal of the filter, which only the flags make.
+			if f.Kind != "" {
+				// A kind no run can have: the listing would be empty.
+				if err := port.ValidateName("kind", string(f.Kind)); err != nil {
+					return UsageError{fmt.Errorf("--kind: %w", err)}
+				}
+			}
 			for _, s := range statuses {
 				if !port.Status(s).Valid() {
 					return UsageError{fmt.Errorf("--status: unknown status %q", s)}

@@ -40,6 +40,10 @@ func TestMigrateCommands(t *testing.T) {
 	require.Contains(t, status, "engine  00001  applied")
 	require.Contains(t, status, "media   00001  pending")
 	require.Contains(t, runCLI(t, append([]string{"migrate", "status", "--json"}, common...)...), `"set": "media"`)
+	// A version the set does not have is a typo, not a roll-back of nothing.
+	root := newRootCmd()
+	root.SetArgs(append([]string{"migrate", "down", "--set", "engine", "--to", "999"}, common...))
+	require.ErrorContains(t, root.ExecuteContext(context.Background()), "migrate engine set down to 999: the set has no such migration (its last is 4)")
 
 	for args, want := range map[string]string{
 		"--to -1":      "--to must not be negative",

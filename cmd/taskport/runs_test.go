@@ -141,6 +141,7 @@ func TestRunsCommands(t *testing.T) {
 				says string
 			}{
 				{[]string{"list", "--status", "dead"}, `unknown status "dead"`},
+				{[]string{"list", "--kind", "media import"}, `--kind: invalid kind: character ' ' not allowed in "media import"`},
 				{[]string{"list", "--limit", "-1"}, "--limit must lie in [1, 1000]"},
 				{[]string{"list", "--after", "not-a-cursor"}, "not a run cursor"},
 				{[]string{"signal", "approval:" + plan, "--payload", "{not json"}, "not valid JSON"},
