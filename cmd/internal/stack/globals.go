@@ -100,7 +100,7 @@ func (t Timeouts) apply(params map[string]string) {
 // names (ApplyEnv), and the pool sizes are checked.
 func (g *Globals) Bind(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&g.DatabaseURL, "database-url", EnvOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
-		"Postgres URL for business tables and engine tables (env DATABASE_URL)")
+		"Postgres URL for business tables and engine tables; each connection attempt gives up after its connect_timeout, 10s when it sets none (env DATABASE_URL)")
 	root.PersistentFlags().StringVar(&g.LogLevel, "log-level", EnvOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
 	root.PersistentFlags().StringVar(&g.OTLPEndpoint, "otlp-endpoint", EnvOr("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
 		"OpenTelemetry collector to export traces to over OTLP/gRPC, e.g. http://collector:4317; empty: off (env OTEL_EXPORTER_OTLP_ENDPOINT)")
