@@ -297,8 +297,10 @@ func TestTokenFile(t *testing.T) {
 		_, err := admin.ParseTokens([]byte(in))
 		require.ErrorContains(t, err, want, "%q", in)
 	}
-	_, _, err = admin.NewToken("two words", admin.RoleViewer)
-	require.Error(t, err)
+	for _, user := range []string{"two words", "", "ann:x"} {
+		_, _, err = admin.NewToken(user, admin.RoleViewer)
+		require.Error(t, err, "%q", user)
+	}
 	_, _, err = admin.NewToken("ann", admin.RoleNone)
 	require.Error(t, err)
 }

@@ -168,8 +168,9 @@ func ParseTokens(data []byte) (*TokenSet, error) {
 // NewToken returns a new random token for user with role, and the line of
 // the token file that admits it (the token's hash, never the token).
 func NewToken(user string, role Role) (token, line string, err error) {
-	if user == "" || strings.ContainsFunc(user, func(r rune) bool { return r <= ' ' }) {
-		return "", "", fmt.Errorf("token user must be a non-empty word, got %q", user)
+	if user == "" || strings.ContainsFunc(user, func(r rune) bool { return r <= ' ' || r == ':' }) {
+		// A colon would end the user name of a browser's Basic login.
+		return "", "", fmt.Errorf("token user must be a non-empty word without a colon, got %q", user)
 	}
 	if role != RoleViewer && role != RoleOperator {
 		return "", "", fmt.Errorf("token role must be viewer or operator, got %s", role)

@@ -57,7 +57,7 @@ func newAdminTokenCmd() *cobra.Command {
 			}
 			token, line, err := admin.NewToken(user, r)
 			if err != nil {
-				return err
+				return usageError{Err: fmt.Errorf("--user: %w", err)}
 			}
 			if file == "" {
 				fmt.Fprintln(cmd.ErrOrStderr(), line)

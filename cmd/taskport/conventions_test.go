@@ -202,6 +202,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"admin", "--auth", "bogus"}},
 		{args: []string{"admin", "token", "--user", "ann", "--role", "bogus"}},
 		{args: []string{"admin", "token"}}, // --user is required
+		{args: []string{"admin", "token", "--user", ""}},
+		{args: []string{"admin", "token", "--user", "ann:x"}}, // Basic auth could not send it
 		{args: []string{"decision", "list", "--status", "bogus"}},
 		{args: []string{"runs", "list", "--engine", "lease", "--status", "bogus"}},
 		{args: []string{"runs", "list", "--engine", "lease", "--limit", "1001"}},
