@@ -189,14 +189,15 @@ func stopCause(ctx context.Context) error {
 type heartbeat struct{ activityCtx context.Context }
 
 // Beat records progress (shown in the Temporal UI as heartbeat details); a
-// cancel request or a lost attempt is learned from its response. Progress
-// that does not encode is dropped, as on the lease engine: the SDK would
-// panic on it, and the attempt fail.
+// cancel request or a lost attempt is learned from its response. The
+// progress is encoded once, here, as the lease engine encodes it, and
+// handed to the SDK as that JSON; progress that does not encode is dropped,
+// as there (the SDK would panic on it, and the attempt fail).
 func (h heartbeat) Beat(ctx context.Context, progress any) error {
-	if _, err := enginekit.EncodePayload("progress", progress); err != nil {
+	if b, err := enginekit.EncodePayload("progress", progress); err != nil {
 		activity.RecordHeartbeat(ctx)
 	} else {
-		activity.RecordHeartbeat(ctx, progress)
+		activity.RecordHeartbeat(ctx, b)
 	}
 	if h.activityCtx.Err() == nil {
 		return nil
