@@ -32,7 +32,9 @@ type Config struct {
 	// (LISTEN connection lost, row whose backoff expired). Default 1s.
 	PollInterval time.Duration
 	// ClaimLease hides claimed rows from other dispatchers; a dispatcher that
-	// dies mid-batch delays its rows by at most this. Default 30s.
+	// dies mid-batch delays its rows by at most this (one that stops hands
+	// them back at once). It also bounds each write that claims rows or
+	// records what became of them, which Stop waits for. Default 30s.
 	ClaimLease time.Duration
 	// Backoff paces retries of a row whose action failed, by the row's
 	// attempts. Default port.NetworkRetry() intervals (1s doubling to 60s),
@@ -147,8 +149,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop ends the background loops and waits for them, or until ctx ends
-// (then it returns an error while the loops finish the row in hand). Rows
-// claimed but not yet carried out become due again after ClaimLease. Safe to
+// (then it returns an error while the loops finish the row in hand). A claim
+// in flight is waited for, and the rows it took that were not carried out
+// are handed back uncharged, due at once; only a dispatcher that dies (or
+// loses its database) mid-batch leaves its rows to the ClaimLease. Safe to
 // call twice and before Start; Start runs the dispatcher again.
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	return startstop.Stop(ctx, &d.Base, func(ctx context.Context) error {
@@ -260,9 +264,20 @@ type claimed struct {
 }
 
 // DispatchOnce claims one batch of due rows and carries them out. It returns
-// how many rows it claimed.
+// how many rows it claimed. When ctx ends (Stop) the engine calls in hand
+// are cut short and the rows not carried out are handed back (see settle).
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
-	rows, err := d.pool.Query(ctx, claimSQL, d.cfg.BatchSize, d.cfg.ClaimLease.Seconds())
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	// The claim is not canceled with ctx: pgx gives up on a canceled
+	// statement without telling the server, whose UPDATE can still commit,
+	// leaving rows hidden by a claim nobody holds until the ClaimLease ends
+	// (the lease engine's claim has the same rule). Its rows are then
+	// handed back.
+	wctx, cancel := d.writeContext(ctx)
+	defer cancel()
+	rows, err := d.pool.Query(wctx, claimSQL, d.cfg.BatchSize, d.cfg.ClaimLease.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox rows: %w", err)
 	}
@@ -277,7 +292,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	}
 	batch := claimedRows
 	var errs []error
-	for len(batch) > 0 {
+	for len(batch) > 0 && ctx.Err() == nil {
 		// A run of consecutive enqueue rows written under one trace (one
 		// business transaction, a bulk import) goes to the engine as one
 		// EnqueueMany, in one span continuing that trace; other rows one by
@@ -293,7 +308,31 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 		}
 		batch = batch[n:]
 	}
+	for _, c := range batch { // stopping: not carried out
+		if err := d.release(ctx, c); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return len(claimedRows), errors.Join(errs...)
+}
+
+// writeContext is ctx without its cancellation, bounded by the ClaimLease:
+// the context of the writes that record what became of a claim, which must
+// land although Stop canceled ctx (a write cut short leaves the row to the
+// lease), and after the lease are moot.
+func (d *Dispatcher) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ClaimLease)
+}
+
+// release hands a claimed row back as if never claimed: due now, its
+// attempt not charged.
+func (d *Dispatcher) release(ctx context.Context, c claimed) error {
+	ctx, cancel := d.writeContext(ctx)
+	defer cancel()
+	if _, err := d.pool.Exec(ctx, releaseSQL, c.id); err != nil {
+		return fmt.Errorf("hand back outbox %s: %w", c.name(), err)
+	}
+	return nil
 }
 
 // enqueueAll hands enqueue rows to the engine in one EnqueueMany and
@@ -372,10 +411,13 @@ func (d *Dispatcher) startSpan(ctx context.Context, first claimed, rows int) (co
 }
 
 // settle records how the row's action went: dispatched (with the run of an
-// enqueue), failed for good, or due again after a backoff. The span in ctx
-// notes the outcome.
+// enqueue), failed for good, due again after a backoff, or, when ctx ended
+// (Stop) before the action succeeded, handed back (release). The span in
+// ctx notes the outcome. Its writes are made although ctx ended.
 func (d *Dispatcher) settle(ctx context.Context, c claimed, runID port.RunID, err error) error {
 	span := trace.SpanFromContext(ctx)
+	wctx, cancel := d.writeContext(ctx)
+	defer cancel()
 	if c.action == ActionEnqueue && errors.Is(err, port.ErrOtherEngine) {
 		// The key's run exists, owned by the other engine: this process
 		// serves one engine while the database holds both (a switch of
@@ -394,13 +436,16 @@ func (d *Dispatcher) settle(ctx context.Context, c claimed, runID port.RunID, er
 			span.AddEvent("dispatched", trace.WithAttributes(attribute.String("taskport.outbox.row", c.name()),
 				attribute.String("taskport.run_id", string(runID))))
 		}
-		if _, err := d.pool.Exec(ctx, markDispatchedSQL, c.id, run); err != nil {
+		if _, err := d.pool.Exec(wctx, markDispatchedSQL, c.id, run); err != nil {
 			return fmt.Errorf("mark outbox %s dispatched: %w", c.name(), err)
 		}
 		return nil
 	}
 	if ctx.Err() != nil {
-		return nil // stopping: the claim lease hands the row back
+		// Stopping cut the action short; whether it failed on its own is
+		// not known. An enqueue or a signal that did land is repeated on the
+		// next claim, as after any failure (the engines' idempotency).
+		return d.release(ctx, c)
 	}
 	// A kind or version unknown here may be known to another process: try
 	// later. Other invalid input is invalid under every version: give up.
@@ -408,13 +453,13 @@ func (d *Dispatcher) settle(ctx context.Context, c claimed, runID port.RunID, er
 		span.RecordError(err, trace.WithAttributes(attribute.String("taskport.outbox.row", c.name())))
 		span.SetStatus(codes.Error, "refused by the engine")
 		d.cfg.Logger.ErrorContext(ctx, "outbox row refused by the engine", slog.String("row", c.name()), slog.String("error", err.Error()))
-		if _, merr := d.pool.Exec(ctx, markFailedSQL, c.id, err.Error()); merr != nil {
+		if _, merr := d.pool.Exec(wctx, markFailedSQL, c.id, err.Error()); merr != nil {
 			return fmt.Errorf("mark outbox %s failed: %w", c.name(), merr)
 		}
 		return nil
 	}
 	wait := d.cfg.Backoff.Backoff(c.attempts)
-	if _, merr := d.pool.Exec(ctx, markRetrySQL, c.id, wait.Seconds(), err.Error()); merr != nil {
+	if _, merr := d.pool.Exec(wctx, markRetrySQL, c.id, wait.Seconds(), err.Error()); merr != nil {
 		return fmt.Errorf("back off outbox %s: %w", c.name(), merr)
 	}
 	return fmt.Errorf("outbox %s (attempt %d, next in %s): %w", c.name(), c.attempts, wait, err)

@@ -35,6 +35,11 @@ const markRetrySQL = `
 UPDATE outbox_event SET next_attempt_at = now() + make_interval(secs => $2), last_error = $3
 WHERE id = $1 AND status = 'pending'`
 
+// releaseSQL hands back a claimed row that was not carried out (Stop): due
+// at once, and its claim not counted as an attempt.
+const releaseSQL = `
+UPDATE outbox_event SET attempts = attempts - 1, next_attempt_at = now() WHERE id = $1 AND status = 'pending'`
+
 const markFailedSQL = `
 UPDATE outbox_event SET status = 'failed', last_error = $2 WHERE id = $1 AND status = 'pending'`
 
