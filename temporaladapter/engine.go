@@ -525,7 +525,7 @@ func (e *Engine) Get(ctx context.Context, id port.RunID) (port.RunView, error) {
 // viewFromDescription lays what Temporal reports over the projection v
 // (overlay). When that changes a field of an open run, UpdatedAt advances
 // as the spec has it, to the latest time Temporal gives for the change (the
-// current activity's schedule, start or last completed attempt, or the
+// current activity's last start or last completed attempt, or the
 // workflow's start), and at least past the projection's: the same value on
 // every Get of the same state, since it is read from the description.
 func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescription) port.RunView {
@@ -536,7 +536,9 @@ func viewFromDescription(v port.RunView, desc *client.WorkflowExecutionDescripti
 	at := desc.RawResponse.GetWorkflowExecutionInfo().GetStartTime().AsTime()
 	if pending := desc.RawResponse.GetPendingActivities(); len(pending) > 0 {
 		pa := pending[0]
-		for _, t := range []*timestamppb.Timestamp{pa.GetScheduledTime(), pa.GetLastStartedTime(), pa.GetLastAttemptCompleteTime()} {
+		// Not the activity's scheduled time: a retry's is when its backoff
+		// ends, in the future, not when the run changed.
+		for _, t := range []*timestamppb.Timestamp{pa.GetLastStartedTime(), pa.GetLastAttemptCompleteTime()} {
 			if t != nil && t.AsTime().After(at) {
 				at = t.AsTime()
 			}

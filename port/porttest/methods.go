@@ -350,6 +350,7 @@ func checkCancel(c *cell) {
 			require.Empty(t, v.LastError, "%+v", v)
 			require.False(t, v.FinishedAt.IsZero(), "%+v", v)
 		})
+		checkCancelRaces(c)
 	case !c.open():
 		c.unchanged(c.id, func() { require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest")) })
 	default:
@@ -770,6 +771,7 @@ func checkSignal(c *cell) {
 		c.start(port.StartOptions{})
 		require.Zero(t, signal(c.topic+":refused"))
 		receives(c.topic+":refused", ":after-refused", payload)
+		checkSignalRacingTheWait(c)
 	case "delayed":
 		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic)) })
 	case "succeeded", "failed", "canceled":
@@ -879,6 +881,7 @@ func checkListRuns(c *cell) {
 			require.Equal(t, field, fe.Field)
 			require.ErrorIs(t, err, port.ErrInvalidInput)
 		}
+		checkTransitions(c)
 	default:
 		vs := list(port.RunFilter{Kind: kind, BusinessKey: c.bk})
 		require.Equal(t, []port.RunID{c.id}, ids(vs))
@@ -939,6 +942,7 @@ func checkRetry(c *cell) {
 		v := c.get(again)
 		require.Equal(t, kind, v.Kind)
 		require.Equal(t, c.bk, v.BusinessKey)
+		checkRetryTwiceAtOnce(c)
 	default:
 		refuse := func() {
 			_, err := c.admin().Retry(ctx, c.id)

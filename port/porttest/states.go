@@ -3,6 +3,7 @@ package porttest
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,9 @@ type cell struct {
 	// leasedPending: the engine did not take the run of state "leased"
 	// (it holds nothing beyond its slots), so the run is plainly pending.
 	leasedPending bool
+	// seen is the view of each run at its last transition (at).
+	seenMu sync.Mutex
+	seen   map[port.RunID]port.RunView
 }
 
 // state is a run state of the specification and how to produce it.

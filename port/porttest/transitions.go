@@ -1,0 +1,370 @@
+package porttest
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskport/taskport/port"
+)
+
+// The rows of this file follow runs through their transitions, reading
+// every RunView field through Get and through Admin.ListRuns at each rest
+// point, and drive the races the specification answers: Cancel against a
+// run's end, two Cancels, two Retries, a Signal against a wait's
+// registration.
+
+// viewFields are the fields of a view the specification compares for a run
+// at rest in one place (Get's).
+type viewFields struct {
+	Status      port.Status
+	Attempts    int
+	LastError   string
+	CurrentStep string
+}
+
+func fieldsOf(v port.RunView) viewFields {
+	return viewFields{v.Status, v.Attempts, v.LastError, v.CurrentStep}
+}
+
+// at polls Get until run id reads want, then checks the view's other
+// fields and its listing, and returns the view.
+func (c *cell) at(t *testing.T, id port.RunID, bk string, want viewFields, what string) port.RunView {
+	t.Helper()
+	var last port.RunView
+	eventually(t, func() bool {
+		v, err := c.eng.Get(ctx, id)
+		last = v
+		return err == nil && fieldsOf(v) == want
+	}, "%s: run %s never read %+v; last view %+v", what, id, want, &last)
+	require.Equal(t, id, last.ID, what)
+	require.Equal(t, kind, last.Kind, what)
+	require.Equal(t, 1, last.Version, what)
+	require.Equal(t, bk, last.BusinessKey, what)
+	if last.Status == port.StatusSucceeded {
+		var out programResult
+		require.NoError(t, json.Unmarshal(last.Output, &out), "%s: %+v", what, last)
+		require.Equal(t, id, out.Run, "%s: the result of another run: %+v", what, last)
+	} else {
+		require.Nil(t, last.Output, "%s: a run that did not succeed has a result: %+v", what, last)
+	}
+	require.False(t, last.CreatedAt.IsZero(), "%s: %+v", what, last)
+	require.False(t, last.UpdatedAt.Before(last.CreatedAt), "%s: UpdatedAt before CreatedAt: %+v", what, last)
+	if last.Status.Terminal() {
+		require.False(t, last.FinishedAt.IsZero(), "%s: terminal without FinishedAt: %+v", what, last)
+		require.False(t, last.FinishedAt.Before(last.UpdatedAt), "%s: FinishedAt before UpdatedAt: %+v", what, last)
+	} else {
+		require.True(t, last.FinishedAt.IsZero(), "%s: open with FinishedAt: %+v", what, last)
+	}
+	if last.Status != port.StatusRunning {
+		// At rest and held by no worker, nothing moves: the same view on
+		// every Get.
+		again, err := c.eng.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, last, again, "%s: two Gets of a run at rest disagree", what)
+	}
+	// Against the view of the run's previous transition: CreatedAt never
+	// moves, FinishedAt is set once, and UpdatedAt advanced with the
+	// change of a field.
+	c.seenMu.Lock()
+	prev, ok := c.seen[id]
+	if c.seen == nil {
+		c.seen = map[port.RunID]port.RunView{}
+	}
+	c.seen[id] = last
+	c.seenMu.Unlock()
+	if ok {
+		require.True(t, prev.CreatedAt.Equal(last.CreatedAt), "%s: CreatedAt moved from %s to %s", what, prev.CreatedAt, last.CreatedAt)
+		if !prev.FinishedAt.IsZero() {
+			require.True(t, prev.FinishedAt.Equal(last.FinishedAt), "%s: FinishedAt moved from %s to %s", what, prev.FinishedAt, last.FinishedAt)
+		}
+		if fieldsOf(prev) != fieldsOf(last) {
+			require.True(t, last.UpdatedAt.After(prev.UpdatedAt), "%s: %+v became %+v, and UpdatedAt did not advance from %s (now %s)",
+				what, fieldsOf(prev), fieldsOf(last), prev.UpdatedAt, last.UpdatedAt)
+		} else {
+			require.False(t, last.UpdatedAt.Before(prev.UpdatedAt), "%s: UpdatedAt went back from %s to %s", what, prev.UpdatedAt, last.UpdatedAt)
+		}
+	}
+	c.listedAs(t, last, what)
+	return last
+}
+
+// listedAs asserts that ListRuns lists run get.ID as the specification has
+// it, given the view Get returned: a finished run with that view (Cursor
+// aside), an open run as open, with the fields that do not move while it
+// is open (kind, version, business key, creation) the same, no FinishedAt
+// and no result.
+func (c *cell) listedAs(t *testing.T, get port.RunView, what string) {
+	t.Helper()
+	vs, err := c.admin().ListRuns(ctx, port.RunFilter{Kind: kind, BusinessKey: get.BusinessKey})
+	require.NoError(t, err)
+	var listed *port.RunView
+	for i := range vs {
+		if vs[i].ID == get.ID {
+			listed = &vs[i]
+		}
+	}
+	require.NotNil(t, listed, "%s: run %s not listed under its business key", what, get.ID)
+	got := *listed
+	require.NotEmpty(t, got.Cursor, what)
+	if get.Status.Terminal() {
+		got.Cursor, get.Cursor = "", ""
+		require.Equal(t, get, got, "%s: ListRuns and Get disagree", what)
+		return
+	}
+	require.False(t, got.Status.Terminal(), "%s: an open run listed as %s: %+v", what, got.Status, got)
+	require.Equal(t, get.Kind, got.Kind, what)
+	require.Equal(t, get.Version, got.Version, what)
+	require.Equal(t, get.BusinessKey, got.BusinessKey, what)
+	require.True(t, get.CreatedAt.Equal(got.CreatedAt), "%s: CreatedAt: Get %s, ListRuns %s", what, get.CreatedAt, got.CreatedAt)
+	require.True(t, got.FinishedAt.IsZero(), "%s: an open run listed with FinishedAt: %+v", what, got)
+	require.Nil(t, got.Output, "%s: an open run listed with a result: %+v", what, got)
+}
+
+// checkTransitions is ListRuns/unknown's walk: runs in every state a run
+// passes through, read through Get and ListRuns at each.
+func checkTransitions(c *cell) {
+	c.t.Run("every transition, through Get and ListRuns", func(t *testing.T) {
+		enqueue := func(name string, p program) (port.RunID, string) {
+			bk := c.bk + ":" + name
+			id, err := c.eng.Enqueue(ctx, kind, p, port.EnqueueOptions{IdempotencyKey: c.key + ":" + name, BusinessKey: bk})
+			require.NoError(t, err)
+			return id, bk
+		}
+		topic := c.topic + ":walk"
+		// Enqueued, nothing serving: pending, before any step.
+		walk, walkBK := enqueue("walk", program{Block: true, Topic: topic, SleepMs: int(time.Hour / time.Millisecond)})
+		c.at(t, walk, walkBK, viewFields{port.StatusPending, 0, "", ""}, "enqueued")
+		c.start(port.StartOptions{})
+		// The first step's body running.
+		c.waitExecution(walk, "work")
+		c.at(t, walk, walkBK, viewFields{port.StatusRunning, 1, "", "work"}, "first step running")
+		// Parked on a signal, then on a sleep.
+		c.bodies.release(walk)
+		c.at(t, walk, walkBK, viewFields{port.StatusWaiting, 0, "", "wait"}, "waiting on a signal")
+		n, err := c.eng.Signal(ctx, port.Topic(topic), "walk")
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		c.at(t, walk, walkBK, viewFields{port.StatusWaiting, 0, "", "nap"}, "waiting on a sleep")
+		// Canceled in its sleep: the sleep stays its step.
+		require.NoError(t, c.eng.Cancel(ctx, walk, "porttest"))
+		c.at(t, walk, walkBK, viewFields{port.StatusCanceled, 0, "", "nap"}, "canceled in a sleep")
+
+		// A step's retry scheduled: pending with the failed attempt, then
+		// canceled in the backoff with that attempt and no error.
+		backoff, backoffBK := enqueue("backoff", program{Fail: 1, BackoffMs: int(time.Hour / time.Millisecond)})
+		c.at(t, backoff, backoffBK, viewFields{port.StatusPending, 1, "attempt 1 failed", "work"}, "retry scheduled")
+		require.NoError(t, c.eng.Cancel(ctx, backoff, "porttest"))
+		c.at(t, backoff, backoffBK, viewFields{port.StatusCanceled, 1, "", "work"}, "canceled in a retry backoff")
+
+		// Canceled running its step: it ends in that step, with its attempt.
+		running, runningBK := enqueue("running", program{Block: true})
+		c.waitExecution(running, "work")
+		c.at(t, running, runningBK, viewFields{port.StatusRunning, 1, "", "work"}, "running before its cancel")
+		require.NoError(t, c.eng.Cancel(ctx, running, "porttest"))
+		c.at(t, running, runningBK, viewFields{port.StatusCanceled, 1, "", "work"}, "canceled running a step")
+
+		// Succeeded.
+		done, doneBK := enqueue("done", program{})
+		c.at(t, done, doneBK, viewFields{port.StatusSucceeded, 1, "", "done"}, "succeeded")
+
+		// Failed, then retried: the new run is the kind's at its current
+		// version, with the business key, from its start; the failed run
+		// reads as it did.
+		failed, failedBK := enqueue("failed", program{Fail: 99, MaxAttempts: 1, Note: "retried"})
+		before := c.at(t, failed, failedBK, viewFields{port.StatusFailed, 1, failedMessage(), "work"}, "failed")
+		again, err := c.admin().Retry(ctx, failed)
+		require.NoError(t, err)
+		c.at(t, again, failedBK, viewFields{port.StatusFailed, 1, failedMessage(), "work"}, "the retry, failed in turn")
+		require.Equal(t, before, c.at(t, failed, failedBK, viewFields{port.StatusFailed, 1, failedMessage(), "work"}, "failed, after its retry"))
+	})
+}
+
+// checkCancelRaces is Cancel/unknown's: the races of Cancel the
+// specification answers.
+func checkCancelRaces(c *cell) {
+	// Two Cancels at once of a run in a step, and of a parked one: both
+	// return nil, the run ends canceled once, in its step, and no body
+	// starts after them.
+	c.t.Run("twice at once", func(t *testing.T) {
+		if !c.started {
+			c.start(port.StartOptions{})
+		}
+		for _, p := range []struct {
+			name string
+			prog program
+			want viewFields
+		}{
+			{"running", program{Block: true, Topic: c.topic + ":twice"}, viewFields{port.StatusCanceled, 1, "", "work"}},
+			{"waiting", program{Topic: c.topic + ":twice"}, viewFields{port.StatusCanceled, 0, "", "wait"}},
+		} {
+			bk := c.bk + ":twice-" + p.name
+			id, err := c.eng.Enqueue(ctx, kind, p.prog, port.EnqueueOptions{IdempotencyKey: c.key + ":twice-" + p.name, BusinessKey: bk})
+			require.NoError(t, err)
+			if p.name == "running" {
+				c.at(t, id, bk, viewFields{port.StatusRunning, 1, "", "work"}, "before the cancels")
+			} else {
+				c.at(t, id, bk, viewFields{port.StatusWaiting, 0, "", "wait"}, "before the cancels")
+			}
+			errs := concurrently(2, func(int) error { return c.eng.Cancel(ctx, id, "porttest") })
+			mark := c.lastExecution()
+			for _, err := range errs {
+				require.NoError(t, err, p.name)
+			}
+			c.bodies.release(id)
+			c.at(t, id, bk, p.want, "canceled twice at once, "+p.name)
+			require.Zero(t, c.executions(id, "", mark), "a step body started after the cancels returned")
+		}
+	})
+	// A Cancel racing the run's end: Cancel returns nil; the run ends
+	// either succeeded (its end came first: the cancel wrote nothing) or
+	// canceled (the flag came first: no result, no error), never
+	// succeeded with the cancel recorded; no body starts after Cancel
+	// returned.
+	c.t.Run("racing the run's end", func(t *testing.T) {
+		if !c.started {
+			c.start(port.StartOptions{})
+		}
+		seen := map[port.Status]int{}
+		for i := range 6 {
+			name := "end-race-" + string(rune('a'+i))
+			bk := c.bk + ":" + name
+			id, err := c.eng.Enqueue(ctx, kind, program{Block: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":" + name, BusinessKey: bk})
+			require.NoError(t, err)
+			c.waitExecution(id, "work")
+			var errs []error
+			switch i % 3 {
+			case 0: // as the last step begins
+				errs = concurrently(2, func(j int) error {
+					if j == 0 {
+						c.bodies.release(id)
+						return nil
+					}
+					return c.eng.Cancel(ctx, id, "porttest")
+				})
+			case 1: // once the last step's body started
+				c.bodies.release(id)
+				c.waitExecution(id, "done")
+				errs = []error{nil, c.eng.Cancel(ctx, id, "porttest")}
+			case 2: // once the last step's body finished, as the run ends
+				c.bodies.release(id)
+				eventually(t, func() bool { return c.finished(id, "done") }, "%s: step done never finished", name)
+				errs = []error{nil, c.eng.Cancel(ctx, id, "porttest")}
+			}
+			require.NoError(t, errs[1])
+			mark := c.lastExecution()
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			seen[v.Status]++
+			switch v.Status {
+			case port.StatusSucceeded:
+				c.at(t, id, bk, viewFields{port.StatusSucceeded, 1, "", "done"}, name)
+				row := c.row(id)
+				var stored map[string]any
+				if json.Unmarshal([]byte(row), &stored) == nil {
+					if at, ok := stored["cancel_requested_at"]; ok {
+						require.Nil(t, at, "%s: a run that succeeded has its cancel recorded: %s", name, row)
+					}
+				}
+			case port.StatusCanceled:
+				step := v.CurrentStep
+				require.Contains(t, []string{"work", "done"}, step, "%s: %+v", name, v)
+				c.at(t, id, bk, viewFields{port.StatusCanceled, 1, "", step}, name)
+				_, err := port.Result[programResult](ctx, c.eng, id)
+				require.ErrorIs(t, err, port.ErrCanceled, name)
+			default:
+				require.Failf(t, "a run ended neither succeeded nor canceled", "%s: %+v", name, v)
+			}
+			require.Zero(t, c.executions(id, "", mark), "%s: a step body started after Cancel returned", name)
+		}
+		t.Logf("ends: %v", seen)
+	})
+}
+
+// checkRetryTwiceAtOnce is Retry/failed's: two Retries of one failed run
+// at once start one run, which both return.
+func checkRetryTwiceAtOnce(c *cell) {
+	c.t.Run("twice at once", func(t *testing.T) {
+		bk := c.bk + ":retried-at-once"
+		id, err := c.eng.Enqueue(ctx, kind, program{Fail: 99, MaxAttempts: 1, Note: "retried at once"},
+			port.EnqueueOptions{IdempotencyKey: c.key + ":retried-at-once", BusinessKey: bk})
+		require.NoError(t, err)
+		c.at(t, id, bk, viewFields{port.StatusFailed, 1, failedMessage(), "work"}, "failed")
+		n := c.count()
+		var (
+			mu  sync.Mutex
+			ids []port.RunID
+		)
+		errs := concurrently(4, func(int) error {
+			next, err := c.admin().Retry(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			ids = append(ids, next)
+			return err
+		})
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		for _, next := range ids {
+			require.Equal(t, ids[0], next, "concurrent Retries returned different runs: %v", ids)
+		}
+		require.Equal(t, n+1, c.count(), "concurrent Retries of one run started more than one")
+		require.NotEqual(t, id, ids[0])
+		c.at(t, ids[0], bk, viewFields{port.StatusFailed, 1, failedMessage(), "work"}, "the retry, failed in turn")
+	})
+}
+
+// checkSignalRacingTheWait is Signal/unknown's: a signal sent as a run
+// registers its wait on the topic is received by that wait, counted or
+// kept, never lost.
+func checkSignalRacingTheWait(c *cell) {
+	c.t.Run("racing the wait's registration", func(t *testing.T) {
+		if !c.started {
+			c.start(port.StartOptions{})
+		}
+		for i := range 6 {
+			name := "wait-race-" + string(rune('a'+i))
+			topic := c.topic + ":" + name
+			bk := c.bk + ":" + name
+			id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic}, port.EnqueueOptions{IdempotencyKey: c.key + ":" + name, BusinessKey: bk})
+			require.NoError(t, err)
+			c.waitExecution(id, "work")
+			n, err := c.eng.Signal(ctx, port.Topic(topic), name)
+			require.NoError(t, err)
+			require.Contains(t, []int{0, 1}, n, name)
+			c.at(t, id, bk, viewFields{port.StatusSucceeded, 1, "", "done"}, name+": the wait did not receive the signal")
+			var got string
+			require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&got))
+			require.Equal(t, name, got)
+		}
+	})
+}
+
+// finished reports whether a body of step of run id finished.
+func (c *cell) finished(id port.RunID, step string) bool {
+	c.t.Helper()
+	var n int
+	require.NoError(c.t, c.h.Pool.QueryRow(ctx, `SELECT count(*) FROM porttest.execution WHERE run_id = $1 AND step = $2 AND finished`,
+		string(id), step).Scan(&n))
+	return n > 0
+}
+
+// concurrently runs f(0) .. f(n-1) at once and returns their errors.
+func concurrently(n int, f func(i int) error) []error {
+	errs := make([]error, n)
+	var start, wg sync.WaitGroup
+	start.Add(1)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start.Wait()
+			errs[i] = f(i)
+		}()
+	}
+	start.Done()
+	wg.Wait()
+	return errs
+}
