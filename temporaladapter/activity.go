@@ -70,7 +70,7 @@ func (e *Engine) activityFunc(b port.ActivityBinding, watch *cancelWatch) func(c
 		case err != nil:
 			return stepResult{}, fmt.Errorf("step %s: %w", info.Step, err)
 		case canceled:
-			return stepResult{}, temporal.NewNonRetryableApplicationError("run canceled before the step started", stepCanceledType, nil)
+			return stepResult{}, temporal.NewNonRetryableApplicationError(canceledBeforeStart, stepCanceledType, nil)
 		}
 		if info.Attempt > 1 {
 			e.unstick(ctx, log, ai)

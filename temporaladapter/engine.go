@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/api/serviceerror"
@@ -424,13 +425,15 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 	if err != nil || !flagged {
 		return err
 	}
-	ended, err := runstore.EndCanceledIfIdle(ctx, e.pool, id, false)
+	ended, err := runstore.EndCanceledIfIdle(ctx, e.pool, id, false, "", 0)
 	if err != nil {
 		return err
 	}
-	if !ended && e.noStepBody(ctx, id) {
-		if _, err := runstore.EndCanceledIfIdle(ctx, e.pool, id, true); err != nil {
-			return err
+	if !ended {
+		if idle, step, attempts := e.noStepBody(ctx, id); idle {
+			if _, err := runstore.EndCanceledIfIdle(ctx, e.pool, id, true, step, attempts); err != nil {
+				return err
+			}
 		}
 	}
 	err = e.cancelWorkflow(ctx, id, reason)
@@ -458,17 +461,71 @@ func (e *Engine) Cancel(ctx context.Context, id port.RunID, reason string) error
 // flag committed, it stays true: every attempt's start reads the flag and
 // runs no body (activityFunc). An error, or a workflow Temporal does not
 // know or that closed, reads false: the workflow's own end decides.
-func (e *Engine) noStepBody(ctx context.Context, id port.RunID) bool {
+//
+// When true, step and attempts are the step the run was last in, as the
+// lease engine's view has it (the last step whose body started), which
+// the projection may not name: it records a run's first step and its steps
+// after a wait, not every step. "" when Temporal does not tell (no step of
+// this execution started: the projection's is right).
+func (e *Engine) noStepBody(ctx context.Context, id port.RunID) (idle bool, step string, attempts int) {
 	desc, err := e.client.DescribeWorkflow(ctx, WorkflowID(id), "")
 	if err != nil || desc.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return false
+		return false, "", 0
 	}
 	for _, pa := range desc.RawResponse.GetPendingActivities() {
 		if pa.GetState() != enumspb.PENDING_ACTIVITY_STATE_SCHEDULED {
-			return false
+			return false, "", 0
+		}
+		if pa.GetAttempt() > 1 {
+			// In its retry backoff: the run is in this step, with the
+			// attempts whose body started (overlay reads the same).
+			return true, pa.GetActivityId(), int(pa.GetAttempt()) - 1
 		}
 	}
-	return true
+	step, attempts = e.lastStartedStep(ctx, desc.RawResponse.GetWorkflowExecutionInfo().GetExecution())
+	return true, step, attempts
+}
+
+// lastStartedStep reads the execution's history for the last activity
+// that started a body: its ActivityID (the step) and the attempt it ended
+// on. An attempt that found the cancel flag before its body
+// (canceledBeforeStart) is not one. "" when there is none, or the history
+// cannot be read.
+func (e *Engine) lastStartedStep(ctx context.Context, ex *commonpb.WorkflowExecution) (string, int) {
+	type started struct {
+		scheduled int64
+		attempt   int
+	}
+	var (
+		steps = map[int64]string{} // ActivityID by Scheduled event
+		order []started
+		skip  = map[int64]bool{} // Scheduled events of attempts that ran no body
+	)
+	it := e.client.GetWorkflowHistory(ctx, ex.GetWorkflowId(), ex.GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return "", 0
+		}
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			steps[ev.GetEventId()] = ev.GetActivityTaskScheduledEventAttributes().GetActivityId()
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			a := ev.GetActivityTaskStartedEventAttributes()
+			order = append(order, started{a.GetScheduledEventId(), int(a.GetAttempt())})
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+			a := ev.GetActivityTaskFailedEventAttributes()
+			if a.GetFailure().GetMessage() == canceledBeforeStart {
+				skip[a.GetScheduledEventId()] = true
+			}
+		}
+	}
+	for i := len(order) - 1; i >= 0; i-- {
+		if s := order[i]; !skip[s.scheduled] && steps[s.scheduled] != "" {
+			return steps[s.scheduled], s.attempt
+		}
+	}
+	return "", 0
 }
 
 // notifyCancel wakes the cancel watches of the serving workers (see

@@ -32,6 +32,11 @@ const stepErrorType = "taskport.StepFailed"
 // details.
 const stepCanceledType = "taskport.StepCanceled"
 
+// canceledBeforeStart is the message of a step attempt that found its
+// run's cancel requested before its body started: Cancel, reading the
+// history, does not count it as a step the run was in (noStepBody).
+const canceledBeforeStart = "run canceled before the step started"
+
 // workflowRegistry is the part of worker.Worker and worker.WorkflowReplayer
 // that registers workflows.
 type workflowRegistry interface {

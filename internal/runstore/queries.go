@@ -88,11 +88,14 @@ SELECT false, engine FROM taskport.run WHERE id = $1 AND NOT EXISTS (SELECT FROM
 
 // endCanceledIfIdleSQL is EndCanceledIfIdle: attempts and current_step
 // stay what they were, as the lease engine's cancel of a pending or
-// waiting run leaves them.
+// waiting run leaves them, unless the caller names the step the run was
+// last in ($3, with its attempts $4; an empty $3 keeps them).
 const endCanceledIfIdleSQL = `
 WITH t AS (
   UPDATE taskport.run
-  SET status = 'canceled', finished_at = now(), last_error = '', updated_at = now()
+  SET status = 'canceled', finished_at = now(), last_error = '', updated_at = now(),
+      current_step = CASE WHEN $3 <> '' THEN $3 ELSE current_step END,
+      attempts = CASE WHEN $3 <> '' THEN $4 ELSE attempts END
   WHERE id = $1 AND engine = 'temporal' AND cancel_requested_at IS NOT NULL
     AND (status IN ('pending', 'waiting') OR ($2 AND status = 'running'))
   RETURNING id

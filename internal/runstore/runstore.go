@@ -527,13 +527,18 @@ func RequestCancel(ctx context.Context, q DBTX, engine Engine, id port.RunID, re
 // noBody says the caller learned from Temporal, after the flag committed,
 // that no step body is in the run (no activity attempt started): a run the
 // projection reads running (in a step's retry backoff, or between steps)
-// is then ended too.
-func EndCanceledIfIdle(ctx context.Context, q DBTX, id port.RunID, noBody bool) (ended bool, err error) {
+// is then ended too, in step with attempts when step is not "": the step
+// Temporal says the run was last in, which the projection, written at a
+// run's first step and after each wait, may not have recorded.
+func EndCanceledIfIdle(ctx context.Context, q DBTX, id port.RunID, noBody bool, step string, attempts int) (ended bool, err error) {
 	u, err := ParseID(id)
 	if err != nil {
 		return false, err
 	}
-	if err := q.QueryRow(ctx, endCanceledIfIdleSQL, u, noBody).Scan(&ended); err != nil {
+	if !noBody {
+		step = ""
+	}
+	if err := q.QueryRow(ctx, endCanceledIfIdleSQL, u, noBody, step, attempts).Scan(&ended); err != nil {
 		return false, fmt.Errorf("end run %s canceled: %w", id, InterpretError(err))
 	}
 	return ended, nil
