@@ -314,6 +314,11 @@ func TestRunsCommandLine(t *testing.T) {
 		require.Equal(t, 1, strings.Count(err.Error(), "(see --help)"), "%v: %v", args, err)
 	}
 	require.Zero(t, opened, "a refused command line opens no engine")
+	// A group's refusal names the words it takes.
+	for _, args := range [][]string{{"runs"}, {"runs", "bogus"}} {
+		_, err := binary(args...)
+		require.ErrorContains(t, err, "cancel, get, list, retry or signal", "%v", args)
+	}
 	_, err := binary("runs", "retry", "x", "--as", "")
 	require.ErrorContains(t, err, "--as")
 	require.Zero(t, opened, "a refused retry opens no engine")

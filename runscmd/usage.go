@@ -3,6 +3,7 @@ package runscmd
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -54,9 +55,16 @@ func RefuseUsage(cmd *cobra.Command) {
 		}
 	}
 	if cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil {
-		cmd.Args = cobra.NoArgs
+		// The refusal lists the subcommands: for a group such as cobra's
+		// completion they are the values the word may take (the shells).
+		cmd.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q: want %s", args[0], cmd.CommandPath(), subcommands(cmd))
+			}
+			return nil
+		}
 		cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-			return UsageError{fmt.Errorf("%s needs a subcommand", cmd.CommandPath())}
+			return UsageError{fmt.Errorf("%s needs a subcommand: %s", cmd.CommandPath(), subcommands(cmd))}
 		}
 	}
 	if args := cmd.Args; args != nil {
@@ -65,6 +73,20 @@ func RefuseUsage(cmd *cobra.Command) {
 	for _, sub := range cmd.Commands() {
 		RefuseUsage(sub)
 	}
+}
+
+// subcommands names the subcommands of cmd a user may type, as "a, b or c".
+func subcommands(cmd *cobra.Command) string {
+	var names []string
+	for _, sub := range cmd.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // usage is err as a UsageError, once.

@@ -198,6 +198,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"engine", "switch", "--to", "lease", "--as", ""}},
 		{args: []string{"migrate", "down", "--set", "bogus"}},
 		{args: []string{"runs", "list", "--engine", "bogus"}},
+		{args: []string{"completion", "bogus"}},
+		{args: []string{"completion"}},
 		{args: []string{"worker", "--engine", "bogus"}},
 		{args: []string{"admin", "--auth", "bogus"}},
 		{args: []string{"admin", "token", "--user", "ann", "--role", "bogus"}},

@@ -18,6 +18,12 @@ func newRootCmd() *cobra.Command {
 	}
 	g.Bind(root)
 	root.AddCommand(newMigrateCmd(&g), newWorkerCmd(&g), newAdminCmd(&g), newPlanCmd(&g), newDecisionCmd(&g), newRunsCmd(&g), newEngineCmd(&g))
+	// cobra adds its completion command only when the tree executes, after
+	// RefuseUsage has run: added now, it keeps the rule too, so that
+	// `taskport completion bogus` is refused (exit 2, naming the shells)
+	// instead of printing its help and exiting 0. Its scripts go to the
+	// root's output as it is now, the process's stdout.
+	root.InitDefaultCompletionCmd()
 	runscmd.RefuseUsage(root)
 	return root
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -199,4 +201,28 @@ func TestPoolTimeouts(t *testing.T) {
 		require.ErrorContains(t, err, want)
 		require.Equal(t, 2, exitCode(err), "a refused value is a usage error")
 	}
+}
+
+// cobra's completion command keeps the CLI's rule: an unknown shell, or
+// none, is refused (exit 2) naming the shells, not answered with the
+// help and exit 0; a known shell prints its script.
+func TestCompletionNamesTheShells(t *testing.T) {
+	for _, args := range [][]string{{"completion", "bogus"}, {"completion"}} {
+		_, err := execute(args)
+		require.ErrorContains(t, err, "bash, fish, powershell or zsh", args)
+		require.Equal(t, 2, exitCode(err), args)
+	}
+	// The script goes to the process's stdout, which cobra's completion
+	// command took when the tree was built.
+	file, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	require.NoError(t, err)
+	stdout := os.Stdout
+	os.Stdout = file
+	err = run(context.Background(), []string{"completion", "bash"})
+	os.Stdout = stdout
+	require.NoError(t, err)
+	require.NoError(t, file.Close())
+	script, err := os.ReadFile(file.Name())
+	require.NoError(t, err)
+	require.Contains(t, string(script), "bash completion")
 }
