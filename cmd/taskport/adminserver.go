@@ -28,6 +28,9 @@ func newAdminCmd(g *stack.Globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Checked before any connection: a refused configuration
 			// fails at once.
+			if err := stack.CheckListenAddr("--addr", addr); err != nil {
+				return err
+			}
 			access, err := auth.Resolve(addr)
 			if err != nil {
 				return err

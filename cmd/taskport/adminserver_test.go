@@ -38,6 +38,32 @@ func TestAdminRefusesToServeOpenlyWithoutAuth(t *testing.T) {
 	}
 }
 
+// A malformed listen address is refused before anything connects (exit
+// 2), saying what is wrong with it: without a port it is not "not a
+// loopback address". The worker's --metrics-addr is held to the same rule.
+func TestListenAddressIsChecked(t *testing.T) {
+	for addr, says := range map[string]string{
+		"127.0.0.1":       `--addr "127.0.0.1" has no port`,
+		"localhost":       `--addr "localhost" has no port`,
+		"[::1]":           `--addr "[::1]" has no port`,
+		"":                `--addr "" has no port`,
+		"127.0.0.1:":      `--addr "127.0.0.1:" has an empty port`,
+		"::1:8080":        "an IPv6 address goes in brackets",
+		"127.0.0.1:99999": `the port must be a number from 0 to 65535, got "99999"`,
+		"127.0.0.1:http":  `the port must be a number from 0 to 65535, got "http"`,
+	} {
+		for _, args := range [][]string{{"admin", "--addr", addr}, {"admin", "--addr", addr, "--auth", "token", "--public-origin", "https://admin.example.com"}} {
+			_, err := execute(append(args, "--database-url", "postgres://nowhere.invalid/x", "--log-level", "error"))
+			require.ErrorContains(t, err, says, args)
+			require.NotContains(t, err.Error(), "loopback", args)
+			require.Equal(t, 2, exitCode(err), args)
+		}
+	}
+	_, err := execute([]string{"worker", "--engine", "lease", "--metrics-addr", "9090", "--database-url", "postgres://nowhere.invalid/x"})
+	require.ErrorContains(t, err, `--metrics-addr "9090" has no port`)
+	require.Equal(t, 2, exitCode(err))
+}
+
 // `admin token` prints a token once and appends only its hash to the
 // file, which the admin then accepts.
 func TestAdminTokenCommand(t *testing.T) {

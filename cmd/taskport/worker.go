@@ -20,6 +20,10 @@ func newWorkerCmd(g *stack.Globals) *cobra.Command {
 			"The schema must be migrated first (taskport migrate up): workers never migrate.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Refused before anything connects, as --addr is.
+			if err := stack.CheckListenAddr("--metrics-addr", metricsAddr); err != nil {
+				return err
+			}
 			return stack.With(cmd, g, &c, func(s *stack.Stack) error { return s.RunWorker(cmd.Context(), c, metricsAddr, dispatch) })
 		},
 	}

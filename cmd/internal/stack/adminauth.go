@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -78,6 +79,11 @@ type AdminAccess struct {
 // refused flag or variable value is a usage error (exit 2).
 func (a AdminAuth) Resolve(addr string) (AdminAccess, error) {
 	out := AdminAccess{Origins: a.Origins, Mode: a.Mode, TemporalUI: a.TemporalUI}
+	// A malformed address is said to be so, not "not a loopback address"
+	// (the caller may have checked it already, naming its flag).
+	if err := CheckListenAddr("admin address", addr); err != nil {
+		return out, err
+	}
 	if a.TemporalUI != "" {
 		if u, err := url.Parse(a.TemporalUI); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return out, usage(fmt.Errorf("--temporal-ui-url must be an http(s) URL, got %q", a.TemporalUI))
@@ -155,6 +161,34 @@ func parseNetwork(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%q is neither a CIDR nor an address", s)
 	}
 	return netip.PrefixFrom(ip, ip.BitLen()), nil
+}
+
+// CheckListenAddr refuses, as a usage error naming it (a flag such as
+// --addr), a listen address that net.Listen would refuse, or would read
+// otherwise than meant: no port (127.0.0.1), an empty one (127.0.0.1:,
+// which listens on a port the system picks: an unset variable, not a
+// choice), or a port that is not a number from 0 to 65535 (a service name
+// such as http is refused too: a probe or a proxy is configured with the
+// number). Port 0 stays accepted: the system picks the port, as tests ask.
+func CheckListenAddr(name, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	var ae *net.AddrError
+	switch {
+	case err == nil:
+	case errors.As(err, &ae) && ae.Err == "missing port in address":
+		return usage(fmt.Errorf("%s %q has no port: want host:port, e.g. 127.0.0.1:8080, or :8080 for every interface", name, addr))
+	case strings.Count(addr, ":") > 1 && !strings.HasPrefix(addr, "["):
+		return usage(fmt.Errorf("%s %q is not host:port: an IPv6 address goes in brackets, e.g. [::1]:8080", name, addr))
+	default:
+		return usage(fmt.Errorf("%s %q is not host:port, e.g. 127.0.0.1:8080: %w", name, addr, err))
+	}
+	if port == "" {
+		return usage(fmt.Errorf("%s %q has an empty port: want host:port, e.g. 127.0.0.1:8080", name, addr))
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return usage(fmt.Errorf("%s %q: the port must be a number from 0 to 65535, got %q", name, addr, port))
+	}
+	return nil
 }
 
 // loopback reports whether addr (host:port) listens on loopback only; an

@@ -14,7 +14,7 @@ import (
 func TestAdminAuthResolve(t *testing.T) {
 	for addr, ok := range map[string]bool{
 		"127.0.0.1:8080": true, "localhost:8080": true, "[::1]:8080": true, "127.0.0.2:0": true,
-		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.1:8080": false, "admin.example:8080": false, "nonsense": false,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.1:8080": false, "admin.example:8080": false,
 	} {
 		a, err := AdminAuth{}.Resolve(addr)
 		if !ok {
@@ -56,4 +56,19 @@ func TestAdminAuthResolve(t *testing.T) {
 	require.ErrorContains(t, err, "spans more than 256 addresses")
 	_, err = AdminAuth{Mode: "proxy", ProxyHeader: "X-Forwarded-User", ProxyFrom: []string{"127.0.0.1"}, Origins: []string{"not a url"}}.Resolve(":8080")
 	require.ErrorContains(t, err, `public origin must be http(s)://host[:port], got "not a url"`)
+}
+
+// Resolve says a malformed address is malformed, for every binary that
+// calls it (taskport-dev's --admin-addr too), rather than "not a loopback
+// address"; a loopback one with port 0 is served.
+func TestResolveRefusesAnAddressWithoutPort(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1", "localhost", "[::1]", "nonsense"} {
+		_, err := AdminAuth{}.Resolve(addr)
+		require.ErrorContains(t, err, "has no port", addr)
+		require.NotContains(t, err.Error(), "loopback", addr)
+		require.Equal(t, 2, runscmd.ExitCode(err), addr)
+	}
+	access, err := AdminAuth{}.Resolve("[::1]:0")
+	require.NoError(t, err)
+	require.Equal(t, "loopback", access.Mode)
 }
