@@ -163,13 +163,9 @@ func New(cfg Config) *cobra.Command {
 				return UsageError{fmt.Errorf("--limit must lie in [1, %d] (0: %d), got %d", port.MaxRunsPerPage, port.DefaultRunsPerPage, f.Limit)}
 			}
 			return cfg.with(cmd, func(cl Client) error {
-				page, err := cl.Engine.ListRuns(cmd.Context(), f)
+				page, next, err := listPage(cmd.Context(), cl.Engine, f)
 				if err != nil {
 					return filterError(cmd, err)
-				}
-				next := ""
-				if len(page) > 0 && len(page) == pageSize(f) {
-					next = page[len(page)-1].Cursor
 				}
 				return out(cmd, PageJSON{Runs: jsonRuns(page), Next: next}, func() error { return printRuns(cmd.OutOrStdout(), page, next) })
 			})
@@ -318,6 +314,36 @@ func filterError(cmd *cobra.Command, err error) error {
 		return err
 	}
 	return UsageError{fmt.Errorf("--%s: %w", name, err)}
+}
+
+// listPage lists f's page and the cursor of the next one, empty when no
+// run follows the page: a page exactly full is not taken for one with more
+// after it, which would print a cursor to an empty page. It asks for one
+// run more than the page holds; at the engines' largest page, which they
+// would refuse one more than, it asks for the run after the page instead.
+func listPage(ctx context.Context, e Engine, f port.RunFilter) ([]port.RunView, string, error) {
+	size := pageSize(f)
+	one := f
+	one.Limit = min(size+1, port.MaxRunsPerPage)
+	page, err := e.ListRuns(ctx, one)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(page) > size {
+		page = page[:size]
+		return page, page[size-1].Cursor, nil
+	}
+	if len(page) < port.MaxRunsPerPage {
+		return page, "", nil // shorter than asked for: the last page
+	}
+	// A full page of the largest size: is there a run after it?
+	after := f
+	after.After, after.Limit = page[size-1].Cursor, 1
+	rest, err := e.ListRuns(ctx, after)
+	if err != nil || len(rest) == 0 {
+		return page, "", err
+	}
+	return page, page[size-1].Cursor, nil
 }
 
 // pageSize is the number of runs a full page of f holds.

@@ -2,12 +2,15 @@ package runscmd_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -399,6 +402,84 @@ func TestImportsNoMediaApplication(t *testing.T) {
 		for _, media := range []string{"workflows", "activities", "acquisition", "ledger", "outbox", "plans", "qbittorrent",
 			"fileimport", "admin", "app", "cmd"} {
 			require.False(t, dep == mod+media || strings.HasPrefix(dep, mod+media+"/"), "runscmd imports %s", dep)
+		}
+	}
+}
+
+// listed is an engine holding n runs, newest first, that only lists them:
+// enough for the paging of runs list. It refuses a page larger than
+// port.MaxRunsPerPage, as the engines do.
+type listed struct {
+	runscmd.Engine // nil: any other call panics
+	runs           []port.RunView
+}
+
+func newListed(n int) *listed {
+	l := &listed{}
+	for i := range n {
+		id := fmt.Sprintf("run-%04d", n-i)
+		l.runs = append(l.runs, port.RunView{ID: port.RunID(id), Kind: "shop.invoice", Status: port.StatusSucceeded, Cursor: "c-" + id})
+	}
+	return l
+}
+
+func (l *listed) ListRuns(_ context.Context, f port.RunFilter) ([]port.RunView, error) {
+	if f.Limit < 0 || f.Limit > port.MaxRunsPerPage {
+		return nil, fmt.Errorf("limit %d: %w", f.Limit, port.ErrInvalidInput)
+	}
+	rest := l.runs
+	if f.After != "" {
+		i := slices.IndexFunc(rest, func(v port.RunView) bool { return v.Cursor == f.After })
+		rest = rest[i+1:]
+	}
+	return rest[:min(len(rest), cmp.Or(f.Limit, port.DefaultRunsPerPage))], nil
+}
+
+// runs list prints the next page's cursor, in the table and in --json,
+// only when a run follows the page: a page exactly full (at any size, the
+// largest included) is the last when nothing follows it.
+func TestRunsListCursorOnlyWhenMoreRuns(t *testing.T) {
+	list := func(e *listed, args ...string) (table, next string) {
+		binary := func(args ...string) string {
+			root := &cobra.Command{Use: "shopctl", SilenceUsage: true, SilenceErrors: true}
+			root.AddCommand(runscmd.New(runscmd.Config{Open: func(context.Context) (runscmd.Client, error) {
+				return runscmd.Client{Engine: e}, nil
+			}}))
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetArgs(append([]string{"runs", "list"}, args...))
+			require.NoError(t, root.ExecuteContext(context.Background()), "%v", args)
+			return out.String()
+		}
+		var page runscmd.PageJSON
+		out := binary(append(slices.Clone(args), "--json")...)
+		require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+		table = binary(args...)
+		if page.Next == "" {
+			require.NotContains(t, table, "next page", "%v", args)
+		} else {
+			require.Contains(t, table, "next page: --after "+page.Next+"\n", "%v", args)
+		}
+		return table, page.Next
+	}
+	for _, tc := range []struct {
+		runs, limit int
+		next        string
+	}{
+		{runs: 3, limit: 3},
+		{runs: 4, limit: 3, next: "c-run-0002"},
+		{runs: 2, limit: 3},
+		{runs: port.DefaultRunsPerPage},
+		{runs: port.DefaultRunsPerPage + 1, next: "c-run-0002"},
+		{runs: port.MaxRunsPerPage, limit: port.MaxRunsPerPage},
+		{runs: port.MaxRunsPerPage + 1, limit: port.MaxRunsPerPage, next: "c-run-0002"},
+	} {
+		e := newListed(tc.runs)
+		_, next := list(e, "--limit", strconv.Itoa(tc.limit))
+		require.Equal(t, tc.next, next, "%d runs, --limit %d", tc.runs, tc.limit)
+		if next != "" {
+			_, next = list(e, "--limit", strconv.Itoa(tc.limit), "--after", next)
+			require.Empty(t, next, "%d runs, --limit %d: the second page is the last", tc.runs, tc.limit)
 		}
 	}
 }
