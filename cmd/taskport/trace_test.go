@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/hex"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -197,4 +200,43 @@ func TestAdminApproveIsTraced(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT traceparent FROM outbox_event WHERE business_key = $1 AND kind = 'download.submit'`,
 		p.ID.String()).Scan(&tp))
 	require.Equal(t, "00-"+callerTrace+"-"+hex.EncodeToString(span.GetSpanId())+"-01", tp)
+}
+
+// A collector that cannot be reached is reported in the CLI's structured
+// log, like everything else the command says: OpenTelemetry's own report
+// of the failed export is not a line of the standard library's log format.
+func TestUnreachableCollectorIsLoggedStructured(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	endpoint := "http://" + l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+	// The exporter gives up on an export after 200ms rather than 10s; the
+	// general timeout it cannot parse, which the SDK reports through its
+	// own logger.
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "200")
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")
+
+	// The CLI's logger writes to os.Stderr; the standard library's log
+	// package to its own output: both to one file, as to a terminal.
+	file, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	require.NoError(t, err)
+	stderr := os.Stderr
+	os.Stderr = file
+	log.SetOutput(file)
+	defer func() {
+		os.Stderr = stderr
+		log.SetOutput(stderr)
+	}()
+	// The command's span is exported as the command ends, and that export
+	// fails before run returns.
+	require.NoError(t, run(context.Background(), []string{"decision", "list", "--database-url", db, "--otlp-endpoint", endpoint}))
+	require.NoError(t, file.Close())
+	logged, err := os.ReadFile(file.Name())
+	require.NoError(t, err)
+	require.Contains(t, string(logged), `level=WARN msg=opentelemetry err=`, "the failed export is logged:\n%s", logged)
+	require.Contains(t, string(logged), `level=ERROR msg="parse duration" err=`, "the SDK's own error is logged:\n%s", logged)
+	for _, line := range strings.Split(strings.TrimSpace(string(logged)), "\n") {
+		require.True(t, strings.HasPrefix(line, "time="), "a line not of the CLI's log format:\n%s", line)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -41,6 +42,7 @@ func (g *Globals) StartTracing(ctx context.Context, log *slog.Logger) (Tracing, 
 		return Tracing{}, usage(fmt.Errorf("--otlp-endpoint (env OTEL_EXPORTER_OTLP_ENDPOINT) must be an http:// or https:// URL with a host, e.g. http://collector:4317; got %q",
 			g.OTLPEndpoint))
 	}
+	routeOTelLogs(log)
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(g.OTLPEndpoint))
 	if err != nil {
 		return Tracing{}, fmt.Errorf("--otlp-endpoint %s: %w", g.OTLPEndpoint, err)
@@ -55,6 +57,22 @@ func (g *Globals) StartTracing(ctx context.Context, log *slog.Logger) (Tracing, 
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	log.Info("tracing to an OTLP collector", slog.String("endpoint", redact(g.OTLPEndpoint)))
 	return Tracing{Provider: tp, sdk: tp}, nil
+}
+
+// routeOTelLogs sends what OpenTelemetry reports to log, so that every
+// line the process writes is structured: by default a failed export (an
+// unreachable collector) is printed by the standard library's log
+// package, and the SDK's own messages by a logger of the same format.
+// Both are process-wide; the last process logger set wins, which is the
+// only one a process has outside tests.
+func routeOTelLogs(log *slog.Logger) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("opentelemetry", slog.Any("err", err))
+	}))
+	// logr's verbosity V(n) is slog level -n: the SDK's errors stay errors,
+	// its V(4) info lines show at --log-level debug, and its V(8) debug
+	// lines never.
+	otel.SetLogger(logr.FromSlogHandler(log.Handler()))
 }
 
 // Shutdown exports what is buffered and stops the exporter, for at most
