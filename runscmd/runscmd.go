@@ -20,7 +20,8 @@
 //     RunJSON, PageJSON and RetryJSON, snake_case keys;
 //   - a command line the commands refuse (a flag that does not parse, the
 //     wrong arguments, runs without a subcommand, an --as naming no one,
-//     a topic the engines would refuse, a --payload that is not JSON) is
+//     a topic the engines would refuse, a --payload that is not JSON, a
+//     cancel's --reason with control characters or over its bound) is
 //     a UsageError, on which ExitCode is 2, returned before the engine is
 //     opened (RefuseUsage applies the same rule to the rest of a binary's
 //     tree, CheckActor to its own --as);
@@ -47,9 +48,11 @@ import (
 	"os"
 	"os/user"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -202,6 +205,9 @@ func New(cfg Config) *cobra.Command {
 			if err := CheckActor(as); err != nil {
 				return err
 			}
+			if err := checkReason(reason); err != nil {
+				return err
+			}
 			id := port.RunID(args[0])
 			return cfg.with(cmd, func(cl Client) error {
 				// A finished run never changes again, and the engines' Cancel
@@ -231,7 +237,8 @@ func New(cfg Config) *cobra.Command {
 			})
 		},
 	}
-	cancel.Flags().StringVar(&reason, "reason", "canceled from the CLI", "why")
+	cancel.Flags().StringVar(&reason, "reason", "canceled from the CLI",
+		fmt.Sprintf("why, recorded in the run's cancel reason (at most %d characters; no control characters but line feeds and tabs)", maxReason))
 
 	retry := &cobra.Command{
 		Use: "retry RUN",
@@ -352,6 +359,28 @@ func pageSize(f port.RunFilter) int {
 		return port.DefaultRunsPerPage
 	}
 	return f.Limit
+}
+
+// maxReason bounds a cancel's --reason, in characters. The engines bound no
+// cancel reason (they refuse only what Postgres cannot store): this is the
+// bound the plans API puts on a note or a reason (plans.MaxNote) and the
+// router on a switch's reason (router.MaxSwitchReason), for the same
+// reason: it is read back by an operator, not stored as a document.
+const maxReason = 1000
+
+// checkReason refuses, as a UsageError, a --reason that is not text a
+// terminal shows as written (invalid UTF-8, U+0000, a control character
+// other than a line feed or a tab: an escape code where the reason is
+// printed), or that is longer than maxReason: the rule plans applies to a
+// reason, checked before the engine is opened.
+func checkReason(reason string) error {
+	if err := enginekit.ValidateLine("reason", reason, "\n\t"); err != nil {
+		return UsageError{fmt.Errorf("--reason: %w", err)}
+	}
+	if n := utf8.RuneCountInString(reason); n > maxReason {
+		return UsageError{fmt.Errorf("--reason must be at most %d characters, got %d", maxReason, n)}
+	}
+	return nil
 }
 
 // cancelReason records who asked in the run's cancel reason, the one place

@@ -309,6 +309,12 @@ func TestRunsCommandLine(t *testing.T) {
 		{"runs", "signal", "bad topic"},
 		{"runs", "signal", "approval:x", "--payload", "not json"},
 		{"runs", "signal", "approval:x", "--payload", ""},
+		{"runs", "cancel", "x", "--reason", "red \x1b[31malert"},
+		{"runs", "cancel", "x", "--reason", "a\rb"},
+		{"runs", "cancel", "x", "--reason", "a\x00b"},
+		{"runs", "cancel", "x", "--reason", "\xff"},
+		{"runs", "cancel", "x", "--reason", strings.Repeat("a", 5000)},
+		{"runs", "cancel", "x", "--reason", strings.Repeat("é", 1001)},
 	} {
 		_, err := binary(args...)
 		require.Error(t, err, "%v", args)
@@ -330,6 +336,17 @@ func TestRunsCommandLine(t *testing.T) {
 	_, err = binary("runs", "signal", "approval:x", "--payload", "{not json")
 	require.ErrorContains(t, err, "--payload is not valid JSON")
 	require.Zero(t, opened, "a refused signal opens no engine")
+	_, err = binary("runs", "cancel", "x", "--reason", "red \x1b[31malert")
+	require.ErrorContains(t, err, "--reason: invalid reason: must not contain control characters, got U+001B at byte 4")
+	_, err = binary("runs", "cancel", "x", "--reason", strings.Repeat("a", 5000))
+	require.ErrorContains(t, err, "--reason must be at most 1000 characters, got 5000")
+	require.Zero(t, opened, "a refused cancel opens no engine")
+	// Line feeds and tabs are text a reason may hold, and the bound counts
+	// characters, not bytes.
+	_, err = binary("runs", "cancel", "x", "--reason", "two\n\tlines "+strings.Repeat("é", 980))
+	require.ErrorContains(t, err, "no engine in this test")
+	require.Equal(t, 1, opened)
+	opened = 0
 	_, err = binary("runs", "signal", "approval:x", "--payload", `{"ok":true}`)
 	require.ErrorContains(t, err, "no engine in this test", "a good topic and payload reach the engine")
 	require.Equal(t, 1, opened)

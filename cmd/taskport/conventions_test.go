@@ -214,6 +214,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"runs", "cancel", "x", "--engine", "lease", "--as", ""}},
 		{args: []string{"runs", "retry", "x", "--engine", "lease", "--as", ""}},
 		{args: []string{"runs", "cancel", "x", "--engine", "lease", "--as", " "}},
+		{args: []string{"runs", "cancel", "x", "--engine", "lease", "--reason", "\x1b[2J"}},
+		{args: []string{"runs", "cancel", "x", "--engine", "lease", "--reason", strings.Repeat("a", 5000)}},
 		{args: []string{"engine", "evacuate", "--from", "lease", "--as", " \t"}},
 		{args: []string{"plan", "approve", "x", "--as", ""}},
 		{args: []string{"plan", "reject", "x", "--as", "  "}},
