@@ -109,12 +109,12 @@ func TestRetentionFromEnv(t *testing.T) {
 // A negative count of a worker's flags is refused, by its flag's name,
 // before anything connects.
 func TestWorkerRefusesNegativeCounts(t *testing.T) {
-	for _, flag := range []string{"--concurrency", "--lease-active-runs"} {
+	for flag, most := range map[string]string{"--concurrency": "10000", "--lease-active-runs": "40000"} {
 		cmd := newWorkerCmd(&stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"})
 		cmd.SetArgs([]string{"--engine", "lease", flag, "-1"})
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(io.Discard)
-		require.ErrorContains(t, cmd.ExecuteContext(context.Background()), flag+" must not be negative, got -1")
+		require.ErrorContains(t, cmd.ExecuteContext(context.Background()), flag+" must lie in [0, "+most+"] (0: the engine's default), got -1")
 	}
 }
 
@@ -125,8 +125,8 @@ func TestWorkerRefusesNegativeCounts(t *testing.T) {
 // differently.
 func TestWorkerRefusesCarelessValues(t *testing.T) {
 	for args, want := range map[string]string{
-		"--retention-interval 1ns":           "--retention-interval must be 0 (the default), negative (never) or at least 1s, got 1ns",
-		"--reconcile-interval 10ms":          "--reconcile-interval must be 0 (the default), negative (never) or at least 1s, got 10ms",
+		"--retention-interval 1ns":           "--retention-interval must be 0 (the default), negative (never) or lie in [1s, 168h], got 1ns",
+		"--reconcile-interval 10ms":          "--reconcile-interval must be 0 (the default), negative (never) or lie in [1s, 168h], got 10ms",
 		"--temporal-address 127.0.0.1":       `--temporal-address must be host:port, got "127.0.0.1"`,
 		"--temporal-address :7233":           `--temporal-address must be host:port, got ":7233"`,
 		"--temporal-namespace=":              "--temporal-namespace must not be empty",
@@ -134,12 +134,12 @@ func TestWorkerRefusesCarelessValues(t *testing.T) {
 		"--temporal-tls-cert /tls/tls.crt":   `--temporal-tls-cert and --temporal-tls-key go together, got "/tls/tls.crt" and ""`,
 		"--qbittorrent-url ht!tp://::bad":    `--qbittorrent-url must be an http(s) URL, got "ht!tp://::bad"`,
 		"--qbittorrent-url qbittorrent:8080": `--qbittorrent-url must be an http(s) URL, got "qbittorrent:8080"`,
-		"--lease-batch-size -1":              "--lease-batch-size must not be negative, got -1",
-		"--cancel-poll-interval 1ms":         "--cancel-poll-interval must be 0 (the default) or at least 10ms, got 1ms",
-		"--cancel-poll-interval -1s":         "--cancel-poll-interval must be 0 (the default) or at least 10ms, got -1s",
-		"--lease-poll-interval 1ns":          "--lease-poll-interval must be 0 (the default) or at least 10ms, got 1ns",
-		"--lease-duration 10ms":              "--lease-duration must be 0 (the default) or at least 100ms, got 10ms",
-		"--lease-duration -10s":              "--lease-duration must be 0 (the default) or at least 100ms, got -10s",
+		"--lease-batch-size -1":              "--lease-batch-size must lie in [0, 10000] (0: the engine's default), got -1",
+		"--cancel-poll-interval 1ms":         "--cancel-poll-interval must be 0 (the default) or lie in [10ms, 1h], got 1ms",
+		"--cancel-poll-interval -1s":         "--cancel-poll-interval must be 0 (the default) or lie in [10ms, 1h], got -1s",
+		"--lease-poll-interval 1ns":          "--lease-poll-interval must be 0 (the default) or lie in [10ms, 1h], got 1ns",
+		"--lease-duration 10ms":              "--lease-duration must be 0 (the default) or lie in [100ms, 1h], got 10ms",
+		"--lease-duration -10s":              "--lease-duration must be 0 (the default) or lie in [100ms, 1h], got -10s",
 	} {
 		cmd := newWorkerCmd(&stack.Globals{DatabaseURL: "postgres://nowhere.invalid/x", LogLevel: "error"})
 		cmd.SetArgs(append(strings.Fields(args), "--library-root", "/library", "--download-dir", "/downloads"))
@@ -225,4 +225,42 @@ func TestCompletionNamesTheShells(t *testing.T) {
 	script, err := os.ReadFile(file.Name())
 	require.NoError(t, err)
 	require.Contains(t, string(script), "bash completion")
+}
+
+// The worker's numeric flags have ceilings, far above any deployment and
+// said in their help: past one the flag is refused by name before anything
+// connects (exit 2); at one it is accepted (the command goes on to the
+// database, which leads nowhere here).
+func TestWorkerFlagCeilings(t *testing.T) {
+	for _, tc := range []struct{ flag, atMost, over string }{
+		{"--concurrency", "10000", "100000000"},
+		{"--lease-active-runs", "40000", "40001"},
+		{"--lease-batch-size", "10000", "10001"},
+		{"--lease-duration", "1h", "1h1m0s"},
+		{"--lease-poll-interval", "1h", "1000h"},
+		{"--cancel-poll-interval", "1h", "2h"},
+		{"--stop-timeout", "24h", "25h"},
+		{"--reconcile-interval", "168h", "169h"},
+		{"--retention-interval", "168h", "1000h"},
+		{"--retention-completed", "876000h", "876001h"},
+		{"--retention-canceled", "876000h", "2000000h"},
+		{"--retention-failed", "876000h", "876001h"},
+	} {
+		run := func(value string) error {
+			_, err := execute([]string{"worker", "--engine", "lease", tc.flag, value, "--database-url", "postgres://nowhere.invalid/x", "--log-level", "error"})
+			return err
+		}
+		err := run(tc.over)
+		require.ErrorContains(t, err, tc.flag+" must", tc.flag)
+		require.ErrorContains(t, err, tc.over, tc.flag)
+		require.NotContains(t, err.Error(), "nowhere.invalid", "%s: refused before connecting", tc.flag)
+		require.Equal(t, 2, exitCode(err), tc.flag)
+		require.ErrorContains(t, run(tc.atMost), "nowhere.invalid", "%s %s is accepted", tc.flag, tc.atMost)
+
+		// The help says the ceiling.
+		worker, _, err := newRootCmd().Find([]string{"worker"})
+		require.NoError(t, err)
+		usage := worker.Flags().Lookup(strings.TrimPrefix(tc.flag, "--")).Usage
+		require.Contains(t, usage, tc.atMost, tc.flag)
+	}
 }

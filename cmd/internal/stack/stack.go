@@ -104,6 +104,52 @@ const (
 // minInterval is the shortest --reconcile-interval or --retention-interval.
 const minInterval = time.Second
 
+// The ceilings of a worker's numeric flags. Each lies far above what a
+// deployment sets (the benchmarks run at most 512 steps at once,
+// docs/benchmarks.md), so that only a slip (digits too many, a unit
+// mistaken) is refused, naming its flag, before the engine sizes its
+// slots, its claims or its timers by it.
+const (
+	maxConcurrency = 10_000
+	// maxActiveRuns is four times maxConcurrency: the most the lease
+	// worker itself takes by default (four times the concurrency).
+	maxActiveRuns = 4 * maxConcurrency
+	// maxBatchSize: one claim statement, and one group commit, of this
+	// many runs is already a long statement holding row locks.
+	maxBatchSize = 10_000
+	// maxLeaseDuration: a killed worker's runs wait this long to be taken
+	// over; leases are renewed, so a long step needs no long lease.
+	maxLeaseDuration = time.Hour
+	// maxPollInterval bounds the lease and cancel polls: the latest a
+	// missed notification (a ready run, a cancel) is seen.
+	maxPollInterval = time.Hour
+	// maxStopTimeout: no orchestrator waits a day for a process to stop.
+	maxStopTimeout = 24 * time.Hour
+	// maxInterval bounds --reconcile-interval and --retention-interval:
+	// a loop paced slower than weekly does not serve its purpose (a
+	// negative value turns it off).
+	maxInterval = 7 * 24 * time.Hour
+	// maxRetention bounds the retention ages: a negative one keeps rows
+	// forever, so a longer age is a slip.
+	maxRetention = 100 * 365 * 24 * time.Hour
+)
+
+// short is d as a flag's help says it: 1h, not 1h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// maxRetentionText is maxRetention as its help and its refusal say it:
+// 876000h0m0s would not read as a hundred years.
+const maxRetentionText = "100 years (876000h)"
+
 // Bind adds the flags to fs: a worker's, all of them.
 func (c *Config) Bind(fs *pflag.FlagSet) {
 	c.bindShared(fs)
@@ -111,28 +157,30 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 		"Worker Deployment Versioning: the deployment this worker belongs to (env TEMPORAL_DEPLOYMENT_NAME); needs a build id")
 	fs.StringVar(&c.BuildID, "temporal-worker-build-id", EnvOr("TEMPORAL_WORKER_BUILD_ID", ""),
 		"Worker Deployment Versioning: this worker's build id; runs stay pinned to the build they started on (env TEMPORAL_WORKER_BUILD_ID)")
-	fs.IntVar(&c.Concurrency, "concurrency", 0, "steps run at once by this worker; 0: the engine's default (env CONCURRENCY)")
+	fs.IntVar(&c.Concurrency, "concurrency", 0, fmt.Sprintf("steps run at once by this worker, at most %d; 0: the engine's default (env CONCURRENCY)", maxConcurrency))
 	fs.IntVar(&c.LeaseActiveRuns, "lease-active-runs", 0,
-		"lease: claimed runs this worker executes at once (replaying, committing or in a step); 0: twice the concurrency, "+
-			"up to four times while runs leave step slots idle; below the concurrency: raised to it (env LEASE_ACTIVE_RUNS)")
+		fmt.Sprintf("lease: claimed runs this worker executes at once (replaying, committing or in a step), at most %d; 0: twice the concurrency, "+
+			"up to four times while runs leave step slots idle; below the concurrency: raised to it (env LEASE_ACTIVE_RUNS)", maxActiveRuns))
 	fs.IntVar(&c.LeaseBatchSize, "lease-batch-size", 0,
-		"lease: most runs one claim statement takes, and one group commit carries; 0: the engine's default (64); raise it with a "+
-			"concurrency in the hundreds (docs/benchmarks.md, \"Configured for a drain\") (env LEASE_BATCH_SIZE)")
+		fmt.Sprintf("lease: most runs one claim statement takes, and one group commit carries, at most %d; 0: the engine's default (64); raise it with a "+
+			"concurrency in the hundreds (docs/benchmarks.md, \"Configured for a drain\") (env LEASE_BATCH_SIZE)", maxBatchSize))
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", 0,
-		"lease: how long a claim lives without renewal: a killed worker's runs are taken over within it plus the poll interval; "+
-			"renewed every third of it; 0: the engine's default (10s) (env LEASE_DURATION)")
+		fmt.Sprintf("lease: how long a claim lives without renewal: a killed worker's runs are taken over within it plus the poll interval; "+
+			"renewed every third of it; 100ms to %s; 0: the engine's default (10s) (env LEASE_DURATION)", short(maxLeaseDuration)))
 	fs.DurationVar(&c.LeasePollInterval, "lease-poll-interval", 0,
-		"lease: how often a worker looks for ready runs and expired leases when no notification came; 0: the engine's default (1s) "+
-			"(env LEASE_POLL_INTERVAL)")
+		fmt.Sprintf("lease: how often a worker looks for ready runs and expired leases when no notification came; 10ms to %s; "+
+			"0: the engine's default (1s) (env LEASE_POLL_INTERVAL)", short(maxPollInterval)))
 	fs.DurationVar(&c.CancelPollInterval, "cancel-poll-interval", 0,
-		"temporal: how often a worker reads the cancel flags of the runs whose steps it runs, for a cancel whose notification it missed; "+
-			"0: the engine's default (1s) (env CANCEL_POLL_INTERVAL)")
-	fs.DurationVar(&c.StopTimeout, "stop-timeout", defaultStopTimeout, "graceful stop bound: in-flight steps finish or are handed back (env STOP_TIMEOUT)")
+		fmt.Sprintf("temporal: how often a worker reads the cancel flags of the runs whose steps it runs, for a cancel whose notification it missed; "+
+			"10ms to %s; 0: the engine's default (1s) (env CANCEL_POLL_INTERVAL)", short(maxPollInterval)))
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", defaultStopTimeout,
+		fmt.Sprintf("graceful stop bound: in-flight steps finish or are handed back; at most %s (env STOP_TIMEOUT)", short(maxStopTimeout)))
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
-		"temporal: how often a worker checks open runs' projections against Temporal; 0: the default; negative: never in this process (env RECONCILE_INTERVAL)")
+		fmt.Sprintf("temporal: how often a worker checks open runs' projections against Temporal; %s to %s; 0: the default; negative: never in this process "+
+			"(env RECONCILE_INTERVAL)", short(minInterval), short(maxInterval)))
 	fs.DurationVar(&c.Retention.Interval, "retention-interval", retention.DefaultInterval,
-		"worker: how often the retention cleaner runs (one worker at a time, by advisory lock); 0: the default; negative: never in this process "+
-			"(env RETENTION_INTERVAL)")
+		fmt.Sprintf("worker: how often the retention cleaner runs (one worker at a time, by advisory lock); %s to %s; 0: the default; "+
+			"negative: never in this process (env RETENTION_INTERVAL)", short(minInterval), short(maxInterval)))
 	fs.StringVar(&c.QBittorrentURL, "qbittorrent-url", EnvOr("QBITTORRENT_URL", defaultQBittorrentURL), "qBittorrent WebUI (env QBITTORRENT_URL)")
 	fs.StringVar(&c.QBittorrentUser, "qbittorrent-user", EnvOr("QBITTORRENT_USER", defaultQBittorrentUser), "qBittorrent WebUI user (env QBITTORRENT_USER)")
 	fs.StringVar(&c.qbittorrentPassFile, "qbittorrent-password-file", "",
@@ -161,11 +209,13 @@ func (c *Config) bindShared(fs *pflag.FlagSet) {
 	c.BindEngine(fs)
 	fs.DurationVar(&c.Retention.Completed, "retention-completed", retention.DefaultCompleted,
 		"delete succeeded runs (and dispatched outbox rows, consumed or expired signals, waiters of ended runs) this long after they "+
-			"finished; an idempotency key is free again once its run is deleted; 0: the default; negative: keep forever (env RETENTION_COMPLETED)")
+			"finished; an idempotency key is free again once its run is deleted; at most "+maxRetentionText+"; 0: the default; negative: keep forever "+
+			"(env RETENTION_COMPLETED)")
 	fs.DurationVar(&c.Retention.Canceled, "retention-canceled", retention.DefaultCanceled,
-		"delete canceled runs this long after they finished; 0: the default; negative: keep forever (env RETENTION_CANCELED)")
+		"delete canceled runs this long after they finished; at most "+maxRetentionText+"; 0: the default; negative: keep forever (env RETENTION_CANCELED)")
 	fs.DurationVar(&c.Retention.Failed, "retention-failed", retention.DefaultFailed,
-		"delete failed runs (dead letters) this long after they finished; 0: the default; negative: keep forever (env RETENTION_FAILED)")
+		"delete failed runs (dead letters) this long after they finished; at most "+maxRetentionText+"; 0: the default; negative: keep forever "+
+			"(env RETENTION_FAILED)")
 	BindLibraryRoot(fs, &c.LibraryRoot)
 	fs.StringVar(&c.DownloadDir, "download-dir", EnvOr("DOWNLOAD_DIR", "/downloads"), "absolute directory qBittorrent saves into (env DOWNLOAD_DIR)")
 }
@@ -218,38 +268,47 @@ func (c *Config) validate() error {
 	if err := c.validateEngine(); err != nil {
 		return err
 	}
-	if c.Concurrency < 0 {
-		return fmt.Errorf("--concurrency must not be negative, got %d", c.Concurrency)
+	for _, n := range []struct {
+		name        string
+		value, most int
+	}{{"--concurrency", c.Concurrency, maxConcurrency}, {"--lease-active-runs", c.LeaseActiveRuns, maxActiveRuns}, {"--lease-batch-size", c.LeaseBatchSize, maxBatchSize}} {
+		if n.value < 0 || n.value > n.most {
+			return fmt.Errorf("%s must lie in [0, %d] (0: the engine's default), got %d", n.name, n.most, n.value)
+		}
 	}
-	if c.LeaseActiveRuns < 0 {
-		return fmt.Errorf("--lease-active-runs must not be negative, got %d", c.LeaseActiveRuns)
-	}
-	if c.LeaseBatchSize < 0 {
-		return fmt.Errorf("--lease-batch-size must not be negative, got %d", c.LeaseBatchSize)
-	}
-	// The engine's own floor (leaseadapter.Config): a shorter lease is
-	// renewed in a busy loop and lost at any pause.
-	if c.LeaseDuration < 0 || (c.LeaseDuration > 0 && c.LeaseDuration < 100*time.Millisecond) {
-		return fmt.Errorf("--lease-duration must be 0 (the default) or at least 100ms, got %s", c.LeaseDuration)
-	}
-	// A poll of a statement or two per interval: under 10ms it is a busy
-	// loop of reads.
-	for name, d := range map[string]time.Duration{"--lease-poll-interval": c.LeasePollInterval, "--cancel-poll-interval": c.CancelPollInterval} {
-		if d < 0 || (d > 0 && d < 10*time.Millisecond) {
-			return fmt.Errorf("%s must be 0 (the default) or at least 10ms, got %s", name, d)
+	// The floors: the engine's own for the lease (leaseadapter.Config), a
+	// shorter one is renewed in a busy loop and lost at any pause; for a
+	// poll of a statement or two per interval, under 10ms it is a busy loop
+	// of reads.
+	for _, d := range []struct {
+		name          string
+		value, lo, hi time.Duration
+	}{
+		{"--lease-duration", c.LeaseDuration, 100 * time.Millisecond, maxLeaseDuration},
+		{"--lease-poll-interval", c.LeasePollInterval, 10 * time.Millisecond, maxPollInterval},
+		{"--cancel-poll-interval", c.CancelPollInterval, 10 * time.Millisecond, maxPollInterval},
+	} {
+		if d.value < 0 || (d.value > 0 && (d.value < d.lo || d.value > d.hi)) {
+			return fmt.Errorf("%s must be 0 (the default) or lie in [%s, %s], got %s", d.name, short(d.lo), short(d.hi), d.value)
 		}
 	}
 	if (c.DeploymentName == "") != (c.BuildID == "") {
 		return fmt.Errorf("--temporal-deployment-name and --temporal-worker-build-id go together, got %q and %q", c.DeploymentName, c.BuildID)
 	}
-	if c.StopTimeout <= 0 {
-		return fmt.Errorf("--stop-timeout must be positive, got %s", c.StopTimeout)
+	if c.StopTimeout <= 0 || c.StopTimeout > maxStopTimeout {
+		return fmt.Errorf("--stop-timeout must be positive and at most %s, got %s", short(maxStopTimeout), c.StopTimeout)
 	}
 	// Each interval paces a loop of statements (or of calls to Temporal):
 	// a positive one under a second is a typo for a busy loop.
 	for name, d := range map[string]time.Duration{"--reconcile-interval": c.ReconcileInterval, "--retention-interval": c.Retention.Interval} {
-		if d > 0 && d < minInterval {
-			return fmt.Errorf("%s must be 0 (the default), negative (never) or at least %s, got %s", name, minInterval, d)
+		if d > 0 && (d < minInterval || d > maxInterval) {
+			return fmt.Errorf("%s must be 0 (the default), negative (never) or lie in [%s, %s], got %s", name, short(minInterval), short(maxInterval), d)
+		}
+	}
+	for name, d := range map[string]time.Duration{"--retention-completed": c.Retention.Completed, "--retention-canceled": c.Retention.Canceled,
+		"--retention-failed": c.Retention.Failed} {
+		if d > maxRetention {
+			return fmt.Errorf("%s must be at most %s (negative: keep forever), got %s", name, maxRetentionText, d)
 		}
 	}
 	if u, err := url.Parse(c.QBittorrentURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
