@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/internal/testkit"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/plans"
+	"github.com/taskport/taskport/port"
 )
 
 // execute runs the command line args (then extra) and returns its output.
@@ -148,4 +152,104 @@ func TestBusinessCommandsNeedOnlyTheDatabase(t *testing.T) {
 	help, err := execute([]string{"plan", "--help"})
 	require.NoError(t, err)
 	require.Contains(t, help, "--library-root")
+}
+
+// planArgs is the plan create command line that asks for np.
+func planArgs(np plans.NewPlan) []string {
+	args := []string{"plan", "create", "--title", np.Title, "--size", strconv.FormatInt(np.ExpectedSize, 10), "--sha256", np.ExpectedSHA256,
+		"--target", np.TargetPath}
+	for flag, v := range map[string]string{"--magnet": np.Magnet, "--torrent-url": np.TorrentURL, "--info-hash": np.InfoHash,
+		"--idempotency-key": np.IdempotencyKey} {
+		if v != "" {
+			args = append(args, flag, v)
+		}
+	}
+	return args
+}
+
+// plan create and decision resolve refuse a careless command line before
+// anything connects (the database URL leads nowhere), as a usage error
+// naming the flag or argument the user typed, not the API's field name;
+// the plans API refuses each such request too, so the CLI's early check
+// refuses nothing the API would take. What only the API checks is named
+// by flag as well.
+func TestPlanCreateFlagsRefusedBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t)
+	lib := t.TempDir()
+	pool, err := pgxpool.New(ctx, db)
+	require.NoError(t, err)
+	defer pool.Close()
+	svc, err := plans.New(pool, plans.Config{LibraryRoot: lib})
+	require.NoError(t, err)
+	const hash = "abcdef0123456789abcdef0123456789abcdef01"
+	good := plans.NewPlan{Title: "Film", Magnet: "magnet:?xt=urn:btih:" + hash, InfoHash: hash, TargetPath: lib + "/film.mkv",
+		ExpectedSize: 10, ExpectedSHA256: strings.Repeat("c", 64)}
+	nowhere := []string{"--database-url", "postgres://nowhere.invalid/x", "--library-root", lib}
+
+	for _, tc := range []struct {
+		says string
+		bad  func(*plans.NewPlan)
+	}{
+		{"--idempotency-key: must not contain control characters", func(np *plans.NewPlan) { np.IdempotencyKey = "a\x01b" }},
+		{"--idempotency-key: must be at most 200 characters", func(np *plans.NewPlan) { np.IdempotencyKey = strings.Repeat("k", 201) }},
+		{"--title: must not be empty", func(np *plans.NewPlan) { np.Title = "  " }},
+		{"--title: must not contain control characters", func(np *plans.NewPlan) { np.Title = "a\x1b[2Jb" }},
+		{"--title: must be at most 300 characters", func(np *plans.NewPlan) { np.Title = strings.Repeat("t", 301) }},
+		{"--magnet, --torrent-url, --torrent-file: exactly one", func(np *plans.NewPlan) { np.TorrentURL = "https://example.com/t.torrent" }},
+		{"--magnet, --torrent-url, --torrent-file: exactly one", func(np *plans.NewPlan) { np.Magnet = "" }},
+		{"--magnet: must be a magnet: link", func(np *plans.NewPlan) { np.Magnet = "http://example.com/" + hash }},
+		{"--torrent-url: must be an http(s) URL", func(np *plans.NewPlan) { np.Magnet, np.TorrentURL = "", "ftp://example.com/t.torrent" }},
+		{"--info-hash: must be 40 hex digits", func(np *plans.NewPlan) { np.InfoHash = "xyz" }},
+		{"--info-hash: must be 40 hex digits", func(np *plans.NewPlan) { np.Magnet, np.TorrentURL, np.InfoHash = "", "https://example.com/t", "" }},
+		{"--sha256: must be 64 hex digits", func(np *plans.NewPlan) { np.ExpectedSHA256 = strings.Repeat("g", 64) }},
+		{"--size: must not be negative", func(np *plans.NewPlan) { np.ExpectedSize = -1 }},
+		{"--target: must be an absolute path", func(np *plans.NewPlan) { np.TargetPath = "film.mkv" }},
+		{"--target: ", func(np *plans.NewPlan) { np.TargetPath = "/elsewhere/film.mkv" }},
+		{"--target: ", func(np *plans.NewPlan) { np.TargetPath = lib + "/../film.mkv" }},
+	} {
+		np := good
+		tc.bad(&np)
+		_, err := execute(planArgs(np), nowhere...)
+		require.ErrorContains(t, err, tc.says, "%+v", np)
+		require.NotContains(t, err.Error(), "nowhere.invalid", "%s: refused before connecting", tc.says)
+		require.Equal(t, 2, exitCode(err), tc.says)
+		_, err = svc.CreatePlan(ctx, np)
+		require.ErrorAs(t, err, new(*port.FieldError), "%s: the API refuses it too", tc.says)
+	}
+	_, err = execute(planArgs(good), nowhere...)
+	require.ErrorContains(t, err, "nowhere.invalid", "a good command line goes on to the database")
+
+	// Checked by the API only (the magnet's own hash): still by flag, exit 2.
+	np := good
+	np.InfoHash = "0" + hash[1:]
+	_, err = execute(planArgs(np), "--database-url", db, "--log-level", "error", "--library-root", lib)
+	require.ErrorContains(t, err, "--info-hash: "+np.InfoHash+" does not match the magnet's")
+	require.Equal(t, 2, exitCode(err))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM plan`).Scan(&n))
+	require.Zero(t, n, "refused plans write nothing")
+
+	const decision = "0190a5c6-0000-7000-8000-000000000000"
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"x", "retry"}, `DECISION: not a UUID: "x"`},
+		{[]string{decision, "bogus"}, `ACTION: must be retry or abandon, got "bogus"`},
+		{[]string{decision, "retry", "--as", "a\x1bb"}, "--as: must not contain control characters"},
+		{[]string{decision, "abandon", "--as", strings.Repeat("a", 201)}, "--as: must be at most 200 characters"},
+	} {
+		_, err := execute(append([]string{"decision", "resolve"}, tc.args...), "--database-url", "postgres://nowhere.invalid/x")
+		require.ErrorContains(t, err, tc.says, tc.args)
+		require.NotContains(t, err.Error(), "nowhere.invalid", "%v: refused before connecting", tc.args)
+		require.Equal(t, 2, exitCode(err), tc.args)
+		as := "ann"
+		if len(tc.args) > 3 {
+			as = tc.args[3]
+		}
+		_, err = svc.ResolveDecision(ctx, tc.args[0], acquisition.DecisionStatus(tc.args[1]), as)
+		require.ErrorAs(t, err, new(*port.FieldError), "%v: the API refuses it too", tc.args)
+	}
 }
