@@ -184,8 +184,25 @@ func actor(field, by string) error {
 	return cmp.Or(enginekit.ValidateLine(field, by, oneLine), bounded(field, by, MaxActor))
 }
 
-// validate checks np and returns the plan row to insert.
-func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
+// CheckNewPlan applies CreatePlan's checks of np, none of which needs the
+// database, for a service whose Config.LibraryRoot is libraryRoot, so that a
+// caller refuses a careless request before it connects (the CLI, as a usage
+// error naming the flag). The error is a *port.FieldError naming the field.
+// CreatePlan applies them again.
+func CheckNewPlan(libraryRoot string, np NewPlan) error {
+	if err := (Config{LibraryRoot: libraryRoot}).Validate(); err != nil {
+		return err
+	}
+	if libraryRoot != "" {
+		libraryRoot = filepath.Clean(libraryRoot)
+	}
+	_, err := validatePlan(libraryRoot, np)
+	return err
+}
+
+// validatePlan checks np for the library at root (clean, or "" when the
+// service creates no plans) and returns the plan row to insert.
+func validatePlan(root string, np NewPlan) (acquisition.Plan, error) {
 	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize, CreateKey: np.IdempotencyKey}
 	if err := cmp.Or(enginekit.ValidateLine("idempotency_key", p.CreateKey, oneLine), bounded("idempotency_key", p.CreateKey, MaxIdempotencyKey)); err != nil {
 		return p, err
@@ -219,7 +236,7 @@ func (s *Service) validate(np NewPlan) (acquisition.Plan, error) {
 	if np.ExpectedSize < 0 {
 		return p, invalid("expected_size", "must not be negative, got %d", np.ExpectedSize)
 	}
-	if p.TargetPath, err = s.target(np.TargetPath); err != nil {
+	if p.TargetPath, err = target(root, np.TargetPath); err != nil {
 		return p, err
 	}
 	sources := 0
@@ -318,8 +335,8 @@ const maxPathComponent = 255
 // file name of at most fileimport.MaxTargetName bytes (its temporary file's
 // name must fit too). Anything else would pass creation and fail only at
 // import, after the download.
-func (s *Service) target(path string) (string, error) {
-	if s.root == "" {
+func target(root, path string) (string, error) {
+	if root == "" {
 		return "", invalid("library_root", "not configured: this service cannot create plans")
 	}
 	if err := enginekit.ValidateLine("target_path", path, oneLine); err != nil {
@@ -329,8 +346,8 @@ func (s *Service) target(path string) (string, error) {
 		return "", invalid("target_path", "must be an absolute path, got %q", path)
 	}
 	clean := filepath.Clean(path)
-	if !inside(s.root, clean) {
-		return "", invalid("target_path", "%q is not inside the library root %q", path, s.root)
+	if !inside(root, clean) {
+		return "", invalid("target_path", "%q is not inside the library root %q", path, root)
 	}
 	dirs := strings.Split(filepath.Dir(clean), string(filepath.Separator))
 	for _, d := range dirs {
@@ -356,7 +373,7 @@ func inside(dir, path string) bool {
 // *acquisition.TakenError naming that plan, and nothing is written; a unique
 // index backs the check, so two concurrent creates cannot both pass it.
 func (s *Service) CreatePlan(ctx context.Context, np NewPlan) (acquisition.Plan, error) {
-	p, err := s.validate(np)
+	p, err := validatePlan(s.root, np)
 	if err != nil {
 		return acquisition.Plan{}, fmt.Errorf("create plan: %w", err)
 	}
@@ -368,6 +385,19 @@ func (s *Service) CreatePlan(ctx context.Context, np NewPlan) (acquisition.Plan,
 		return acquisition.Plan{}, fmt.Errorf("create plan: %w", err)
 	}
 	return out, nil
+}
+
+// CheckResolution applies ResolveDecision's checks that need no database,
+// so that a caller refuses a careless request before it connects. The error
+// is a *port.FieldError naming the field.
+func CheckResolution(decisionID string, action acquisition.DecisionStatus, by string) error {
+	if _, err := parseID("decision_id", decisionID); err != nil {
+		return err
+	}
+	if action != acquisition.DecisionRetry && action != acquisition.DecisionAbandon {
+		return invalid("action", "must be retry or abandon, got %q", action)
+	}
+	return actor("resolved_by", by)
 }
 
 func parseID(field, s string) (uuid.UUID, error) {
@@ -737,18 +767,12 @@ func (s *Service) Decision(ctx context.Context, decisionID string) (acquisition.
 // plan that ended) is refused here, with the decision left open and nothing
 // written, rather than acknowledged and then dropped.
 func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action acquisition.DecisionStatus, by string) (Ack, error) {
-	id, err := parseID("decision_id", decisionID)
-	if err != nil {
+	if err := CheckResolution(decisionID, action, by); err != nil {
 		return Ack{}, fmt.Errorf("resolve decision: %w", err)
 	}
-	if action != acquisition.DecisionRetry && action != acquisition.DecisionAbandon {
-		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, invalid("action", "must be retry or abandon, got %q", action))
-	}
-	if err := actor("resolved_by", by); err != nil {
-		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, err)
-	}
+	id := uuid.MustParse(decisionID) // checked above
 	var ack Ack
-	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		d, err := acquisition.GetDecision(ctx, tx, id)
 		if err != nil {
 			return err

@@ -2,25 +2,19 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"unicode/utf8"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/taskport/taskport/acquisition"
 	"github.com/taskport/taskport/cmd/internal/stack"
-	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/plans"
 	"github.com/taskport/taskport/port"
 )
@@ -36,9 +30,8 @@ func withPlans(cmd *cobra.Command, g *stack.Globals, cfg plans.Config, fn func(*
 	// cfg's directories are the command line's (--library-root,
 	// --download-dir, named after cfg's fields): refused before anything
 	// connects, by the check plans.New applies.
-	var fe *port.FieldError
-	if errors.As(cfg.Validate(), &fe) {
-		return usageError{Err: fmt.Errorf("--%s %s", strings.ReplaceAll(fe.Field, "_", "-"), fe.Reason)}
+	if err := cfg.Validate(); err != nil {
+		return flagError(err)
 	}
 	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, log *slog.Logger) (err error) {
 		tr, err := g.StartTracing(cmd.Context(), log)
@@ -83,7 +76,7 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 				}
 				np.Torrent = b
 			}
-			if err := checkNewPlan(root, np); err != nil {
+			if err := plans.CheckNewPlan(root, np); err != nil {
 				return flagError(err)
 			}
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
@@ -242,7 +235,7 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 			if err := checkActor(by); err != nil {
 				return err
 			}
-			if err := checkResolve(args[0], args[1], by); err != nil {
+			if err := plans.CheckResolution(args[0], acquisition.DecisionStatus(args[1]), by); err != nil {
 				return flagError(err)
 			}
 			return withPlans(cmd, g, plans.Config{}, func(svc *plans.Service) error {
@@ -256,21 +249,21 @@ func newDecisionCmd(g *stack.Globals) *cobra.Command {
 	return cmd
 }
 
-// planFields names the flag (or argument) of plan create and decision
-// resolve that sets each field the plans API names in a *port.FieldError,
+// planFields names the flag (or argument) of the plan and decision commands
+// that sets each field the plans API names in a *port.FieldError,
 // so that a refusal says what the user typed, not an internal name such as
 // idempotency_key.
 var planFields = map[string]string{
 	"title": "--title", "magnet": "--magnet", "torrent_url": "--torrent-url", "torrent": "--torrent-file",
 	"source": "--magnet, --torrent-url, --torrent-file", "info_hash": "--info-hash", "expected_sha256": "--sha256",
-	"expected_size": "--size", "target_path": "--target", "idempotency_key": "--idempotency-key", "library_root": "--library-root",
+	"expected_size": "--size", "target_path": "--target", "idempotency_key": "--idempotency-key", "library_root": "--library-root", "download_dir": "--download-dir",
 	"decision_id": "DECISION", "action": "ACTION", "resolved_by": "--as",
 }
 
 // flagError is err, when it is a *port.FieldError of a field the command
 // line sets (planFields), as a usage error naming the flag: only the
 // command line makes the request, so the plans API's refusal of a field is
-// the command line's, whether checkNewPlan found it before connecting or
+// the command line's, whether plans.CheckNewPlan found it before connecting or
 // the API after. Any other err is returned as it is.
 func flagError(err error) error {
 	var fe *port.FieldError
@@ -282,103 +275,6 @@ func flagError(err error) error {
 		return err
 	}
 	return usageError{Err: fmt.Errorf("%s: %s", name, fe.Reason)}
-}
-
-// checkNewPlan applies, before anything connects, the checks of
-// plans.Service.CreatePlan that need no database and catch a careless
-// command line, refusing with the API's field names (flagError names the
-// flags). CreatePlan applies them again with the rest (a magnet whose
-// hash differs from --info-hash, a torrent file that does not parse, a
-// name too long for the filesystem), whose refusals flagError names too.
-// It must refuse nothing the API accepts (TestPlanCreateFlagsRefusedBeforeConnecting).
-func checkNewPlan(root string, np plans.NewPlan) error {
-	invalid := func(field, format string, args ...any) error {
-		return &port.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
-	}
-	title := strings.TrimSpace(np.Title)
-	if title == "" {
-		return invalid("title", "must not be empty")
-	}
-	// One-line text, as the API takes it: a control character would be an
-	// escape code where the CLI prints the field.
-	for _, f := range []struct {
-		field, value string
-		most         int // characters; 0: no bound of its own
-	}{
-		{"idempotency_key", np.IdempotencyKey, plans.MaxIdempotencyKey}, {"title", title, plans.MaxTitle},
-		{"magnet", np.Magnet, 0}, {"torrent_url", np.TorrentURL, 0}, {"target_path", np.TargetPath, 0},
-	} {
-		if err := enginekit.ValidateLine(f.field, f.value, ""); err != nil {
-			return err
-		}
-		if n := utf8.RuneCountInString(f.value); f.most > 0 && n > f.most {
-			return invalid(f.field, "must be at most %d characters, got %d", f.most, n)
-		}
-	}
-	sources := 0
-	for _, set := range []bool{np.Magnet != "", np.TorrentURL != "", len(np.Torrent) > 0} {
-		if set {
-			sources++
-		}
-	}
-	if sources != 1 {
-		return invalid("source", "exactly one is required, got %d", sources)
-	}
-	if u, err := url.Parse(np.Magnet); np.Magnet != "" && (err != nil || u.Scheme != "magnet") {
-		return invalid("magnet", "must be a magnet: link")
-	}
-	if u, err := url.Parse(np.TorrentURL); np.TorrentURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		return invalid("torrent_url", "must be an http(s) URL, got %q", np.TorrentURL)
-	}
-	for _, h := range []struct {
-		field, value string
-		digits       int
-	}{{"info_hash", np.InfoHash, 40}, {"expected_sha256", np.ExpectedSHA256, 64}} {
-		// An info hash may be left out where the source names it.
-		if h.field == "info_hash" && strings.TrimSpace(h.value) == "" && np.TorrentURL == "" {
-			continue
-		}
-		v := strings.TrimSpace(h.value)
-		if _, err := hex.DecodeString(v); err != nil || len(v) != h.digits {
-			return invalid(h.field, "must be %d hex digits, got %q", h.digits, h.value)
-		}
-	}
-	if np.ExpectedSize < 0 {
-		return invalid("expected_size", "must not be negative, got %d", np.ExpectedSize)
-	}
-	if !filepath.IsAbs(np.TargetPath) {
-		return invalid("target_path", "must be an absolute path, got %q", np.TargetPath)
-	}
-	// A relative --library-root is refused next, by withPlans, by its name.
-	if filepath.IsAbs(root) {
-		rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(np.TargetPath))
-		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return invalid("target_path", "%q is not inside the library root %q", np.TargetPath, root)
-		}
-	}
-	return nil
-}
-
-// checkResolve applies, before anything connects, the checks of
-// plans.Service.ResolveDecision that need no database, with its field
-// names (flagError names the argument or the flag).
-func checkResolve(id, action, by string) error {
-	invalid := func(field, format string, args ...any) error {
-		return &port.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
-	}
-	if _, err := uuid.Parse(id); err != nil {
-		return invalid("decision_id", "not a UUID: %q", id)
-	}
-	if a := acquisition.DecisionStatus(action); a != acquisition.DecisionRetry && a != acquisition.DecisionAbandon {
-		return invalid("action", "must be retry or abandon, got %q", action)
-	}
-	if err := enginekit.ValidateLine("resolved_by", by, ""); err != nil {
-		return err
-	}
-	if n := utf8.RuneCountInString(by); n > plans.MaxActor {
-		return invalid("resolved_by", "must be at most %d characters, got %d", plans.MaxActor, n)
-	}
-	return nil
 }
 
 // bindActor adds --as, who the command records as acting: by default the
