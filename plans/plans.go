@@ -400,6 +400,24 @@ func CheckResolution(decisionID string, action acquisition.DecisionStatus, by st
 	return actor("resolved_by", by)
 }
 
+// CheckDecision applies the checks of Approve and Reject that need no
+// database, as CheckResolution does for ResolveDecision.
+func CheckDecision(planID, by, note string) error {
+	if _, err := parseID("plan_id", planID); err != nil {
+		return err
+	}
+	return cmp.Or(actor("decided_by", by), checkNote("note", note))
+}
+
+// CheckCancel applies the checks of Cancel that need no database, as
+// CheckResolution does for ResolveDecision.
+func CheckCancel(planID, by, reason string) error {
+	if _, err := parseID("plan_id", planID); err != nil {
+		return err
+	}
+	return cmp.Or(actor("canceled_by", by), checkNote("reason", reason))
+}
+
 func parseID(field, s string) (uuid.UUID, error) {
 	id, err := uuid.Parse(s)
 	if err != nil {
@@ -428,15 +446,12 @@ func (s *Service) Reject(ctx context.Context, planID, by, note string) (Ack, err
 // X: ..."), not by the status the plan did not reach.
 func (s *Service) decide(ctx context.Context, planID string, t acquisition.Transition, by, note string) (Ack, error) {
 	decision := t.To()
-	id, err := parseID("plan_id", planID)
-	if err != nil {
+	if err := CheckDecision(planID, by, note); err != nil {
 		return Ack{}, fmt.Errorf("%s plan: %w", t.Name(), err)
 	}
-	if err := cmp.Or(actor("decided_by", by), checkNote("note", note)); err != nil {
-		return Ack{}, fmt.Errorf("%s plan %s: %w", t.Name(), id, err)
-	}
+	id := uuid.MustParse(planID) // checked above
 	var ack Ack
-	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := acquisition.LockPlan(ctx, tx, id); err != nil {
 			return err
 		}
@@ -476,15 +491,12 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 // then the error names the decision to resolve. by is who asks; the plan
 // records the first requester with the first reason.
 func (s *Service) Cancel(ctx context.Context, planID, by, reason string) (Ack, error) {
-	id, err := parseID("plan_id", planID)
-	if err != nil {
+	if err := CheckCancel(planID, by, reason); err != nil {
 		return Ack{}, fmt.Errorf("cancel plan: %w", err)
 	}
-	if err := cmp.Or(actor("canceled_by", by), checkNote("reason", reason)); err != nil {
-		return Ack{}, fmt.Errorf("cancel plan %s: %w", id, err)
-	}
+	id := uuid.MustParse(planID) // checked above
 	var ack Ack
-	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		p, err := acquisition.LockPlan(ctx, tx, id)
 		if err != nil {
 			return err

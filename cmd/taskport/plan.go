@@ -108,8 +108,12 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 			if err := checkActor(by); err != nil {
 				return err
 			}
+			if err := plans.CheckDecision(args[0], by, note); err != nil {
+				return flagError(err)
+			}
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
-				return printAck(cmd)(svc.Approve(cmd.Context(), args[0], by, note))
+				ack, err := svc.Approve(cmd.Context(), args[0], by, note)
+				return printAck(cmd)(ack, flagError(err))
 			})
 		},
 	}
@@ -119,8 +123,12 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 			if err := checkActor(by); err != nil {
 				return err
 			}
+			if err := plans.CheckDecision(args[0], by, note); err != nil {
+				return flagError(err)
+			}
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
-				return printAck(cmd)(svc.Reject(cmd.Context(), args[0], by, note))
+				ack, err := svc.Reject(cmd.Context(), args[0], by, note)
+				return printAck(cmd)(ack, flagError(err))
 			})
 		},
 	}
@@ -137,8 +145,12 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 			if err := checkActor(by); err != nil {
 				return err
 			}
+			if err := plans.CheckCancel(args[0], by, reason); err != nil {
+				return flagError(err)
+			}
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
-				return printAck(cmd)(svc.Cancel(cmd.Context(), args[0], by, reason))
+				ack, err := svc.Cancel(cmd.Context(), args[0], by, reason)
+				return printAck(cmd)(ack, flagError(err))
 			})
 		},
 	}
@@ -258,6 +270,7 @@ var planFields = map[string]string{
 	"source": "--magnet, --torrent-url, --torrent-file", "info_hash": "--info-hash", "expected_sha256": "--sha256",
 	"expected_size": "--size", "target_path": "--target", "idempotency_key": "--idempotency-key", "library_root": "--library-root", "download_dir": "--download-dir",
 	"decision_id": "DECISION", "action": "ACTION", "resolved_by": "--as",
+	"plan_id": "PLAN", "decided_by": "--as", "canceled_by": "--as", "note": "--note", "reason": "--reason",
 }
 
 // flagError is err, when it is a *port.FieldError of a field the command

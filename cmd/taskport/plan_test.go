@@ -221,6 +221,24 @@ func TestPlanCreateFlagsRefusedBeforeConnecting(t *testing.T) {
 	_, err = execute(planArgs(good), nowhere...)
 	require.ErrorContains(t, err, "nowhere.invalid", "a good command line goes on to the database")
 
+	const plan = "0190a5c6-0000-7000-8000-000000000001"
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"approve", "x"}, `PLAN: not a UUID: "x"`},
+		{[]string{"reject", plan, "--note", "a\x1bb"}, "--note: must not contain control characters"},
+		{[]string{"approve", plan, "--note", strings.Repeat("n", 1001)}, "--note: must be at most 1000 characters"},
+		{[]string{"cancel", "x"}, `PLAN: not a UUID: "x"`},
+		{[]string{"cancel", plan, "--reason", "a\x07b"}, "--reason: must not contain control characters"},
+		{[]string{"cancel", plan, "--as", strings.Repeat("a", 201)}, "--as: must be at most 200 characters"},
+	} {
+		_, err := execute(append([]string{"plan"}, tc.args...), nowhere...)
+		require.ErrorContains(t, err, tc.says, tc.args)
+		require.NotContains(t, err.Error(), "nowhere.invalid", "%v: refused before connecting", tc.args)
+		require.Equal(t, 2, exitCode(err), tc.args)
+	}
+
 	const decision = "0190a5c6-0000-7000-8000-000000000000"
 	for _, tc := range []struct {
 		args []string
