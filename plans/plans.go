@@ -446,12 +446,15 @@ func (s *Service) Reject(ctx context.Context, planID, by, note string) (Ack, err
 // X: ..."), not by the status the plan did not reach.
 func (s *Service) decide(ctx context.Context, planID string, t acquisition.Transition, by, note string) (Ack, error) {
 	decision := t.To()
-	if err := CheckDecision(planID, by, note); err != nil {
+	id, err := parseID("plan_id", planID)
+	if err != nil {
 		return Ack{}, fmt.Errorf("%s plan: %w", t.Name(), err)
 	}
-	id := uuid.MustParse(planID) // checked above
+	if err := CheckDecision(planID, by, note); err != nil {
+		return Ack{}, fmt.Errorf("%s plan %s: %w", t.Name(), id, err)
+	}
 	var ack Ack
-	err := dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := acquisition.LockPlan(ctx, tx, id); err != nil {
 			return err
 		}
@@ -491,12 +494,15 @@ func (s *Service) decide(ctx context.Context, planID string, t acquisition.Trans
 // then the error names the decision to resolve. by is who asks; the plan
 // records the first requester with the first reason.
 func (s *Service) Cancel(ctx context.Context, planID, by, reason string) (Ack, error) {
-	if err := CheckCancel(planID, by, reason); err != nil {
+	id, err := parseID("plan_id", planID)
+	if err != nil {
 		return Ack{}, fmt.Errorf("cancel plan: %w", err)
 	}
-	id := uuid.MustParse(planID) // checked above
+	if err := CheckCancel(planID, by, reason); err != nil {
+		return Ack{}, fmt.Errorf("cancel plan %s: %w", id, err)
+	}
 	var ack Ack
-	err := dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		p, err := acquisition.LockPlan(ctx, tx, id)
 		if err != nil {
 			return err
@@ -779,12 +785,15 @@ func (s *Service) Decision(ctx context.Context, decisionID string) (acquisition.
 // plan that ended) is refused here, with the decision left open and nothing
 // written, rather than acknowledged and then dropped.
 func (s *Service) ResolveDecision(ctx context.Context, decisionID string, action acquisition.DecisionStatus, by string) (Ack, error) {
-	if err := CheckResolution(decisionID, action, by); err != nil {
+	id, err := parseID("decision_id", decisionID)
+	if err != nil {
 		return Ack{}, fmt.Errorf("resolve decision: %w", err)
 	}
-	id := uuid.MustParse(decisionID) // checked above
+	if err := CheckResolution(decisionID, action, by); err != nil {
+		return Ack{}, fmt.Errorf("resolve decision %s: %w", id, err)
+	}
 	var ack Ack
-	err := dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		d, err := acquisition.GetDecision(ctx, tx, id)
 		if err != nil {
 			return err
