@@ -373,12 +373,18 @@ const maxReason = 1000
 // other than a line feed or a tab: an escape code where the reason is
 // printed), or that is longer than maxReason: the rule plans applies to a
 // reason, checked before the engine is opened.
-func checkReason(reason string) error {
-	if err := enginekit.ValidateLine("reason", reason, "\n\t"); err != nil {
-		return UsageError{fmt.Errorf("--reason: %w", err)}
+func checkReason(reason string) error { return checkText("reason", reason, "\n\t", maxReason) }
+
+// checkText refuses, as a UsageError naming --flag, text that
+// enginekit.ValidateLine refuses (keep: the control characters it may hold)
+// or that is longer than most characters.
+func checkText(flag, s, keep string, most int) error {
+	var fe *port.FieldError
+	if errors.As(enginekit.ValidateLine(flag, s, keep), &fe) {
+		return UsageError{fmt.Errorf("--%s: %s", flag, fe.Reason)}
 	}
-	if n := utf8.RuneCountInString(reason); n > maxReason {
-		return UsageError{fmt.Errorf("--reason must be at most %d characters, got %d", maxReason, n)}
+	if n := utf8.RuneCountInString(s); n > most {
+		return UsageError{fmt.Errorf("--%s: must be at most %d characters, got %d", flag, most, n)}
 	}
 	return nil
 }
@@ -397,13 +403,20 @@ func DefaultActor() string {
 	return os.Getenv("USER")
 }
 
-// CheckActor refuses an --as that names no one (empty or blank) as a
-// UsageError, so a command checks it before it opens anything: who acted is
-// what the command records. A binary's own commands that take --as refuse it
-// the same way.
+// maxActor bounds --as, in characters: the bound the plans API puts on who
+// acted (plans.MaxActor) and the router on who switched
+// (router.MaxSwitchBy).
+const maxActor = 200
+
+// CheckActor refuses, as a UsageError, an --as that names no one (empty or
+// blank), is not one line of text (a control character would be an escape
+// code where it is printed back, and a cancel records it in the run's
+// reason), or is longer than maxActor, so a command checks it before it
+// opens anything: who acted is what the command records. A binary's own
+// commands that take --as refuse it the same way.
 func CheckActor(as string) error {
 	if strings.TrimSpace(as) == "" {
 		return UsageError{fmt.Errorf("--as: who acts must not be empty or blank, got %q", as)}
 	}
-	return nil
+	return checkText("as", as, "", maxActor)
 }

@@ -304,6 +304,9 @@ func TestRunsCommandLine(t *testing.T) {
 		{"runs", "retry", "x", "--as", ""},
 		{"runs", "retry", "--no-such-flag", "x"},
 		{"runs", "cancel", "x", "--as", " \t"},
+		{"runs", "cancel", "x", "--as", "ann\x1b[2J"},
+		{"runs", "retry", "x", "--as", "ann\nbob"},
+		{"runs", "cancel", "x", "--as", strings.Repeat("a", 201)},
 		{"runs", "signal"},
 		{"runs", "signal", ""},
 		{"runs", "signal", "bad topic"},
@@ -330,6 +333,10 @@ func TestRunsCommandLine(t *testing.T) {
 	}
 	_, err := binary("runs", "retry", "x", "--as", "")
 	require.ErrorContains(t, err, "--as")
+	_, err = binary("runs", "cancel", "x", "--as", "ann\x1b[2J")
+	require.ErrorContains(t, err, "--as: must not contain control characters, got U+001B at byte 3")
+	_, err = binary("runs", "cancel", "x", "--as", strings.Repeat("é", 201))
+	require.ErrorContains(t, err, "--as: must be at most 200 characters, got 201")
 	require.Zero(t, opened, "a refused retry opens no engine")
 	_, err = binary("runs", "signal", "")
 	require.ErrorContains(t, err, "TOPIC: invalid topic: must not be empty")
@@ -337,9 +344,9 @@ func TestRunsCommandLine(t *testing.T) {
 	require.ErrorContains(t, err, "--payload is not valid JSON")
 	require.Zero(t, opened, "a refused signal opens no engine")
 	_, err = binary("runs", "cancel", "x", "--reason", "red \x1b[31malert")
-	require.ErrorContains(t, err, "--reason: invalid reason: must not contain control characters, got U+001B at byte 4")
+	require.ErrorContains(t, err, "--reason: must not contain control characters, got U+001B at byte 4")
 	_, err = binary("runs", "cancel", "x", "--reason", strings.Repeat("a", 5000))
-	require.ErrorContains(t, err, "--reason must be at most 1000 characters, got 5000")
+	require.ErrorContains(t, err, "--reason: must be at most 1000 characters, got 5000")
 	require.Zero(t, opened, "a refused cancel opens no engine")
 	// Line feeds and tabs are text a reason may hold, and the bound counts
 	// characters, not bytes.
