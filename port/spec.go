@@ -236,10 +236,13 @@
 // when it parks (a wait with a zero timeout, which never parks, when it
 // returns): a step scheduled and waiting for a worker or a slot is not
 // the run's step yet, and a step a cancel kept from starting never is (the
-// run ends in the step before). CurrentStep and Attempts may trail a step
-// body's start by one write: the lease engine records the start with its
-// next group commit, Temporal when the activity task is taken. A test
-// waits for them, with a deadline.
+// run ends in the step before). CurrentStep and Attempts may differ from a
+// step body's start by one write: the lease engine records the start with
+// its next group commit, after the body began; Temporal reads it from the
+// moment a worker took the activity task, just before the body begins (and
+// when a cancel then keeps the body from starting, the run ends in the
+// step before after all). A test waits for the body's own record of its
+// start, and for the view, with a deadline.
 //
 // Output: nil until the run succeeded, then the JSON of what its handler
 // returned (HandleResult), written with the terminal status; nil for ever
