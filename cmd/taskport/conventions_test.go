@@ -292,7 +292,7 @@ func TestAdminTakesNoWorkerFlags(t *testing.T) {
 	admin, _, err := newRootCmd().Find([]string{"admin"})
 	require.NoError(t, err)
 	for _, name := range []string{"concurrency", "lease-active-runs", "lease-batch-size", "lease-duration", "lease-poll-interval", "cancel-poll-interval", "stop-timeout",
-		"reconcile-interval", "retention-interval",
+		"temporal-poll-timeout", "temporal-sticky-timeout", "reconcile-interval", "retention-interval",
 		"temporal-deployment-name", "temporal-worker-build-id", "qbittorrent-url", "qbittorrent-user", "qbittorrent-password-file",
 		"webhook-url-file"} {
 		require.Nil(t, admin.Flags().Lookup(name), "taskport admin takes the worker flag --%s", name)

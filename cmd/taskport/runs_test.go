@@ -29,31 +29,43 @@ type (
 )
 
 // runsEngine is an engine the runs commands are tested on: how the test's
-// worker is built, and the flags that point the CLI at the same engine.
+// worker is built, the flags that point the CLI at the same engine, and
+// what the engine says of a run's workflow task timeout (nil: the engine
+// has none).
 type runsEngine struct {
 	name  string
-	setup func(t *testing.T) (newEngine func(*port.Registry, *pgxpool.Pool) port.TaskEngine, flags []string)
+	setup func(t *testing.T) (newEngine func(*port.Registry, *pgxpool.Pool) port.TaskEngine, flags []string,
+		taskTimeout func(port.RunID) time.Duration)
 }
 
+// cliTaskTimeout is the --temporal-workflow-task-timeout the CLI is given,
+// unlike the engine's default, so that a run the CLI starts shows it.
+const cliTaskTimeout = 7 * time.Second
+
 var runsEngines = []runsEngine{
-	{"lease", func(t *testing.T) (func(*port.Registry, *pgxpool.Pool) port.TaskEngine, []string) {
+	{"lease", func(t *testing.T) (func(*port.Registry, *pgxpool.Pool) port.TaskEngine, []string, func(port.RunID) time.Duration) {
 		return func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
 			e, err := leaseadapter.New(pool, reg, leaseadapter.Config{
 				PollInterval: 100 * time.Millisecond, StopTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 			require.NoError(t, err)
 			return e
-		}, []string{"--engine", "lease"}
+		}, []string{"--engine", "lease"}, nil
 	}},
-	{"temporal", func(t *testing.T) (func(*port.Registry, *pgxpool.Pool) port.TaskEngine, []string) {
+	{"temporal", func(t *testing.T) (func(*port.Registry, *pgxpool.Pool) port.TaskEngine, []string, func(port.RunID) time.Duration) {
 		srv := devserver.Start(t, devserver.Options{Namespace: "runs-cli", SearchAttributes: temporaladapter.SearchAttributes()})
 		const queue = "runs-cli"
+		taskTimeout := func(id port.RunID) time.Duration {
+			d, err := srv.Client.DescribeWorkflowExecution(context.Background(), temporaladapter.WorkflowID(id), "")
+			require.NoError(t, err)
+			return d.GetExecutionConfig().GetDefaultWorkflowTaskTimeout().AsDuration()
+		}
 		return func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
 				e, err := temporaladapter.New(srv.Client, pool, reg, temporaladapter.Config{
 					TaskQueue: queue, WorkerStopTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 				require.NoError(t, err)
 				return e
 			}, []string{"--engine", "temporal", "--temporal-address", srv.HostPort, "--temporal-namespace", srv.Namespace,
-				"--task-queue", queue}
+				"--task-queue", queue, "--temporal-workflow-task-timeout", cliTaskTimeout.String()}, taskTimeout
 	}},
 }
 
@@ -71,7 +83,7 @@ func TestRunsCommands(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := pgtest.NewDatabase(t)
-			newEngine, engineFlags := eng.setup(t)
+			newEngine, engineFlags, taskTimeout := eng.setup(t)
 			cfg, err := pgxpool.ParseConfig(db)
 			require.NoError(t, err)
 			cfg.MaxConns = 8 // the lease worker wants 5
@@ -187,6 +199,10 @@ func TestRunsCommands(t *testing.T) {
 			keys := w.Webhooks.Keys()
 			require.Len(t, keys, 2, "one refused delivery, one accepted")
 			require.Equal(t, keys[0], keys[1], "the retry delivered the same event (same input, same idempotency key)")
+			if taskTimeout != nil {
+				require.Equal(t, temporaladapter.DefaultWorkflowTaskTimeout, taskTimeout(dead), "the worker started the first run")
+				require.Equal(t, cliTaskTimeout, taskTimeout(r.NewRunID), "the CLI started the retry with its --temporal-workflow-task-timeout")
+			}
 			out, err = run("retry", string(dead), "--as", "bob")
 			require.NoError(t, err)
 			require.Equal(t, "run "+string(dead)+" retried by bob as run "+string(r.NewRunID)+"\n", out, "a repeated retry returns the same run")

@@ -59,7 +59,8 @@ func OpenClient(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ 
 		if cl.temporal, err = dialTemporal(ctx, c, log, newMetricsRegistry(), nil); err != nil {
 			return nil, err
 		}
-		return temporaladapter.New(cl.temporal, cl.pool, reg, temporaladapter.Config{TaskQueue: c.TaskQueue, Logger: log})
+		return temporaladapter.New(cl.temporal, cl.pool, reg, temporaladapter.Config{TaskQueue: c.TaskQueue,
+			WorkflowTaskTimeout: c.TemporalWorkflowTaskTimeout, Logger: log})
 	}
 	e, err := openEngine(c.Engine, cl.pool, log, lease, temporal, c.TemporalOptional)
 	if err != nil {

@@ -62,6 +62,14 @@ type Config struct {
 	// TemporalServerName is the name checked in the frontend's
 	// certificate, when it is not the address's host.
 	TemporalServerName string
+	// TemporalWorkflowTaskTimeout is temporaladapter.Config's
+	// WorkflowTaskTimeout for the runs this process starts (0: its default).
+	TemporalWorkflowTaskTimeout time.Duration
+	// TemporalPollTimeout and TemporalStickyTimeout are a worker's
+	// temporaladapter.ClientConfig.PollTimeout and
+	// Config.StickyScheduleToStartTimeout (0: their defaults).
+	TemporalPollTimeout   time.Duration
+	TemporalStickyTimeout time.Duration
 	// DeploymentName and BuildID opt the Temporal worker into Worker
 	// Deployment Versioning (temporal-worker-controller injects both).
 	DeploymentName  string
@@ -103,6 +111,21 @@ const (
 
 // minInterval is the shortest --reconcile-interval or --retention-interval.
 const minInterval = time.Second
+
+// The bounds of the Temporal timeouts' flags. A workflow task timeout over
+// two minutes is cut to two minutes by the server
+// (maxWorkflowTaskStartToCloseTimeout), so a longer one would be a value the
+// flag does not deliver; under a second a replay on a loaded machine times
+// out over and over. A long poll is bounded by the server's own minute
+// (70 s is the SDK's default); temporaladapter.MinPollTimeout is its floor.
+// A sticky queue wait over a minute only delays a dead worker's runs.
+const (
+	minWorkflowTaskTimeout = time.Second
+	maxWorkflowTaskTimeout = 2 * time.Minute
+	maxPollTimeout         = 70 * time.Second
+	minStickyTimeout       = 100 * time.Millisecond
+	maxStickyTimeout       = time.Minute
+)
 
 // The ceilings of a worker's numeric flags. Each lies far above what a
 // deployment sets (the benchmarks run at most 512 steps at once,
@@ -173,6 +196,14 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.CancelPollInterval, "cancel-poll-interval", 0,
 		fmt.Sprintf("temporal: how often a worker reads the cancel flags of the runs whose steps it runs, for a cancel whose notification it missed; "+
 			"10ms to %s; 0: the engine's default (1s) (env CANCEL_POLL_INTERVAL)", short(maxPollInterval)))
+	fs.DurationVar(&c.TemporalPollTimeout, "temporal-poll-timeout", 0,
+		fmt.Sprintf("temporal: bound on each long poll of this worker: a frozen worker is handed tasks for at most this long less 1s after it froze "+
+			"(docs/engines.md, recovery); %s to %s; 0: the engine's default (%s); negative: the SDK's own (70s) (env TEMPORAL_POLL_TIMEOUT)",
+			short(temporaladapter.MinPollTimeout), short(maxPollTimeout), short(temporaladapter.DefaultPollTimeout)))
+	fs.DurationVar(&c.TemporalStickyTimeout, "temporal-sticky-timeout", 0,
+		fmt.Sprintf("temporal: how long a run's next workflow task waits for the worker that ran its last one before any worker may take it; "+
+			"%s to %s; 0: the engine's default (%s; the SDK's is 5s) (env TEMPORAL_STICKY_TIMEOUT)",
+			short(minStickyTimeout), short(maxStickyTimeout), short(temporaladapter.DefaultStickyTimeout)))
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", defaultStopTimeout,
 		fmt.Sprintf("graceful stop bound: in-flight steps finish or are handed back; at most %s (env STOP_TIMEOUT)", short(maxStopTimeout)))
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", temporaladapter.DefaultReconcileInterval,
@@ -249,6 +280,11 @@ func (c *Config) BindEngineConnection(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TemporalServerName, "temporal-tls-server-name", EnvOr("TEMPORAL_TLS_SERVER_NAME", ""),
 		"name to verify in the frontend's certificate; empty: the address's host (env TEMPORAL_TLS_SERVER_NAME)")
 	fs.BoolVar(&c.TemporalTLS, "temporal-tls", EnvOr("TEMPORAL_TLS", "") == "true", "TLS with the system roots (env TEMPORAL_TLS=true)")
+	fs.DurationVar(&c.TemporalWorkflowTaskTimeout, "temporal-workflow-task-timeout", 0,
+		fmt.Sprintf("temporal: bound on one workflow task of the runs this process starts; a frozen worker's task is retried elsewhere after it, "+
+			"and a replay of a long history must fit in it; set it alike on every process that enqueues; %s to %s; 0: the engine's default (%s) "+
+			"(env TEMPORAL_WORKFLOW_TASK_TIMEOUT)",
+			short(minWorkflowTaskTimeout), short(maxWorkflowTaskTimeout), short(temporaladapter.DefaultWorkflowTaskTimeout)))
 }
 
 // SecretsFromEnv fills the secret fields from their environment variables
@@ -287,10 +323,16 @@ func (c *Config) validate() error {
 		{"--lease-duration", c.LeaseDuration, 100 * time.Millisecond, maxLeaseDuration},
 		{"--lease-poll-interval", c.LeasePollInterval, 10 * time.Millisecond, maxPollInterval},
 		{"--cancel-poll-interval", c.CancelPollInterval, 10 * time.Millisecond, maxPollInterval},
+		{"--temporal-sticky-timeout", c.TemporalStickyTimeout, minStickyTimeout, maxStickyTimeout},
 	} {
 		if d.value < 0 || (d.value > 0 && (d.value < d.lo || d.value > d.hi)) {
 			return fmt.Errorf("%s must be 0 (the default) or lie in [%s, %s], got %s", d.name, short(d.lo), short(d.hi), d.value)
 		}
+	}
+	// Negative is the SDK's own bound, as temporaladapter.ClientConfig reads it.
+	if p := c.TemporalPollTimeout; p > 0 && (p < temporaladapter.MinPollTimeout || p > maxPollTimeout) {
+		return fmt.Errorf("--temporal-poll-timeout must be 0 (the default), negative (the SDK's) or lie in [%s, %s], got %s",
+			short(temporaladapter.MinPollTimeout), short(maxPollTimeout), p)
 	}
 	if (c.DeploymentName == "") != (c.BuildID == "") {
 		return fmt.Errorf("--temporal-deployment-name and --temporal-worker-build-id go together, got %q and %q", c.DeploymentName, c.BuildID)
@@ -343,6 +385,10 @@ func (c *Config) validateEngine() error {
 	}
 	if (c.TemporalCert == "") != (c.TemporalKey == "") {
 		return fmt.Errorf("--temporal-tls-cert and --temporal-tls-key go together, got %q and %q", c.TemporalCert, c.TemporalKey)
+	}
+	if d := c.TemporalWorkflowTaskTimeout; d < 0 || (d > 0 && (d < minWorkflowTaskTimeout || d > maxWorkflowTaskTimeout)) {
+		return fmt.Errorf("--temporal-workflow-task-timeout must be 0 (the default) or lie in [%s, %s], got %s",
+			short(minWorkflowTaskTimeout), short(maxWorkflowTaskTimeout), d)
 	}
 	return nil
 }
@@ -443,7 +489,8 @@ func Build(ctx context.Context, g *Globals, c Config, log *slog.Logger) (_ *Stac
 		}
 		return temporaladapter.New(s.temporal, s.enginePool, s.registry, temporaladapter.Config{
 			TaskQueue: c.TaskQueue, WorkerStopTimeout: c.StopTimeout, ReconcileInterval: c.ReconcileInterval,
-			CancelPollInterval: c.CancelPollInterval, Logger: log,
+			CancelPollInterval: c.CancelPollInterval, WorkflowTaskTimeout: c.TemporalWorkflowTaskTimeout,
+			StickyScheduleToStartTimeout: c.TemporalStickyTimeout, Logger: log,
 			Deployment: temporaladapter.Deployment{Name: c.DeploymentName, BuildID: c.BuildID}})
 	}
 	if s.engine, err = openEngine(c.Engine, s.enginePool, log, lease, temporal, false); err != nil {
@@ -484,7 +531,7 @@ func dialTemporal(ctx context.Context, c Config, log *slog.Logger, metrics *prom
 	return temporaladapter.Dial(ctx, temporaladapter.ClientConfig{
 		HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace, APIKey: c.TemporalAPIKey,
 		CAFile: c.TemporalCA, CertFile: c.TemporalCert, KeyFile: c.TemporalKey, ServerName: c.TemporalServerName, TLS: systemTLS(c),
-		Logger: log, MetricsHandler: temporaladapter.PrometheusMetricsHandler(metrics, func(err error) {
+		PollTimeout: c.TemporalPollTimeout, Logger: log, MetricsHandler: temporaladapter.PrometheusMetricsHandler(metrics, func(err error) {
 			log.Warn("temporal metric", slog.Any("err", err))
 		}),
 		TracerProvider: tp,
