@@ -637,7 +637,8 @@ const evacuationPage = 100
 // skipped; so is one whose cancel someone else requested before, which is
 // ended canceled and not moved. Running it again moves nothing twice: a
 // run already moved is no longer open, and one whose move was interrupted
-// is finished under the same key. An engine that is not one, or the active
+// (after the engine took its cancel, or after its row was ended) is
+// finished under the same key. An engine that is not one, or the active
 // one, is refused, writing nothing.
 func (r *Router) Evacuate(ctx context.Context, from, by string) (Report, error) {
 	src := runstore.Engine(from)
@@ -660,7 +661,7 @@ func (r *Router) Evacuate(ctx context.Context, from, by string) (Report, error) 
 	}
 	old := r.engines[src] // nil when this process lacks it: nothing to cancel there
 	rep := Report{From: from, To: string(s.Engine)}
-	reason := fmt.Sprintf("evacuated from the %s engine to the %s engine by %s", from, s.Engine, by)
+	reason := runstore.EvacuationReason(src, s.Engine, by)
 	reachable := old != nil
 	var after runstore.EvacuationCursor
 	for {
@@ -687,7 +688,9 @@ func (r *Router) evacuate(ctx context.Context, ev runstore.Evacuee, old, dst Eng
 	}
 	reached := false
 	if !ev.Ended {
-		if !ev.CancelRequestedAt.IsZero() {
+		// An evacuation's own cancel (an interrupted one's) is no reason to
+		// keep the run: it is moved as if this evacuation had sent it.
+		if !ev.CancelRequestedAt.IsZero() && !runstore.EvacuationCanceled(ev.CancelReason, runstore.Engine(rep.From)) {
 			ended, err := runstore.EndAbandoned(ctx, r.pool, runstore.Engine(rep.From), ev.ID, reason, false)
 			switch {
 			case err != nil:

@@ -289,3 +289,86 @@ func TestEnqueueTxFollowsASwitchAtOnce(t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(w.ctx, w.pool, func(tx pgx.Tx) error { after = enqueueTx(tx, "after"); return nil }))
 	require.Equal(t, "lease", w.owner(after))
 }
+
+// interrupting is an engine whose Cancel, once it took the cancel of run
+// at, interrupts the evacuation that sent it (as an operator's Ctrl-C, a
+// killed process or a database that went away would, right after step 1
+// of docs/operations.md's evacuation).
+type interrupting struct {
+	router.Engine
+	at        port.RunID
+	interrupt context.CancelFunc
+}
+
+func (e interrupting) Cancel(ctx context.Context, id port.RunID, reason string) error {
+	err := e.Engine.Cancel(ctx, id, reason)
+	if id == e.at {
+		e.interrupt()
+	}
+	return err
+}
+
+// An evacuation interrupted after the engine took a run's cancel, before
+// the run's row was ended and the run moved, reports it failed; the next
+// evacuation moves it ("running it again retries those"). The engine may
+// have ended the run canceled on that cancel (a waiting run), or the run
+// may still be open with its cancel requested (a run in a step body): the
+// evacuation's own cancel is not a cancel someone else requested.
+func TestEvacuateInterruptedAfterTheCancelIsResumed(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	waiting := w.wait("w")
+	holding, err := w.r.Enqueue(w.ctx, kinds.Hold, kinds.WaitIn{Gate: "h"}, port.EnqueueOptions{IdempotencyKey: "h"})
+	require.NoError(t, err)
+	w.status(waiting, port.StatusWaiting)
+	w.status(holding, port.StatusRunning)
+	_, err = w.r.SwitchTo(w.ctx, "lease", "router-test", "")
+	require.NoError(t, err)
+
+	// evacuateInterruptedAt evacuates temporal, interrupted once the
+	// engine took the cancel of run at.
+	evacuateInterruptedAt := func(at port.RunID) router.Report {
+		ctx, cancel := context.WithCancel(w.ctx)
+		defer cancel()
+		engines := w.r.Engines()
+		r, err := router.New(w.pool, map[string]router.Engine{"lease": engines["lease"],
+			"temporal": interrupting{Engine: engines["temporal"], at: at, interrupt: cancel}}, router.Config{Logger: quiet()})
+		require.NoError(t, err)
+		rep, _ := r.Evacuate(ctx, "temporal", "router-test")
+		return rep
+	}
+	failed := func(rep router.Report) []port.RunID {
+		var out []port.RunID
+		for _, f := range rep.Failed {
+			out = append(out, f.ID)
+		}
+		return out
+	}
+	require.Contains(t, failed(evacuateInterruptedAt(waiting)), waiting)
+	rep := evacuateInterruptedAt(holding)
+	require.Contains(t, failed(rep), holding)
+
+	rep, err = w.r.Evacuate(w.ctx, "temporal", "router-test")
+	require.NoError(t, err)
+	require.Empty(t, rep.Failed)
+	moved := map[port.RunID]port.RunID{}
+	for _, m := range rep.Moved {
+		moved[m.ID] = m.To
+	}
+	for _, old := range []port.RunID{waiting, holding} {
+		var to *string
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT evacuated_to::text FROM taskport.run WHERE id = $1`, old).Scan(&to))
+		require.NotNil(t, to, "run %s was never moved; reports: %+v", old, rep)
+		require.Equal(t, "lease", w.owner(port.RunID(*to)))
+	}
+	// The moved runs go on on lease.
+	w.open("w")
+	_, err = w.r.Signal(w.ctx, "t-w", "go")
+	require.NoError(t, err)
+	w.open("h")
+	for _, old := range []port.RunID{waiting, holding} {
+		var to string
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT evacuated_to::text FROM taskport.run WHERE id = $1`, old).Scan(&to))
+		w.status(port.RunID(to), port.StatusSucceeded)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -232,8 +233,9 @@ func KeysOfOthers(ctx context.Context, q DBTX, self Engine, keys []RunKey) (map[
 }
 
 // Evacuee is an open run of an engine being evacuated, or one whose
-// evacuation was interrupted after it was ended (Ended) and before its
-// replacement was recorded.
+// evacuation was interrupted: after the engine took its cancel (its
+// CancelReason is an EvacuationReason, and the engine may have ended it),
+// or after it was ended (Ended) and before its replacement was recorded.
 type Evacuee struct {
 	Run
 	Ended bool
@@ -244,18 +246,47 @@ type Evacuee struct {
 // evacuation finds the same replacement instead of starting another.
 func EvacuationKey(id port.RunID) string { return "evacuated:" + string(id) }
 
+// EvacuationReason is the cancel reason an evacuation of engine from to
+// engine to by by gives the runs it moves. Its cancel goes through the
+// engine, which records it as the run's cancel reason (the first one wins)
+// and may end the run canceled at once (a pending or waiting run); the
+// reason is then all that tells an evacuation interrupted after that cancel
+// from a cancel someone else requested (see EvacuationCanceled).
+func EvacuationReason(from, to Engine, by string) string {
+	return evacuationPrefix(from) + string(to) + " engine by " + by
+}
+
+// evacuationPrefix is how every EvacuationReason from engine from begins,
+// whoever evacuated to where.
+func evacuationPrefix(from Engine) string {
+	return "evacuated from the " + string(from) + " engine to the "
+}
+
+// EvacuationCanceled reports whether reason is the cancel reason of an
+// evacuation of engine from: a run whose cancel it requested is still to be
+// moved, by whichever evacuation comes next.
+func EvacuationCanceled(reason string, from Engine) bool {
+	return strings.HasPrefix(reason, evacuationPrefix(from))
+}
+
 const (
+	// evacueesSQL lists, besides the open runs and those ended and not yet
+	// replaced, the runs an evacuation's cancel ended ($5 is
+	// evacuationPrefix): an evacuation interrupted after that cancel left
+	// them, and their row is all that remembers them.
 	evacueesSQL = `SELECT ` + runColumns + `, evacuated_at IS NOT NULL FROM taskport.run
 WHERE engine = $1 AND (created_at, id) > ($2, $3) AND (
     (status IN ('pending', 'running', 'waiting') AND evacuated_at IS NULL)
-    OR (evacuated_at IS NOT NULL AND evacuated_to IS NULL))
+    OR (evacuated_at IS NOT NULL AND evacuated_to IS NULL)
+    OR (status = 'canceled' AND evacuated_at IS NULL AND starts_with(cancel_reason, $5)))
 ORDER BY created_at, id LIMIT $4`
 	// endAbandonedSQL ends an open run of engine $2 canceled without its
 	// engine: its lease (if any) is taken away, so that a worker still
 	// running a step of it is fenced from then on, and its waiter rows go,
 	// so that no signal is addressed to it. A run the engine already ended
-	// canceled for the same reason $3 (the evacuation's own cancel reached
-	// it) is taken too. $4 marks it evacuated.
+	// canceled for an evacuation (its reason begins with $5,
+	// evacuationPrefix: this evacuation's cancel, or an interrupted one's,
+	// reached it) is taken too. $4 marks it evacuated.
 	endAbandonedSQL = `
 WITH r AS (
   UPDATE taskport.run
@@ -265,7 +296,7 @@ WITH r AS (
       lease_owner = NULL, lease_until = NULL, lease_token = NULL, started_seq = NULL,
       evacuated_at = CASE WHEN $4 THEN now() END
   WHERE id = $1 AND engine = $2 AND evacuated_at IS NULL
-    AND (status IN ('pending', 'running', 'waiting') OR status = 'canceled' AND cancel_reason = $3)
+    AND (status IN ('pending', 'running', 'waiting') OR status = 'canceled' AND starts_with(cancel_reason, $5))
   RETURNING id
 ), w AS (
   DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM r)
@@ -290,7 +321,7 @@ func (c EvacuationCursor) Next(run Run) EvacuationCursor {
 // Evacuees returns up to limit runs of engine to evacuate, oldest first,
 // after cursor.
 func Evacuees(ctx context.Context, q DBTX, engine Engine, after EvacuationCursor, limit int) ([]Evacuee, error) {
-	rows, err := q.Query(ctx, evacueesSQL, engine, after.CreatedAt, after.ID, limit)
+	rows, err := q.Query(ctx, evacueesSQL, engine, after.CreatedAt, after.ID, limit, evacuationPrefix(engine))
 	if err != nil {
 		return nil, fmt.Errorf("list the runs to evacuate: %w", InterpretError(err))
 	}
@@ -307,16 +338,17 @@ func Evacuees(ctx context.Context, q DBTX, engine Engine, after EvacuationCursor
 }
 
 // EndAbandoned ends open run id of engine canceled, with reason, without
-// the engine (see endAbandonedSQL); evacuated marks it as moved, to be
-// followed by EvacuatedTo. ended is false when the run was no longer open
-// (it finished meanwhile) or already evacuated: nothing was written.
+// the engine (see endAbandonedSQL), as it does a run an evacuation's cancel
+// ended; evacuated marks it as moved, to be followed by EvacuatedTo. ended
+// is false when the run was no longer open (it finished meanwhile) or
+// already evacuated: nothing was written.
 func EndAbandoned(ctx context.Context, q DBTX, engine Engine, id port.RunID, reason string, evacuated bool) (ended bool, err error) {
 	u, err := ParseID(id)
 	if err != nil {
 		return false, err
 	}
 	var n int
-	if err := q.QueryRow(ctx, endAbandonedSQL, u, engine, reason, evacuated).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, endAbandonedSQL, u, engine, reason, evacuated, evacuationPrefix(engine)).Scan(&n); err != nil {
 		return false, fmt.Errorf("end run %s: %w", id, InterpretError(err))
 	}
 	return n == 1, nil
