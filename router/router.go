@@ -19,7 +19,7 @@
 // open runs is canceled there where it can be reached, ended canceled in
 // its row (its lease taken away, so a worker still running one of its steps
 // is fenced), and enqueued again on the active engine with the same kind,
-// input, priority and business key, under an idempotency key derived from
+// input, priority, business key and AvailableAt, under an idempotency key derived from
 // the old run's id (runstore.EvacuationKey), which is what moves a run at
 // most once. The new run starts from its first step: a step whose side
 // effect the operation ledger holds as committed returns the recorded
@@ -727,6 +727,9 @@ func (r *Router) evacuate(ctx context.Context, ev runstore.Evacuee, old, dst Eng
 		IdempotencyKey: runstore.EvacuationKey(ev.ID),
 		BusinessKey:    ev.BusinessKey,
 		Priority:       ev.Priority,
+		// A delayed run stays delayed: its enqueuer asked that nothing of it
+		// start before then. A time passed starts the new run at once.
+		AvailableAt: ev.AvailableAt,
 		// The input was written for the old run's version.
 		MinVersion: ev.Version,
 	})

@@ -210,6 +210,12 @@ func TestEvacuateMovesEachOpenRunOnce(t *testing.T) {
 	v, err := w.r.Get(w.ctx, moved[waiting])
 	require.NoError(t, err)
 	require.Equal(t, "b-w", v.BusinessKey, "the business key moves with the run")
+	// The delay moves with the run too: its enqueuer asked that nothing of it
+	// start before AvailableAt (port/spec.go, Start: delayed).
+	var wanted, replaced time.Time
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT o.available_at, n.available_at FROM taskport.run o, taskport.run n
+WHERE o.id = $1 AND n.id = $2`, later, moved[later]).Scan(&wanted, &replaced))
+	require.True(t, replaced.Equal(wanted), "the delayed run's replacement is available at %s, not at %s", replaced, wanted)
 
 	// The moved runs go on on lease from their first step.
 	w.open("w")
