@@ -86,7 +86,10 @@
 //	           without waiting again leaves it kept
 //	waiting    1, nil; the wait returns received=true with the payload,
 //	           also when its timeout fell due as the signal came
-//	           (docs/engines.md, "A signal that meets a wait's timeout")
+//	           (docs/engines.md, "A signal that meets a wait's timeout").
+//	           A second signal before the run woke counts 1 too, and the
+//	           run's next WaitSignal on topic receives it, in the
+//	           execution a ContinueAsNew began as well
 //	succeeded, failed, canceled
 //	           0, nil; the run is unchanged
 //	unknown, other (no run of this engine waits on topic)

@@ -397,7 +397,12 @@ func (f *flow) WaitSignal(name string, topic port.Topic, timeout time.Duration, 
 		return false, port.ErrCanceled
 	}
 	if carried := f.pending[topic]; len(carried) > 0 {
+		// A signal the execution before a ContinueAsNew received and did
+		// not take: the wait returns it without parking, and is the run's
+		// step from now on, as on the lease engine, whose wait takes the
+		// signal addressed to the run.
 		f.pending[topic] = carried[1:]
+		f.lastStep, f.lastAttempts = name, 0
 		return true, enginekit.DecodeSignalPayload(name, carried[0], payload)
 	}
 	if timeout == 0 {

@@ -61,6 +61,9 @@ type program struct {
 	// input has Continued, which ends at once, running no step.
 	ContinueOnce bool `json:"continue_once,omitempty"`
 	Continued    bool `json:"continued,omitempty"`
+	// WaitAgain: the execution ContinueOnce continues into waits once more
+	// on Topic ("again", no work) and returns the payload it received.
+	WaitAgain bool `json:"wait_again,omitempty"`
 	// NotBeforeMs, when set, fails the run at once (before any step) if
 	// Flow.Now reads earlier than it (Unix milliseconds). A run continued
 	// by ContinueOnce gets its execution's Now after "done".
@@ -124,7 +127,13 @@ func handle(f port.Flow, p program) (programResult, error) {
 			now.UTC().Format(time.RFC3339Nano), time.UnixMilli(p.NotBeforeMs).UTC().Format(time.RFC3339Nano))
 	}
 	if p.Continued {
-		return programResult{Run: f.RunID()}, nil
+		var again string
+		if p.WaitAgain {
+			if _, err := f.WaitSignal("again", port.Topic(p.Topic), p.timeout(), &again); err != nil {
+				return programResult{}, err
+			}
+		}
+		return programResult{Run: f.RunID(), Payload: again}, nil
 	}
 	// No heartbeat timeout, and the blocked body never heartbeats: an
 	// engine hands it a cancel or a stop through its context all the same
@@ -172,7 +181,11 @@ func handle(f port.Flow, p program) (programResult, error) {
 		return programResult{}, err
 	}
 	if p.ContinueOnce {
-		return programResult{}, port.ContinueAsNew(program{Continued: true, NotBeforeMs: f.Now().UnixMilli()})
+		next := program{Continued: true, NotBeforeMs: f.Now().UnixMilli()}
+		if p.WaitAgain {
+			next.WaitAgain, next.Topic, next.TimeoutMs = true, p.Topic, p.TimeoutMs
+		}
+		return programResult{}, port.ContinueAsNew(next)
 	}
 	return programResult{Run: f.RunID(), Payload: payload}, nil
 }

@@ -772,6 +772,7 @@ func checkSignal(c *cell) {
 		require.Zero(t, signal(c.topic+":refused"))
 		receives(c.topic+":refused", ":after-refused", payload)
 		checkSignalRacingTheWait(c)
+		checkSecondSignalAcrossContinue(c)
 	case "delayed":
 		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic)) })
 	case "succeeded", "failed", "canceled":

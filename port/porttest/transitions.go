@@ -1,6 +1,7 @@
 package porttest
 
 import (
+	"context"
 	"encoding/json"
 	"sync"
 	"testing"
@@ -353,6 +354,41 @@ func checkSignalRacingTheWait(c *cell) {
 			require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&got))
 			require.Equal(t, name, got)
 		}
+	})
+}
+
+// checkSecondSignalAcrossContinue is Signal/unknown's: two signals sent to
+// a run parked on a topic, before it wakes, both count; its wait receives
+// the first, and its next wait on the topic the second, in the execution a
+// ContinueAsNew began, which that wait makes its CurrentStep.
+func checkSecondSignalAcrossContinue(c *cell) {
+	c.t.Run("a second signal to a parked run, across a ContinueAsNew", func(t *testing.T) {
+		name := "second-signal"
+		topic, bk := c.topic+":"+name, c.bk+":"+name
+		id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic, ContinueOnce: true, WaitAgain: true},
+			port.EnqueueOptions{IdempotencyKey: c.key + ":" + name, BusinessKey: bk})
+		require.NoError(t, err)
+		if !c.started {
+			c.start(port.StartOptions{})
+		}
+		c.at(t, id, bk, viewFields{port.StatusWaiting, 0, "", "wait"}, "parked")
+		// Stopped, so that the run does not wake between the signals.
+		stop, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		require.NoError(t, c.eng.Stop(stop))
+		for _, payload := range []string{"first", "second"} {
+			n, err := c.eng.Signal(ctx, port.Topic(topic), payload)
+			require.NoError(t, err)
+			require.Equal(t, 1, n, "the %s signal did not count the parked run", payload)
+		}
+		c.startEngine(c.h.New(t, c.reg), port.StartOptions{})
+		v := c.at(t, id, bk, viewFields{port.StatusSucceeded, 0, "", "again"}, "the next execution's wait received the second signal")
+		var first string
+		require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&first))
+		require.Equal(t, "first", first, "the first wait's signal")
+		var out programResult
+		require.NoError(t, json.Unmarshal(v.Output, &out))
+		require.Equal(t, "second", out.Payload, "the second wait's signal")
 	})
 }
 
