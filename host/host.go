@@ -18,10 +18,10 @@
 //   - /readyz (readiness) fails while stopping (from the moment Run's ctx
 //     ends, before anything begins to stop), while the engine does not
 //     serve (port.TaskEngine.Done closed), when Postgres does not answer,
-//     when the database's schema is not at the version this binary needs
-//     (migrations.CheckSchema: a worker on an unmigrated database is not
-//     ready), when a Config.Checks check fails and when a service reports
-//     itself unready.
+//     when the engine's tables in Config.Schema are not at the version this
+//     binary needs (migrations.CheckEngineSchema: a worker on an unmigrated
+//     database is not ready), when a Config.Checks check fails and when a
+//     service reports itself unready.
 //
 // A failed probe's body names what failed; the dependency's own error,
 // which can carry host names, users and SQL, goes to the log only.

@@ -19,9 +19,10 @@
 //
 // Two engines sit behind the port (temporaladapter and leaseadapter) and must
 // be indistinguishable to business code. The package imports the standard
-// library and one standard-library-only module leaf (internal/stepctx, the
-// context key of the activity runtime), so that a handler written against it
-// compiles into either engine.
+// library and two standard-library-only leaves of this module
+// (internal/stepctx, the context key of the activity runtime, and
+// port/internal/access, which hands engineapi its operations), so that a
+// handler written against it compiles into either engine.
 //
 // Business state never lives in an engine (ADR-002): an engine drives progress,
 // timed wake-ups, retries and leases; plans, approvals and the operation ledger

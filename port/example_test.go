@@ -12,7 +12,7 @@ import (
 	"github.com/taskport/taskport/port/engineapi"
 )
 
-// The types of the README's "Using it" snippet.
+// The input and step types of importKind, the kind the examples below run.
 type (
 	ImportIn struct {
 		PlanID, Target string

@@ -38,7 +38,9 @@ const (
 // canceled) and returns its view, or until ctx ends, returning ctx's error.
 // It reads through e.Get, so it works on every engine and from any process,
 // whether or not it serves: an unknown id is ErrNotFound and a run of another
-// engine ErrOtherEngine, at once. It writes nothing. It polls, from 10 ms
+// engine ErrOtherEngine, at once. The run moves only while some process's
+// engine serves its kind (TaskEngine.Start): with none, it stays pending
+// and Wait returns when ctx ends. It writes nothing. It polls, from 10 ms
 // doubling to once a second: a run that ends is seen within a second of its
 // end at most.
 func Wait(ctx context.Context, e TaskEngine, id RunID) (RunView, error) {
