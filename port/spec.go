@@ -89,7 +89,8 @@
 //	           (docs/engines.md, "A signal that meets a wait's timeout").
 //	           A second signal before the run woke counts 1 too, and the
 //	           run's next WaitSignal on topic receives it, in the
-//	           execution a ContinueAsNew began as well
+//	           execution a ContinueAsNew began as well; a run that ends
+//	           without waiting on topic again drops it
 //	succeeded, failed, canceled
 //	           0, nil; the run is unchanged
 //	unknown, other (no run of this engine waits on topic)
