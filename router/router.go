@@ -485,6 +485,11 @@ const (
 	MaxSwitchBy     = runstore.MaxSwitchBy
 )
 
+// CheckSwitch refuses, with a *port.FieldError naming "by" or "reason",
+// what SwitchTo refuses of who switches and why, so that a command line
+// can refuse it before it connects.
+func CheckSwitch(by, reason string) error { return runstore.CheckSwitch(by, reason) }
+
 // SwitchTo makes to the active engine: new runs go to it from then on (in
 // every process within its Refresh), and open runs stay where they are.
 // An engine this router lacks, the active one, an empty by, or a by or
@@ -497,7 +502,7 @@ func (r *Router) SwitchTo(ctx context.Context, to, by, reason string) (Switch, e
 		return Switch{}, err
 	}
 	// Checked before anything is read or dialed; RecordSwitch checks again.
-	if err := runstore.CheckSwitch(by, reason); err != nil {
+	if err := CheckSwitch(by, reason); err != nil {
 		return Switch{}, err
 	}
 	cur, err := runstore.ActiveEngine(ctx, r.pool)

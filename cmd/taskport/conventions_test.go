@@ -218,6 +218,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"runs", "cancel", "x", "--engine", "lease", "--reason", strings.Repeat("a", 5000)}},
 		{args: []string{"engine", "evacuate", "--from", "lease", "--as", " \t"}},
 		{args: []string{"engine", "switch", "--to", "lease", "--as", "ann\x1b[2J"}},
+		{args: []string{"engine", "switch", "--to", "lease", "--reason", "\x1b[2J"}},
+		{args: []string{"engine", "switch", "--to", "lease", "--reason", strings.Repeat("a", 1001)}},
 		{args: []string{"runs", "cancel", "x", "--engine", "lease", "--as", strings.Repeat("a", 201)}},
 		{args: []string{"plan", "approve", "x", "--as", ""}},
 		{args: []string{"plan", "reject", "x", "--as", "  "}},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/cmd/internal/stack"
+	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/router"
 )
 
@@ -65,6 +67,9 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 				return err
 			}
 			if err := checkActor(as); err != nil {
+				return err
+			}
+			if err := switchFlagError(router.CheckSwitch(as, reason)); err != nil {
 				return err
 			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
@@ -129,6 +134,21 @@ func engineFlag(name, value string) error {
 		return usageError{Err: fmt.Errorf("%s must be lease or temporal, got %q", name, value)}
 	}
 	return nil
+}
+
+// switchFlagError is err, the router's refusal of who switches or why, as
+// a command line the CLI refuses, naming the flag (exit 2), as a refusal of
+// a cancel's --reason reads.
+func switchFlagError(err error) error {
+	var fe *port.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	flag := map[string]string{"by": "--as", "reason": "--reason"}[fe.Field]
+	if flag == "" {
+		return err
+	}
+	return usageError{Err: fmt.Errorf("%s: %s", flag, fe.Reason)}
 }
 
 func printEngineStatus(w io.Writer, st router.Status) error {
