@@ -705,9 +705,7 @@ func checkSignal(c *cell) {
 		c.bodies.releaseAll()
 		v := c.waitStatus(c.id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
 		require.Equal(t, port.StatusSucceeded, v.Status, "view %+v", v)
-		var got string
-		require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(c.id)).Scan(&got))
-		require.Equal(t, payload, got, "the wait did not receive the signal")
+		require.Equal(t, payload, c.donePayload(c.id), "the wait did not receive the signal")
 		require.Equal(t, 1, c.executions(c.id, "work", 0), "duplicate executions of work")
 		require.Equal(t, 1, c.executions(c.id, "done", 0), "duplicate executions of done")
 	}
@@ -719,9 +717,7 @@ func checkSignal(c *cell) {
 		require.NoError(t, err)
 		v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
 		require.Equal(t, port.StatusSucceeded, v.Status, "this engine's wait did not receive the kept signal: %+v", v)
-		var got string
-		require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&got))
-		require.Equal(t, want, got)
+		require.Equal(t, want, c.donePayload(id))
 	}
 	switch c.st.name {
 	case "other":
@@ -840,9 +836,7 @@ func checkSignal(c *cell) {
 			require.NoError(t, err)
 			v = c.waitStatus(next, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
 			require.Equal(t, port.StatusSucceeded, v.Status, "the next run's wait did not receive the signal the first run ended without: %+v", v)
-			var got string
-			require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(next)).Scan(&got))
-			require.Equal(t, payload, got)
+			require.Equal(t, payload, c.donePayload(next))
 		})
 	}
 }

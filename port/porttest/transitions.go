@@ -350,9 +350,7 @@ func checkSignalRacingTheWait(c *cell) {
 			require.NoError(t, err)
 			require.Contains(t, []int{0, 1}, n, name)
 			c.at(t, id, bk, viewFields{port.StatusSucceeded, 1, "", "done"}, name+": the wait did not receive the signal")
-			var got string
-			require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&got))
-			require.Equal(t, name, got)
+			require.Equal(t, name, c.donePayload(id))
 		}
 	})
 }
@@ -360,36 +358,59 @@ func checkSignalRacingTheWait(c *cell) {
 // checkSecondSignalAcrossContinue is Signal/unknown's: two signals sent to
 // a run parked on a topic, before it wakes, both count; its wait receives
 // the first, and its next wait on the topic the second, in the execution a
-// ContinueAsNew began, which that wait makes its CurrentStep.
+// ContinueAsNew began, which that wait makes its CurrentStep. A run that
+// never waits on the topic again drops its second signal: a later run's
+// wait there finds nothing kept.
 func checkSecondSignalAcrossContinue(c *cell) {
 	c.t.Run("a second signal to a parked run, across a ContinueAsNew", func(t *testing.T) {
-		name := "second-signal"
-		topic, bk := c.topic+":"+name, c.bk+":"+name
-		id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic, ContinueOnce: true, WaitAgain: true},
-			port.EnqueueOptions{IdempotencyKey: c.key + ":" + name, BusinessKey: bk})
-		require.NoError(t, err)
+		enqueue := func(name string, p program) (port.RunID, string, string) {
+			topic, bk := c.topic+":"+name, c.bk+":"+name
+			p.Topic = topic
+			id, err := c.eng.Enqueue(ctx, kind, p, port.EnqueueOptions{IdempotencyKey: c.key + ":" + name, BusinessKey: bk})
+			require.NoError(t, err)
+			return id, topic, bk
+		}
+		again, againTopic, againBK := enqueue("second-signal", program{ContinueOnce: true, WaitAgain: true})
+		ends, endsTopic, endsBK := enqueue("second-signal-dropped", program{})
 		if !c.started {
 			c.start(port.StartOptions{})
 		}
-		c.at(t, id, bk, viewFields{port.StatusWaiting, 0, "", "wait"}, "parked")
-		// Stopped, so that the run does not wake between the signals.
+		c.at(t, again, againBK, viewFields{port.StatusWaiting, 0, "", "wait"}, "parked")
+		c.at(t, ends, endsBK, viewFields{port.StatusWaiting, 0, "", "wait"}, "parked")
+		// Stopped, so that the runs do not wake between the signals.
 		stop, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		require.NoError(t, c.eng.Stop(stop))
-		for _, payload := range []string{"first", "second"} {
-			n, err := c.eng.Signal(ctx, port.Topic(topic), payload)
-			require.NoError(t, err)
-			require.Equal(t, 1, n, "the %s signal did not count the parked run", payload)
+		for _, topic := range []string{againTopic, endsTopic} {
+			for _, payload := range []string{"first", "second"} {
+				n, err := c.eng.Signal(ctx, port.Topic(topic), payload)
+				require.NoError(t, err)
+				require.Equal(t, 1, n, "the %s signal on %s did not count the parked run", payload, topic)
+			}
 		}
 		c.startEngine(c.h.New(t, c.reg), port.StartOptions{})
-		v := c.at(t, id, bk, viewFields{port.StatusSucceeded, 0, "", "again"}, "the next execution's wait received the second signal")
-		var first string
-		require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&first))
-		require.Equal(t, "first", first, "the first wait's signal")
+		v := c.at(t, again, againBK, viewFields{port.StatusSucceeded, 0, "", "again"}, "the next execution's wait received the second signal")
+		require.Equal(t, "first", c.donePayload(again), "the first wait's signal")
 		var out programResult
 		require.NoError(t, json.Unmarshal(v.Output, &out))
 		require.Equal(t, "second", out.Payload, "the second wait's signal")
+
+		c.at(t, ends, endsBK, viewFields{port.StatusSucceeded, 1, "", "done"}, "the run that waits once")
+		require.Equal(t, "first", c.donePayload(ends))
+		later, err := c.eng.Enqueue(ctx, kind, program{Topic: endsTopic, TimeoutMs: 1}, port.EnqueueOptions{IdempotencyKey: c.key + ":second-signal-later"})
+		require.NoError(t, err)
+		c.waitStatus(later, port.StatusSucceeded)
+		require.Empty(t, c.donePayload(later), "a later run's wait received the signal that reached an ended run")
 	})
+}
+
+// donePayload is what run id's step "done" recorded: the payload its wait
+// received.
+func (c *cell) donePayload(id port.RunID) string {
+	c.t.Helper()
+	var got string
+	require.NoError(c.t, c.h.Pool.QueryRow(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = 'done'`, string(id)).Scan(&got))
+	return got
 }
 
 // finished reports whether a body of step of run id finished.
