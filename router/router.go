@@ -229,7 +229,8 @@ func (r *Router) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 
 // EnqueueMany is Enqueue for a batch, in one transaction of the active
 // engine. Items whose key a run of another engine holds report that run
-// (Created false) and are not sent. Looking the batch's keys up costs one
+// (Created false) and are not sent, unless their input is one no engine
+// stores, which refuses the batch as the engine would. Looking the batch's keys up costs one
 // index read per item, paid only once a switch was ever recorded: before
 // that, every run is the primary's. A key another engine takes between the
 // lookup and the insert (a process that has not yet followed the switch)
@@ -277,6 +278,13 @@ func (r *Router) enqueueManyHeld(ctx context.Context, name runstore.Engine, e En
 	var at []int
 	for i, it := range items {
 		if id, ok := held[keys[i]]; ok {
+			// The engine that would have refused an input it cannot store
+			// (port's specification: nothing of the batch written) never
+			// sees this item, so it is refused here. Checking it against
+			// its kind's handler needs a registry, which the router lacks.
+			if _, err := enginekit.EncodePayload("input", it.Input); err != nil {
+				return nil, &port.ItemError{Index: i, Err: err}
+			}
 			out[i] = port.EnqueueResult{ID: id}
 			continue
 		}

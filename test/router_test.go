@@ -110,6 +110,20 @@ func TestRouterRoutesByOwnerAndEnqueuesOnTheActiveEngine(t *testing.T) {
 	require.Equal(t, port.EnqueueResult{ID: onTemporal}, res[0])
 	require.True(t, res[1].Created)
 	require.Equal(t, "lease", w.owner(res[1].ID))
+	// An invalid item is refused whichever engine holds its key, as Enqueue
+	// and each engine's EnqueueMany refuse it, and nothing of the batch is
+	// written (port/spec.go, EnqueueMany).
+	_, err = w.r.EnqueueMany(w.ctx, []port.EnqueueItem{
+		{Kind: kinds.Wait, Input: kinds.WaitIn{Gate: "a\x00"}, Options: port.EnqueueOptions{IdempotencyKey: "a"}},
+		{Kind: kinds.Wait, Input: kinds.WaitIn{Gate: "d"}, Options: port.EnqueueOptions{IdempotencyKey: "d"}},
+	})
+	var ie *port.ItemError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, 0, ie.Index)
+	require.ErrorIs(t, err, port.ErrInvalidInput)
+	var written bool
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT EXISTS (SELECT 1 FROM taskport.run WHERE idempotency_key = 'd')`).Scan(&written))
+	require.False(t, written, "a refused batch wrote a run")
 
 	// The listing merges both engines, newest first, and pages across them.
 	all, err := w.r.ListRuns(w.ctx, port.RunFilter{})
