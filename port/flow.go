@@ -11,11 +11,14 @@ import (
 // deterministic, so it gets time, logging and identity from the Flow and
 // performs every side effect through a Step.
 //
-// Rules for handlers (ADR 2.5; workflowcheck enforces most of them):
-// no goroutines, clocks, randomness, I/O or map-order dependence; every step,
-// wait and sleep has a name unique within the run, stable within a version
-// (carry a loop index in names used in loops); only append steps at the end or
-// insert idempotent ones within a version, bump Version otherwise.
+// Rules for handlers (ADR 2.5): no goroutines, clocks, randomness, I/O or
+// map-order dependence; every step, wait and sleep has a name unique within
+// the run, stable within a version (carry a loop index in names used in
+// loops); only append steps at the end or insert idempotent ones within a
+// version, bump Version otherwise. This repository's tools/flowcheck reports
+// the goroutines, clocks, randomness, I/O and map ranges a handler reaches
+// (`flowcheck ./...` in the module that holds the handlers); Temporal's
+// workflowcheck finds workflows by a workflow.Context and sees none here.
 //
 // On replay both engines check each step's (sequence number, name) against
 // the history and fail the run with ErrNondeterminism on a mismatch.
