@@ -230,9 +230,9 @@ func (r *Router) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 // EnqueueMany is Enqueue for a batch, in one transaction of the active
 // engine. Items whose key a run of another engine holds report that run
 // (Created false) and are not sent, unless their input is one no engine
-// stores, which refuses the batch as the engine would. Looking the batch's keys up costs one
-// index read per item, paid only once a switch was ever recorded: before
-// that, every run is the primary's. A key another engine takes between the
+// stores, which refuses the batch as the engine would. Looking the batch's
+// keys up costs one index read per item, paid only once a switch was ever
+// recorded: before that, every run is the primary's. A key another engine takes between the
 // lookup and the insert (a process that has not yet followed the switch)
 // is found as well, but the batch's other items, which the engine then
 // recorded (port's specification of EnqueueMany), report Created false.
