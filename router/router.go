@@ -19,9 +19,9 @@
 // open runs is canceled there where it can be reached, ended canceled in
 // its row (its lease taken away, so a worker still running one of its steps
 // is fenced), and enqueued again on the active engine with the same kind,
-// input, priority, business key and AvailableAt, under an idempotency key derived from
-// the old run's id (runstore.EvacuationKey), which is what moves a run at
-// most once. The new run starts from its first step: a step whose side
+// input, priority, business key and AvailableAt, under an idempotency key
+// derived from the old run's id (runstore.EvacuationKey), which is what
+// moves a run at most once. The new run starts from its first step: a step whose side
 // effect the operation ledger holds as committed returns the recorded
 // result without doing it again, and the ledger fences the old run's late
 // commits, since the new run has a larger generation (port.FencingToken).
@@ -232,10 +232,11 @@ func (r *Router) EnqueueTx(ctx context.Context, tx pgx.Tx, kind port.Kind, input
 // (Created false) and are not sent, unless their input is one no engine
 // stores, which refuses the batch as the engine would. Looking the batch's
 // keys up costs one index read per item, paid only once a switch was ever
-// recorded: before that, every run is the primary's. A key another engine takes between the
-// lookup and the insert (a process that has not yet followed the switch)
-// is found as well, but the batch's other items, which the engine then
-// recorded (port's specification of EnqueueMany), report Created false.
+// recorded: before that, every run is the primary's. A key another engine
+// takes between the lookup and the insert (a process that has not yet
+// followed the switch) is found as well, but the batch's other items, which
+// the engine then recorded (port's specification of EnqueueMany), report
+// Created false.
 func (r *Router) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
 	name, e, switched, err := r.activeEngine(ctx)
 	if err != nil {
