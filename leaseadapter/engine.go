@@ -99,7 +99,7 @@ func (e *Engine) Enqueue(ctx context.Context, kind port.Kind, input any, opts po
 		err = scan(e.pool.QueryRow(ctx, enqueueSQL, args...))
 	}
 	if err != nil {
-		return "", fmt.Errorf("enqueue %s: %w", kind, err)
+		return "", fmt.Errorf("enqueue %s: %w", kind, runstore.Unmigrated(err))
 	}
 	if drained {
 		ready = 0 // claimed already: nobody needs to hear of it

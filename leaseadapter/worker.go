@@ -15,6 +15,7 @@ import (
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
 )
@@ -364,7 +365,7 @@ func (w *worker) claimed(exs []*execution, n int, sent time.Time) {
 func (w *worker) claim(ctx context.Context, n int) ([]*execution, error) {
 	var exs []*execution
 	if err := dbtx.BatchTx(ctx, w.e.pool, func(b *pgx.Batch) { w.queueClaim(b, n, &exs) }); err != nil {
-		return nil, fmt.Errorf("claim runs: %w", err)
+		return nil, fmt.Errorf("claim runs: %w", runstore.Unmigrated(err))
 	}
 	return exs, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -116,5 +118,32 @@ func factory(eng contract.Engine, pool *pgxpool.Pool) func(*testing.T, *port.Reg
 			open = eng.Open(t, pool)
 		}
 		return open(t, reg)
+	}
+}
+
+// TestAnUnmigratedSchemaSaysToMigrate: an engine whose Config.Schema holds
+// no engine set (a typo, or a deploy whose migration step has not run yet)
+// answers each call with Postgres's error and what to do about it. Before,
+// it was `relation "elsewhere.run" does not exist` alone. Start is not
+// refused: a worker started before the migration step serves once it ran
+// (host's /readyz reports the schema meanwhile).
+func TestAnUnmigratedSchemaSaysToMigrate(t *testing.T) {
+	for _, eng := range []contract.Engine{leaseEngineIn("elsewhere"), temporalEngineIn(devTarget(), "elsewhere")} {
+		t.Run(eng.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			reg := port.NewRegistry()
+			require.NoError(t, reg.Register(port.Definition{Kind: "schema.check", Version: 1, Retry: port.NetworkRetry(),
+				Handler: port.Handle(func(port.Flow, struct{}) error { return nil })}))
+			e := factory(eng, pgtest.NewEnginePool(t, "jobs"))(t, reg)
+			_, err := e.Enqueue(ctx, "schema.check", struct{}{}, port.EnqueueOptions{IdempotencyKey: "k"})
+			var pe *pgconn.PgError
+			require.ErrorAs(t, err, &pe, "%v", err)
+			require.Equal(t, "42P01", pe.Code)
+			require.ErrorContains(t, err, "migrations.UpEngine")
+			_, err = e.Get(ctx, port.RunID(uuid.NewString()))
+			require.ErrorContains(t, err, "migrations.UpEngine")
+			require.NotErrorIs(t, err, port.ErrNotFound)
+		})
 	}
 }

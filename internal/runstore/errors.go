@@ -21,6 +21,10 @@ const (
 	untranslatableCharacter   = "22P05"
 	characterNotInRepertoire  = "22021"
 	invalidTextRepresentation = "22P02"
+	// A statement naming a table or schema the database lacks: the engine
+	// set was not migrated into the engine's Config.Schema.
+	undefinedTable    = "42P01"
+	invalidSchemaName = "3F000"
 )
 
 // runKeyConstraint is the idempotency authority's constraint,
@@ -41,7 +45,9 @@ const runKeyConstraint = "run_kind_idempotency_key_key"
 //     port.ErrInvalidInput, with Postgres's message. The engines refuse such
 //     values before writing (enginekit.EncodePayload, ValidateText), naming
 //     the field; this is the last line of defence, so that one they miss is
-//     still a refusal a caller does not retry, not a fault.
+//     still a refusal a caller does not retry, not a fault;
+//   - a table or schema that does not exist (42P01, 3F000) says to migrate
+//     (Unmigrated).
 //
 // Everything else is returned as it is. Unique violations are not mapped:
 // every insert of these tables resolves its conflicts in SQL (ON CONFLICT),
@@ -58,6 +64,21 @@ func InterpretError(err error) error {
 		return fmt.Errorf("%w: %s", port.ErrNotFound, pe.Detail)
 	case errors.As(err, &pe) && (pe.Code == untranslatableCharacter || pe.Code == characterNotInRepertoire || pe.Code == invalidTextRepresentation):
 		return fmt.Errorf("%w: %s (SQLSTATE %s)", port.ErrInvalidInput, pe.Message, pe.Code)
+	}
+	return Unmigrated(err)
+}
+
+// Unmigrated adds to an error from a table or schema the database lacks
+// what to do about it: the engine is not wrong, its tables are not there.
+// Engines do not migrate, and a worker started before the migration step
+// serves once it ran (the host's /readyz reports the schema until then),
+// so such an error is a deployment's, said as one. Any other error is
+// returned as it is.
+func Unmigrated(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == undefinedTable || pe.Code == invalidSchemaName) {
+		return fmt.Errorf("%w: the engine's tables are not in the schema it was configured with: apply them first "+
+			"(migrations.UpEngine, or taskport migrate up)", err)
 	}
 	return err
 }
