@@ -1,8 +1,12 @@
 package temporaladapter_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/temporaladapter"
 	"github.com/taskport/taskport/test/contract/kinds"
@@ -122,5 +127,27 @@ func TestStartRefusesAnActivityNamedAsTheEnginesOwn(t *testing.T) {
 		require.ErrorIs(t, fe, port.ErrInvalidInput)
 		require.Contains(t, fe.Error(), name)
 		require.NoError(t, eng.Stop(context.Background()), "nothing started: Stop is a no-op")
+	}
+}
+
+// A worker whose schema is not the default, on the default task queue,
+// is warned at Start: another schema's worker on that queue would take its
+// runs and fail them. With a queue of its own it is not.
+func TestANamedSchemaOnTheDefaultQueueIsWarned(t *testing.T) {
+	pool := pgtest.NewEnginePool(t, "shop")
+	for _, tc := range []struct {
+		queue string
+		warns bool
+	}{{"", true}, {"shop-" + fmt.Sprint(time.Now().UnixNano()), false}} {
+		reg := port.NewRegistry()
+		require.NoError(t, reg.Register(port.Definition{Kind: "shop.noop", Version: 1, Retry: port.NetworkRetry(),
+			Handler: port.Handle(func(port.Flow, struct{}) error { return nil })}))
+		var logs bytes.Buffer
+		eng, err := temporaladapter.New(temporalClient, pool, reg, temporaladapter.Config{Schema: "shop", TaskQueue: tc.queue,
+			WorkerStopTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		require.NoError(t, err)
+		require.NoError(t, eng.Start(context.Background(), port.StartOptions{}))
+		require.NoError(t, eng.Stop(context.Background()))
+		require.Equal(t, tc.warns, strings.Contains(logs.String(), "give each schema its own Config.TaskQueue"), "queue %q: %s", tc.queue, logs.String())
 	}
 }

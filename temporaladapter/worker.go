@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/port"
@@ -42,6 +43,14 @@ func (e *Engine) Start(ctx context.Context, opts port.StartOptions) error {
 	}
 	if err := e.CheckSearchAttributes(ctx); err != nil {
 		return err
+	}
+	if e.cfg.Schema != "" && e.cfg.Schema != dbtx.DefaultSchema && e.cfg.TaskQueue == DefaultTaskQueue {
+		// A worker takes every workflow of its queue: one of another
+		// application's schema on the same namespace and queue would fail
+		// its steps, which find no run in this schema (README, Quickstart).
+		e.logger.WarnContext(ctx, "the engine's schema is not the default but its task queue is: a worker of another schema on this "+
+			"namespace and task queue would take this schema's runs and fail them; give each schema its own Config.TaskQueue",
+			slog.String("schema", e.cfg.Schema), slog.String("task_queue", e.cfg.TaskQueue))
 	}
 	return startstop.Start(ctx, &e.Base, func(ctx context.Context) error {
 		conc := opts.Concurrency
