@@ -4,8 +4,9 @@
 //
 // Every run has one owner, the engine column of its taskport.run row,
 // written when it was enqueued and never changed. The router sends what
-// concerns one run to its owner (Get, Cancel, Admin.Retry), new work to the
-// active engine (Enqueue, EnqueueMany), and what concerns every run to
+// concerns one run to its owner (Get, Cancel), new work to the active
+// engine (Enqueue, EnqueueMany, and the new run of Admin.Retry, read from
+// the owner), and what concerns every run to
 // both (Signal, ListRuns); Start serves both engines, so that the runs of
 // the engine switched away from drain where they are while new ones start
 // on the active one.
@@ -367,9 +368,25 @@ func (r *Router) ListRuns(ctx context.Context, filter port.RunFilter) ([]port.Ru
 	return all[:min(limit, len(all))], nil
 }
 
-// Retry retries the failed run on the engine that owns it.
+// Retry retries the failed run. The retry is a new run, so it starts on
+// the active engine, as a decision's retry (through the outbox) does: by
+// the owner's Retry when the owner is the active engine, else by
+// runstore.Retry over the router, whose Get reads the owner and whose
+// Enqueue the active engine, under the run's port.RetryKey. A retry the
+// owner started before a switch holds that key, so every Retry returns it.
 func (r *Router) Retry(ctx context.Context, id port.RunID) (port.RunID, error) {
-	e, err := r.owner(ctx, id)
+	run, err := runstore.Get(ctx, r.pool, id)
+	if err != nil {
+		return "", err
+	}
+	active, _, _, err := r.activeEngine(ctx)
+	if err != nil {
+		return "", err
+	}
+	if run.Engine != active {
+		return runstore.Retry(ctx, r.pool, r, id)
+	}
+	e, err := r.engine(run.Engine)
 	if err != nil {
 		return "", err
 	}

@@ -392,3 +392,36 @@ func TestEvacuateInterruptedAfterTheCancelIsResumed(t *testing.T) {
 		w.status(port.RunID(to), port.StatusSucceeded)
 	}
 }
+
+// A retry is a new run: after a switch it starts on the active engine, as a
+// decision's retry (through the outbox) does, whichever engine the failed
+// run belongs to; a retry recorded before the switch is still the one every
+// later Retry of that run returns.
+func TestRouterRetriesOnTheActiveEngine(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	failed := func(key string) port.RunID {
+		id, err := w.r.Enqueue(w.ctx, kinds.NonRetry, kinds.TagIn{Tag: key}, port.EnqueueOptions{IdempotencyKey: key})
+		require.NoError(t, err)
+		w.status(id, port.StatusFailed)
+		return id
+	}
+	retry := func(id port.RunID) port.RunID {
+		next, err := w.r.Retry(w.ctx, id)
+		require.NoError(t, err)
+		return next
+	}
+	before, after := failed("retried-before"), failed("retried-after")
+	require.Equal(t, "temporal", w.owner(after))
+	early := retry(before)
+	require.Equal(t, "temporal", w.owner(early))
+
+	_, err := w.r.SwitchTo(w.ctx, "lease", "router-test", "retry after a switch")
+	require.NoError(t, err)
+	require.Equal(t, early, retry(before), "a retry recorded before the switch is the run's retry")
+	next := retry(after)
+	require.Equal(t, "lease", w.owner(next), "the retry of a temporal run started on the engine switched away from")
+	require.Equal(t, next, retry(after), "a repeated retry returned another run")
+	w.status(next, port.StatusFailed) // the lease engine ran it (its step fails again)
+	w.status(after, port.StatusFailed)
+}
