@@ -55,9 +55,9 @@ var runsEngines = []runsEngine{
 		srv := devserver.Start(t, devserver.Options{Namespace: "runs-cli", SearchAttributes: temporaladapter.SearchAttributes()})
 		const queue = "runs-cli"
 		taskTimeout := func(id port.RunID) time.Duration {
-			d, err := srv.Client.DescribeWorkflowExecution(context.Background(), temporaladapter.WorkflowID(id), "")
+			d, err := srv.Client.DescribeWorkflow(context.Background(), temporaladapter.WorkflowID(id), "")
 			require.NoError(t, err)
-			return d.GetExecutionConfig().GetDefaultWorkflowTaskTimeout().AsDuration()
+			return d.RawResponse.GetExecutionConfig().GetDefaultWorkflowTaskTimeout().AsDuration()
 		}
 		return func(reg *port.Registry, pool *pgxpool.Pool) port.TaskEngine {
 				e, err := temporaladapter.New(srv.Client, pool, reg, temporaladapter.Config{
