@@ -497,8 +497,9 @@ func TestDecisionPage(t *testing.T) {
 }
 
 // The overview shows what `taskport engine status` shows: the active
-// engine, who switched to it and why, and the open runs per engine and
-// kind, on the page and in the JSON.
+// engine, who switched to it and why, the open runs per engine and kind,
+// and the runs an interrupted evacuation left to move, on the page and in
+// the JSON.
 func TestOverviewShowsEngines(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -520,6 +521,19 @@ func TestOverviewShowsEngines(t *testing.T) {
 	require.Contains(t, body, "New runs go to <strong>lease</strong>, switched by ops at ")
 	require.Contains(t, body, ": temporal upgrade regressed.")
 	require.Contains(t, body, "<tr><td>lease</td><td>asset.import</td><td>1</td>")
+	require.NotContains(t, body, "interrupted evacuation")
+
+	// An evacuation of temporal that ended a run and was interrupted before
+	// it enqueued the replacement.
+	left, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "asset.import", Version: 1,
+		Key: "left", Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	ended, err := runstore.EndAbandoned(ctx, w.Pool, runstore.EngineTemporal, left.ID,
+		runstore.EvacuationReason(runstore.EngineTemporal, runstore.EngineLease, "ops"), true)
+	require.NoError(t, err)
+	require.True(t, ended)
+	_, body = ann.get("/admin")
+	require.Contains(t, body, "temporal: 1 run left by an interrupted evacuation; run <code>taskport engine evacuate --from temporal</code> again")
 
 	_, body = ann.get("/admin/api/overview")
 	var o struct {
@@ -531,6 +545,10 @@ func TestOverviewShowsEngines(t *testing.T) {
 				Kind   string `json:"kind"`
 				Count  int    `json:"count"`
 			} `json:"open"`
+			Unmoved []struct {
+				Engine string `json:"engine"`
+				Count  int    `json:"count"`
+			} `json:"unmoved"`
 		} `json:"engines"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &o), body)
@@ -538,4 +556,7 @@ func TestOverviewShowsEngines(t *testing.T) {
 	require.Equal(t, "ops", o.Engines.SwitchedBy)
 	require.Len(t, o.Engines.Open, 1)
 	require.Equal(t, 1, o.Engines.Open[0].Count)
+	require.Len(t, o.Engines.Unmoved, 1, body)
+	require.Equal(t, "temporal", o.Engines.Unmoved[0].Engine)
+	require.Equal(t, 1, o.Engines.Unmoved[0].Count)
 }

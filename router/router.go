@@ -550,10 +550,22 @@ func (r *Router) SwitchTo(ctx context.Context, to, by, reason string) (Switch, e
 }
 
 // Status is what an operator watches during a switch: the active engine,
-// and the open runs of each engine per kind.
+// the open runs of each engine per kind, and the runs of each engine an
+// interrupted evacuation left to move. Those are canceled, not open, so an
+// engine that has them is not done even when it has no open run.
 type Status struct {
-	Active Switch
-	Open   []OpenRuns
+	Active  Switch
+	Open    []OpenRuns
+	Unmoved []Unmoved
+}
+
+// Unmoved counts one engine's runs that an interrupted evacuation left to
+// move: canceled on it (by the evacuation's cancel, or by the evacuation
+// itself before it could enqueue the replacement) and not replaced. The
+// next Evacuate of the engine moves them; until then retention keeps them.
+type Unmoved struct {
+	Engine string `json:"engine"`
+	Count  int    `json:"count"`
 }
 
 // OpenRuns counts one engine's open runs of one kind.
@@ -573,11 +585,13 @@ type statusJSON struct {
 	SwitchedAt *time.Time `json:"switched_at,omitempty"`
 	Reason     string     `json:"reason,omitempty"`
 	Open       []OpenRuns `json:"open"`
+	Unmoved    []Unmoved  `json:"unmoved"`
 }
 
 // MarshalJSON writes statusJSON.
 func (s Status) MarshalJSON() ([]byte, error) {
-	out := statusJSON{Active: s.Active.Engine, SwitchedBy: s.Active.By, Reason: s.Active.Reason, Open: []OpenRuns{}}
+	out := statusJSON{Active: s.Active.Engine, SwitchedBy: s.Active.By, Reason: s.Active.Reason,
+		Open: []OpenRuns{}, Unmoved: append([]Unmoved{}, s.Unmoved...)}
 	if !s.Active.At.IsZero() {
 		at := s.Active.At.UTC()
 		out.SwitchedAt = &at
@@ -595,15 +609,15 @@ func (s *Status) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*s = Status{Active: Switch{Engine: in.Active, By: in.SwitchedBy, Reason: in.Reason}, Open: in.Open}
+	*s = Status{Active: Switch{Engine: in.Active, By: in.SwitchedBy, Reason: in.Reason}, Open: in.Open, Unmoved: in.Unmoved}
 	if in.SwitchedAt != nil {
 		s.Active.At = *in.SwitchedAt
 	}
 	return nil
 }
 
-// Status reads the active engine (from the database, not the cache) and
-// the open runs.
+// Status reads the active engine (from the database, not the cache), the
+// open runs and the runs left to move.
 func (r *Router) Status(ctx context.Context) (Status, error) {
 	return readStatus(ctx, r.pool)
 }
@@ -623,9 +637,16 @@ func readStatus(ctx context.Context, pool runstore.DBTX) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	unmoved, err := runstore.UnmovedRuns(ctx, pool)
+	if err != nil {
+		return Status{}, err
+	}
 	out := Status{Active: Switch{Engine: string(s.Engine), By: s.By, Reason: s.Reason, At: s.At}}
 	for _, o := range open {
 		out.Open = append(out.Open, OpenRuns{Engine: string(o.Engine), Kind: o.Kind, Count: o.Count, Oldest: o.Oldest})
+	}
+	for _, u := range unmoved {
+		out.Unmoved = append(out.Unmoved, Unmoved{Engine: string(u.Engine), Count: u.Count})
 	}
 	return out, nil
 }

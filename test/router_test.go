@@ -17,9 +17,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/host"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/port"
+	"github.com/taskport/taskport/retention"
 	"github.com/taskport/taskport/router"
 	"github.com/taskport/taskport/temporaladapter"
 	"github.com/taskport/taskport/test/contract/kinds"
@@ -328,6 +331,47 @@ func (e interrupting) Cancel(ctx context.Context, id port.RunID, reason string) 
 	return err
 }
 
+// refusing is an active engine that refuses the enqueue under key, as one
+// that went away between steps 2 and 3 of docs/operations.md's evacuation
+// would: the run is ended on the old engine and not yet replaced.
+type refusing struct {
+	router.Engine
+	key string
+}
+
+func (e refusing) Enqueue(ctx context.Context, kind port.Kind, input any, opts port.EnqueueOptions) (port.RunID, error) {
+	if opts.IdempotencyKey == e.key {
+		return "", errors.New("refused by the test")
+	}
+	return e.Engine.Enqueue(ctx, kind, input, opts)
+}
+
+// evacuateInterruptedAt evacuates temporal to lease, interrupted once the
+// temporal engine took the cancel of run at. lease, when not nil, stands
+// for w's lease engine (a refusing one).
+func (w *routerWorld) evacuateInterruptedAt(at port.RunID, lease router.Engine) router.Report {
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	engines := w.r.Engines()
+	if lease == nil {
+		lease = engines["lease"]
+	}
+	r, err := router.New(w.pool, map[string]router.Engine{"lease": lease,
+		"temporal": interrupting{Engine: engines["temporal"], at: at, interrupt: cancel}}, router.Config{Logger: quiet()})
+	require.NoError(w.t, err)
+	rep, _ := r.Evacuate(ctx, "temporal", "router-test")
+	return rep
+}
+
+// failed is the runs rep reports failed.
+func failed(rep router.Report) []port.RunID {
+	var out []port.RunID
+	for _, f := range rep.Failed {
+		out = append(out, f.ID)
+	}
+	return out
+}
+
 // An evacuation interrupted after the engine took a run's cancel, before
 // the run's row was ended and the run moved, reports it failed; the next
 // evacuation moves it ("running it again retries those"). The engine may
@@ -345,27 +389,8 @@ func TestEvacuateInterruptedAfterTheCancelIsResumed(t *testing.T) {
 	_, err = w.r.SwitchTo(w.ctx, "lease", "router-test", "")
 	require.NoError(t, err)
 
-	// evacuateInterruptedAt evacuates temporal, interrupted once the
-	// engine took the cancel of run at.
-	evacuateInterruptedAt := func(at port.RunID) router.Report {
-		ctx, cancel := context.WithCancel(w.ctx)
-		defer cancel()
-		engines := w.r.Engines()
-		r, err := router.New(w.pool, map[string]router.Engine{"lease": engines["lease"],
-			"temporal": interrupting{Engine: engines["temporal"], at: at, interrupt: cancel}}, router.Config{Logger: quiet()})
-		require.NoError(t, err)
-		rep, _ := r.Evacuate(ctx, "temporal", "router-test")
-		return rep
-	}
-	failed := func(rep router.Report) []port.RunID {
-		var out []port.RunID
-		for _, f := range rep.Failed {
-			out = append(out, f.ID)
-		}
-		return out
-	}
-	require.Contains(t, failed(evacuateInterruptedAt(waiting)), waiting)
-	rep := evacuateInterruptedAt(holding)
+	require.Contains(t, failed(w.evacuateInterruptedAt(waiting, nil)), waiting)
+	rep := w.evacuateInterruptedAt(holding, nil)
 	require.Contains(t, failed(rep), holding)
 
 	rep, err = w.r.Evacuate(w.ctx, "temporal", "router-test")
@@ -391,6 +416,111 @@ func TestEvacuateInterruptedAfterTheCancelIsResumed(t *testing.T) {
 		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT evacuated_to::text FROM taskport.run WHERE id = $1`, old).Scan(&to))
 		w.status(port.RunID(to), port.StatusSucceeded)
 	}
+}
+
+// interruptedEvacuation leaves on temporal the two runs an interrupted
+// evacuation to lease leaves, both canceled and neither open: ended, its
+// row ended and its replacement's enqueue refused (evacuated_at set,
+// evacuated_to NULL), and canceled, ended canceled by the engine on the
+// evacuation's cancel before the evacuation was interrupted (evacuated_at
+// NULL). Beside them, withdrawn is a run canceled before, for its own
+// reason: nothing to move.
+func (w *routerWorld) interruptedEvacuation() (ended, canceled, withdrawn port.RunID) {
+	ended, canceled, withdrawn = w.wait("ended"), w.wait("canceled"), w.wait("withdrawn")
+	for _, id := range []port.RunID{ended, canceled, withdrawn} {
+		w.status(id, port.StatusWaiting)
+	}
+	require.NoError(w.t, w.r.Cancel(w.ctx, withdrawn, "withdrawn"))
+	w.status(withdrawn, port.StatusCanceled)
+	_, err := w.r.SwitchTo(w.ctx, "lease", "router-test", "")
+	require.NoError(w.t, err)
+	rep := w.evacuateInterruptedAt(canceled, refusing{Engine: w.r.Engines()["lease"], key: runstore.EvacuationKey(ended)})
+	require.ElementsMatch(w.t, []port.RunID{ended, canceled}, failed(rep))
+	for _, want := range []struct {
+		id                 port.RunID
+		evacuated, movedTo bool
+	}{{ended, true, false}, {canceled, false, false}} {
+		var status string
+		var evacuated, movedTo bool
+		require.NoError(w.t, w.pool.QueryRow(w.ctx, `SELECT status, evacuated_at IS NOT NULL, evacuated_to IS NOT NULL
+FROM taskport.run WHERE id = $1`, want.id).Scan(&status, &evacuated, &movedTo))
+		require.Equal(w.t, "canceled", status, "run %s", want.id)
+		require.Equal(w.t, []bool{want.evacuated, want.movedTo}, []bool{evacuated, movedTo}, "run %s: evacuated_at set, evacuated_to set", want.id)
+	}
+	return ended, canceled, withdrawn
+}
+
+// The runs an interrupted evacuation left are no longer open: status
+// reports them per engine (table, --json and /admin's overview share its
+// JSON) until an evacuation moves them, so that the old engine's 0 open
+// runs does not read as an evacuation done.
+func TestStatusShowsTheRunsAnInterruptedEvacuationLeft(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	w.interruptedEvacuation()
+	// left is what status reports per engine: open runs, and runs left to
+	// move. (Its JSON, which /admin shares, is cmd/taskport's and admin's
+	// tests'.)
+	left := func() (open map[string]int, unmoved []router.Unmoved) {
+		st, err := w.r.Status(w.ctx)
+		require.NoError(t, err)
+		open = map[string]int{}
+		for _, o := range st.Open {
+			open[o.Engine] += o.Count
+		}
+		return open, st.Unmoved
+	}
+	open, unmoved := left()
+	require.Zero(t, open["temporal"], "nothing of temporal is open")
+	require.Equal(t, []router.Unmoved{{Engine: "temporal", Count: 2}}, unmoved, "what tells the evacuation is not done")
+
+	rep, err := w.r.Evacuate(w.ctx, "temporal", "router-test")
+	require.NoError(t, err)
+	require.Len(t, rep.Moved, 2)
+	open, unmoved = left()
+	require.Equal(t, map[string]int{"lease": 2}, open, "the replacements")
+	require.Empty(t, unmoved)
+}
+
+// The retention cleaner keeps the runs an interrupted evacuation left,
+// however old, until an evacuation moves them: they are canceled, but
+// their work is still to be done, and their row is all that remembers it.
+// Their lag does not count them.
+func TestRetentionKeepsTheRunsAnInterruptedEvacuationLeft(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	ended, canceled, withdrawn := w.interruptedEvacuation()
+	pruners, err := host.EnginePruners(w.r)
+	require.NoError(t, err)
+	// Every canceled run is past an age of 0; succeeded and failed ones
+	// are kept.
+	policy := retention.Policy{Completed: -1, Canceled: 0, Failed: -1}
+	prune := func() {
+		for _, p := range pruners {
+			_, err := p.Prune(w.ctx, policy, 1000)
+			require.NoError(t, err)
+			lag, err := p.Lag(w.ctx, policy)
+			require.NoError(t, err)
+			require.Zero(t, lag[runstore.TableRun], "what a prune keeps is no backlog")
+		}
+	}
+	kept := func(id port.RunID) bool {
+		var n int
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM taskport.run WHERE id = $1`, id).Scan(&n))
+		return n == 1
+	}
+	prune()
+	require.False(t, kept(withdrawn), "a canceled run is pruned")
+	require.True(t, kept(ended), "the run ended and not replaced (%s) was pruned", ended)
+	require.True(t, kept(canceled), "the run canceled by the evacuation's cancel (%s) was pruned", canceled)
+
+	rep, err := w.r.Evacuate(w.ctx, "temporal", "router-test")
+	require.NoError(t, err)
+	require.Len(t, rep.Moved, 2)
+	require.ElementsMatch(t, []port.RunID{ended, canceled}, []port.RunID{rep.Moved[0].ID, rep.Moved[1].ID})
+	prune()
+	require.False(t, kept(ended), "moved, its row goes with the canceled runs")
+	require.False(t, kept(canceled), "moved, its row goes with the canceled runs")
 }
 
 // A retry is a new run: after a switch it starts on the active engine, as a

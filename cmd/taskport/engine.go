@@ -41,7 +41,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 	}
 
 	status := &cobra.Command{
-		Use: "status", Short: "Show the active engine, who switched to it, and the open runs per engine and kind", Args: cobra.NoArgs,
+		Use: "status", Short: "Show the active engine, who switched to it, the open runs per engine and kind, and the runs an interrupted evacuation left to move", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withRouter(cmd, func(r *router.Router, _ *slog.Logger) error {
 				st, err := r.Status(cmd.Context())
@@ -171,7 +171,20 @@ func printEngineStatus(w io.Writer, st router.Status) error {
 	if len(st.Open) == 0 {
 		fmt.Fprintln(tw, "-\t-\t0\t-")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Canceled, these runs are in no open count: without this line, an
+	// engine an evacuation left them on reads as done.
+	for _, u := range st.Unmoved {
+		runs := "runs"
+		if u.Count == 1 {
+			runs = "run"
+		}
+		fmt.Fprintf(w, "%s: %d %s left by an interrupted evacuation; run taskport engine evacuate --from %s again\n",
+			u.Engine, u.Count, runs, u.Engine)
+	}
+	return nil
 }
 
 func printEvacuation(w io.Writer, rep router.Report) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/router"
@@ -106,4 +107,39 @@ func TestEngineStatusWithoutReason(t *testing.T) {
 	out, err := run("status")
 	require.NoError(t, err)
 	require.Regexp(t, regexp.MustCompile(`(?m)^active engine: lease \(switched by ops at \S+\)$`), out)
+}
+
+// Runs an interrupted evacuation left to move are canceled, not open:
+// status names them per engine, with the command that moves them, so that
+// the old engine's 0 open runs does not read as the evacuation done.
+func TestEngineStatusShowsRunsLeftToMove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t)
+	pool := pgtest.Connect(t, db)
+	run := func(args ...string) (string, error) {
+		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
+			"--temporal-address", testkit.FreeAddr(t))
+	}
+	_, err := run("switch", "--to", "lease", "--as", "ops")
+	require.NoError(t, err)
+	// An evacuation of temporal that ended the run and was interrupted
+	// before it enqueued the replacement.
+	abandoned, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "asset.import", Version: 1,
+		Key: "k", Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	reason := runstore.EvacuationReason(runstore.EngineTemporal, runstore.EngineLease, "ops")
+	ended, err := runstore.EndAbandoned(ctx, pool, runstore.EngineTemporal, abandoned.ID, reason, true)
+	require.NoError(t, err)
+	require.True(t, ended)
+
+	out, err := run("status")
+	require.NoError(t, err)
+	require.Regexp(t, regexp.MustCompile(`(?m)^-\s+-\s+0\s+-\s*$`), out, "no open run")
+	require.Contains(t, out, "temporal: 1 run left by an interrupted evacuation; run taskport engine evacuate --from temporal again")
+	out, err = run("status", "--json")
+	require.NoError(t, err)
+	var st router.Status
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Equal(t, []router.Unmoved{{Engine: "temporal", Count: 1}}, st.Unmoved, out)
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -47,6 +48,17 @@ const (
 	recordSwitchSQL   = `INSERT INTO taskport.engine_switch (engine, switched_by, reason) VALUES ($1, $2, $3) RETURNING switched_at`
 	openRunsByKindSQL = `SELECT engine, kind, count(*), min(created_at) FROM taskport.run
 WHERE status IN ('pending', 'running', 'waiting') GROUP BY engine, kind ORDER BY engine, kind`
+	// unmovedRunsSQL counts the runs unmovedSQL holds for, all canceled,
+	// of each engine of $1 that has any: one count per engine, the status a
+	// literal next to run_finished's predicate, so that each reads that
+	// index's canceled runs of its engine (a GROUP BY or an ORDER BY would
+	// sort them; UnmovedRuns orders the engines).
+	unmovedRunsSQL = `SELECT engine, n FROM (
+  SELECT e.engine, (SELECT count(*) FROM taskport.run
+    WHERE engine = e.engine AND status = 'canceled' AND status IN ('succeeded', 'failed', 'canceled')
+      AND ` + unmovedSQL + `) AS n
+  FROM unnest($1::text[]) AS e(engine)
+) c WHERE n > 0`
 )
 
 // ActiveEngine returns the newest recorded switch; with none recorded, a
@@ -185,6 +197,37 @@ func OpenRunsByKind(ctx context.Context, q DBTX) ([]OpenRuns, error) {
 	return out, nil
 }
 
+// Unmoved counts one engine's runs that an interrupted evacuation left to
+// move: canceled, no longer open, and moved by the next evacuation of the
+// engine.
+type Unmoved struct {
+	Engine Engine
+	Count  int
+}
+
+// UnmovedRuns counts, per engine, the runs an interrupted evacuation left
+// to move (unmovedSQL). It reads the canceled entries of run_finished, so
+// its cost follows the canceled runs retention keeps.
+func UnmovedRuns(ctx context.Context, q DBTX) ([]Unmoved, error) {
+	names := make([]string, len(engines))
+	for i, e := range engines {
+		names[i] = string(e)
+	}
+	rows, err := q.Query(ctx, unmovedRunsSQL, names)
+	if err != nil {
+		return nil, fmt.Errorf("count the runs left by an evacuation: %w", InterpretError(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Unmoved, error) {
+		var u Unmoved
+		return u, row.Scan(&u.Engine, &u.Count)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count the runs left by an evacuation: %w", InterpretError(err))
+	}
+	slices.SortFunc(out, func(a, b Unmoved) int { return cmp.Compare(a.Engine, b.Engine) })
+	return out, nil
+}
+
 // FindByKey returns the run recorded for (kind, key), whichever engine owns
 // it, or port.ErrNotFound.
 func FindByKey(ctx context.Context, q DBTX, kind port.Kind, key string) (Run, error) {
@@ -259,8 +302,25 @@ func EvacuationReason(from, to Engine, by string) string {
 // evacuationPrefix is how every EvacuationReason from engine from begins,
 // whoever evacuated to where.
 func evacuationPrefix(from Engine) string {
-	return "evacuated from the " + string(from) + " engine to the "
+	return evacuationHead + string(from) + evacuationTail
 }
+
+// evacuationPrefix's text around the engine's name, for unmovedSQL, which
+// reads the engine from the row.
+const (
+	evacuationHead = "evacuated from the "
+	evacuationTail = " engine to the "
+)
+
+// unmovedSQL holds for a canceled run that an interrupted evacuation of its
+// engine left to move, as evacueesSQL lists it: ended by the evacuation and
+// not yet replaced, or ended canceled by its engine on the evacuation's
+// cancel (its reason begins with evacuationPrefix of its own engine) before
+// the evacuation ended its row. Its work is still to be done and its row is
+// all that remembers it, so status reports it (UnmovedRuns) and retention
+// keeps it (PrunableRunsCTE) until the next evacuation moves it.
+const unmovedSQL = `(evacuated_at IS NOT NULL AND evacuated_to IS NULL
+    OR evacuated_at IS NULL AND starts_with(cancel_reason, '` + evacuationHead + `' || engine || '` + evacuationTail + `'))`
 
 // EvacuationCanceled reports whether reason is the cancel reason of an
 // evacuation of engine from: a run whose cancel it requested is still to be

@@ -224,7 +224,11 @@ LIMIT $4`
 // another transaction holds, and CTE r is their ids. Each status is a
 // literal next to the index's own predicate, so that every plan, generic ones
 // included, reads run_finished in finished_at order and no open run can be
-// selected. The engines follow it with their deletes.
+// selected. A canceled run an interrupted evacuation left to move
+// (unmovedSQL) is kept, whatever its age: deleting it would lose its work.
+// p2 filters those out of its walk of run_finished, so each batch also
+// reads the ones older than its oldest prunable run: at most the runs of
+// an evacuation not run again. The engines follow it with their deletes.
 const PrunableRunsCTE = `
 WITH p1 AS (
   SELECT id FROM taskport.run
@@ -234,7 +238,7 @@ WITH p1 AS (
 ), p2 AS (
   SELECT id FROM taskport.run
   WHERE engine = $1 AND status = 'canceled' AND status IN ('succeeded', 'failed', 'canceled')
-    AND finished_at < now() - $3 * interval '1 millisecond'
+    AND finished_at < now() - $3 * interval '1 millisecond' AND NOT ` + unmovedSQL + `
   ORDER BY finished_at LIMIT $5 FOR UPDATE SKIP LOCKED
 ), p3 AS (
   SELECT id FROM taskport.run
@@ -251,8 +255,10 @@ const pruneRunsSQL = PrunableRunsCTE + `
 DELETE FROM taskport.run WHERE id IN (SELECT id FROM r)`
 
 // RunLagSQL is how long ago, in ms, the oldest run of engine $1 still there
-// became prunable under the ages $2, $3, $4 (as in PrunableRunsCTE); 0 when
-// none is. Each min() is one probe of run_finished.
+// became prunable under the ages $2, $3, $4 (as in PrunableRunsCTE, which
+// keeps the runs an interrupted evacuation left: they are no backlog); 0
+// when none is. Each min() is one probe of run_finished, the canceled one
+// past those kept runs.
 const RunLagSQL = `
 SELECT coalesce(max(extract(epoch FROM now() - f.finished_at) * 1000 - f.age), 0)::bigint FROM (
   SELECT (SELECT min(finished_at) FROM taskport.run WHERE engine = $1 AND status = 'succeeded'
@@ -260,7 +266,8 @@ SELECT coalesce(max(extract(epoch FROM now() - f.finished_at) * 1000 - f.age), 0
     $2::bigint
   UNION ALL
   SELECT (SELECT min(finished_at) FROM taskport.run WHERE engine = $1 AND status = 'canceled'
-      AND status IN ('succeeded', 'failed', 'canceled') AND finished_at < now() - $3 * interval '1 millisecond'),
+      AND status IN ('succeeded', 'failed', 'canceled') AND finished_at < now() - $3 * interval '1 millisecond'
+      AND NOT ` + unmovedSQL + `),
     $3::bigint
   UNION ALL
   SELECT (SELECT min(finished_at) FROM taskport.run WHERE engine = $1 AND status = 'failed'
