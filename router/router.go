@@ -743,7 +743,10 @@ func (r *Router) evacuate(ctx context.Context, ev runstore.Evacuee, old, dst Eng
 		// An evacuation's own cancel (an interrupted one's) is no reason to
 		// keep the run: it is moved as if this evacuation had sent it.
 		if !ev.CancelRequestedAt.IsZero() && !runstore.EvacuationCanceled(ev.CancelReason, runstore.Engine(rep.From)) {
-			ended, err := runstore.EndAbandoned(ctx, r.pool, runstore.Engine(rep.From), ev.ID, reason, false)
+			// The row keeps the requester's reason, even an empty one: this
+			// evacuation's would read as its own cancel, and the next
+			// evacuation would move the run (and status report it unmoved).
+			ended, err := runstore.EndAbandoned(ctx, r.pool, runstore.Engine(rep.From), ev.ID, "", false)
 			switch {
 			case err != nil:
 				fail(err)

@@ -2,11 +2,13 @@ package router_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/port"
@@ -94,4 +96,41 @@ func TestSwitchRefusesBadText(t *testing.T) {
 	_, err = r.SwitchTo(ctx, "lease", "ops", "")
 	require.NoError(t, err, "a reason is optional")
 	require.Equal(t, 1, switches())
+}
+
+// A run whose cancel someone requested before an evacuation, without a
+// reason, is ended canceled and not moved, and stays so: its row keeps the
+// requester's empty reason, so neither the next evacuation nor status takes
+// the cancel for an interrupted evacuation's.
+func TestEvacuateKeepsACancelRequestedWithoutAReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	eng, err := leaseadapter.New(pool, port.NewRegistry(), leaseadapter.Config{})
+	require.NoError(t, err)
+	// The Temporal engine is gone: the router has the lease engine only.
+	r, err := router.New(pool, map[string]router.Engine{"lease": eng}, router.Config{})
+	require.NoError(t, err)
+	run, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "router.k", Version: 1,
+		Key: "k", Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, runstore.Project(ctx, pool, run.ID, runstore.Projection{Status: port.StatusRunning}))
+	flagged, err := runstore.RequestCancel(ctx, pool, runstore.EngineTemporal, run.ID, "")
+	require.NoError(t, err)
+	require.True(t, flagged)
+	_, err = r.SwitchTo(ctx, "lease", "ops", "")
+	require.NoError(t, err)
+
+	rep, err := r.Evacuate(ctx, "temporal", "ops")
+	require.NoError(t, err)
+	require.Equal(t, []router.Skipped{{ID: run.ID, Kind: "router.k", Reason: "its cancel was requested before: ended canceled, not moved"}}, rep.Skipped)
+	st, err := r.Status(ctx)
+	require.NoError(t, err)
+	require.Empty(t, st.Unmoved, "nothing was left to move")
+	again, err := r.Evacuate(ctx, "temporal", "ops")
+	require.NoError(t, err)
+	require.Equal(t, router.Report{From: "temporal", To: "lease"}, again, "nothing to move or skip")
+	var status, reason string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT status, cancel_reason FROM taskport.run WHERE id = $1`, run.ID).Scan(&status, &reason))
+	require.Equal(t, []string{"canceled", ""}, []string{status, reason})
 }
