@@ -560,3 +560,32 @@ func TestOverviewShowsEngines(t *testing.T) {
 	require.Equal(t, "temporal", o.Engines.Unmoved[0].Engine)
 	require.Equal(t, 1, o.Engines.Unmoved[0].Count)
 }
+
+// A plan's run an evacuation moved reads canceled on the plan page, with
+// the run its work goes on in (RunView.MovedTo), linked as runs are; the
+// replacement reads as any run. The rows are an evacuation's as the run
+// store writes them (router.Evacuate's end and record, lease to lease:
+// the admin lists one engine); test/router_test.go evacuates real runs.
+func TestPlanPageShowsWhereAnEvacuationMovedARun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w, srv, u := newServer(t)
+	p := w.CreatePlan(t, apptest.NewAsset("moved.mkv", 10))
+	insert := func(key string) port.RunID {
+		r, _, err := runstore.Insert(ctx, w.Pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
+			Key: key, BusinessKey: p.ID.String(), Input: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		return r.ID
+	}
+	old := insert("old")
+	ended, err := runstore.EndAbandoned(ctx, w.Pool, runstore.EngineLease, old,
+		runstore.EvacuationReason(runstore.EngineLease, runstore.EngineTemporal, "ops"), true)
+	require.NoError(t, err)
+	require.True(t, ended)
+	to := insert(runstore.EvacuationKey(old))
+	require.NoError(t, runstore.EvacuatedTo(ctx, w.Pool, old, to))
+
+	_, body := newClient(t, srv, u.viewer).get("/admin/plans/" + p.ID.String())
+	require.Contains(t, body, `<td>canceled, moved to <a href="https://temporal-ui.example/runs/`+string(to)+`"><code>`+string(to)+`</code></a></td>`)
+	require.Equal(t, 1, strings.Count(body, "moved to"), "the replacement was not moved")
+}

@@ -254,6 +254,12 @@ type RunView struct {
 	// failed or was canceled, and for a kind built with Handle. Result
 	// decodes it.
 	Output json.RawMessage
+	// MovedTo is the run an evacuation (router.Evacuate) moved this one to,
+	// set when the run is ended by the evacuation and its replacement
+	// recorded; empty otherwise. A canceled run with MovedTo goes on as
+	// that run: its work was not given up, and a caller waiting for it
+	// waits for MovedTo instead.
+	MovedTo RunID
 	// Cursor is the run's position in the listing order of Admin.ListRuns
 	// (newest first), opaque: pass the last run's Cursor of a page as
 	// RunFilter.After to list the next page.

@@ -70,7 +70,8 @@ func Wait(ctx context.Context, e TaskEngine, id RunID) (RunView, error) {
 
 // Callers: Result waits for the run (Wait) and decodes the result its kind
 // returned (HandleResult) into a T. A run that failed is a *RunFailedError
-// (ErrRunFailed), one that was canceled ErrCanceled; a run that succeeded
+// (ErrRunFailed), one that was canceled ErrCanceled (naming the run an
+// evacuation moved it to, RunView.MovedTo, if one did); a run that succeeded
 // without a result (a kind built with Handle) decodes as JSON null, T's
 // zero value.
 func Result[T any](ctx context.Context, e TaskEngine, id RunID) (T, error) {
@@ -83,6 +84,11 @@ func Result[T any](ctx context.Context, e TaskEngine, id RunID) (T, error) {
 	case StatusFailed:
 		return out, &RunFailedError{ID: id, Message: v.LastError}
 	case StatusCanceled:
+		if v.MovedTo != "" {
+			// Canceled here, but its work goes on: a caller that took the
+			// error for the work's end would drop it.
+			return out, fmt.Errorf("run %s: %w: an evacuation moved it to run %s, where its work goes on", id, ErrCanceled, v.MovedTo)
+		}
 		return out, fmt.Errorf("run %s: %w", id, ErrCanceled)
 	}
 	if v.Output == nil {

@@ -45,6 +45,11 @@ func TestResultWaitsForTheEndAndDecodesTheOutput(t *testing.T) {
 
 	_, err = port.Result[total](ctx, &views{script: []port.RunView{{Status: port.StatusCanceled}}}, "r3")
 	require.ErrorIs(t, err, port.ErrCanceled)
+	require.NotContains(t, err.Error(), "moved")
+
+	_, err = port.Result[total](ctx, &views{script: []port.RunView{{Status: port.StatusCanceled, MovedTo: "r3b"}}}, "r3")
+	require.ErrorIs(t, err, port.ErrCanceled, "the run an evacuation moved is canceled")
+	require.ErrorContains(t, err, "run r3: taskport: run canceled: an evacuation moved it to run r3b", "and its error names the run the work goes on in")
 
 	none, err := port.Result[*total](ctx, &views{script: []port.RunView{{Status: port.StatusSucceeded}}}, "r4")
 	require.NoError(t, err)

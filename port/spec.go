@@ -132,7 +132,8 @@
 //	failed               Wait: the view, nil. Result: *RunFailedError
 //	                     (ErrRunFailed) whose Message is the LastError
 //	canceled             Wait: the view, nil. Result: error wrapping
-//	                     ErrCanceled
+//	                     ErrCanceled; for a run an evacuation moved, its
+//	                     message names the replacement (RunView.MovedTo)
 //	unknown              error wrapping ErrNotFound
 //	other                error wrapping ErrOtherEngine; nothing written
 //
@@ -251,6 +252,12 @@
 // Output: nil until the run succeeded, then the JSON of what its handler
 // returned (HandleResult), written with the terminal status; nil for ever
 // when it failed or was canceled, or when its kind has no result (Handle).
+//
+// MovedTo: the run an evacuation (router.Evacuate) moved this one to, set
+// when the run is ended by the evacuation and its replacement recorded;
+// empty otherwise. A canceled run with MovedTo goes on as that run. Every
+// engine reads it from the run's row (taskport.run.evacuated_to); the
+// replacement's own MovedTo is empty until it is moved in turn.
 //
 // CreatedAt: the insert time of the run's row (Postgres clock).
 // UpdatedAt: advanced whenever a field above changes; it may also advance

@@ -28,7 +28,10 @@ type RunJSON struct {
 	CreatedAt   time.Time   `json:"created_at"`
 	UpdatedAt   time.Time   `json:"updated_at"`
 	FinishedAt  *time.Time  `json:"finished_at,omitempty"`
-	Cursor      string      `json:"cursor"`
+	// MovedTo is the run an evacuation moved this one to
+	// (port.RunView.MovedTo): the canceled run's work goes on there.
+	MovedTo port.RunID `json:"moved_to,omitempty"`
+	Cursor  string     `json:"cursor"`
 }
 
 // PageJSON is a page as `runs list --json` prints it; Next, the cursor of
@@ -48,7 +51,8 @@ type RetryJSON struct {
 
 func jsonRun(v port.RunView) RunJSON {
 	r := RunJSON{ID: v.ID, Kind: v.Kind, Version: v.Version, BusinessKey: v.BusinessKey, Status: v.Status, Attempts: v.Attempts,
-		CurrentStep: v.CurrentStep, LastError: v.LastError, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Cursor: v.Cursor}
+		CurrentStep: v.CurrentStep, LastError: v.LastError, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, MovedTo: v.MovedTo,
+		Cursor: v.Cursor}
 	if !v.FinishedAt.IsZero() {
 		r.FinishedAt = &v.FinishedAt
 	}
@@ -107,11 +111,17 @@ func printRun(out io.Writer, v port.RunView) error {
 	if !v.FinishedAt.IsZero() {
 		finished = v.FinishedAt.UTC().Format(timeLayout)
 	}
-	for _, kv := range [][2]string{
+	rows := [][2]string{
 		{"id", string(v.ID)}, {"kind", string(v.Kind)}, {"version", strconv.Itoa(v.Version)}, {"business key", v.BusinessKey},
 		{"status", string(v.Status)}, {"attempts", strconv.Itoa(v.Attempts)}, {"step", v.CurrentStep}, {"last error", v.LastError},
 		{"created", v.CreatedAt.UTC().Format(timeLayout)}, {"updated", v.UpdatedAt.UTC().Format(timeLayout)}, {"finished", finished},
-	} {
+	}
+	if v.MovedTo != "" {
+		// Only a moved run has the row: its canceled status is not the
+		// end of its work.
+		rows = append(rows, [2]string{"moved to", string(v.MovedTo) + " (an evacuation moved the run there)"})
+	}
+	for _, kv := range rows {
 		fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
 	}
 	return w.Flush()

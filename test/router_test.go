@@ -84,6 +84,23 @@ func (w *routerWorld) status(id port.RunID, want port.Status) {
 	}, time.Minute, 20*time.Millisecond, "run %s never became %s: %+v", id, want, last)
 }
 
+// evacuate switches to engine to and evacuates engine from, requiring that
+// no run failed or was skipped, and returns the replacement of each run it
+// moved, with its report.
+func (w *routerWorld) evacuate(from, to string) (map[port.RunID]port.RunID, router.Report) {
+	_, err := w.r.SwitchTo(w.ctx, to, "router-test", "")
+	require.NoError(w.t, err)
+	rep, err := w.r.Evacuate(w.ctx, from, "router-test")
+	require.NoError(w.t, err)
+	require.Empty(w.t, rep.Failed)
+	require.Empty(w.t, rep.Skipped)
+	moved := map[port.RunID]port.RunID{}
+	for _, m := range rep.Moved {
+		moved[m.ID] = m.To
+	}
+	return moved, rep
+}
+
 func (w *routerWorld) open(key string) {
 	require.NoError(w.t, kinds.OpenEffectGate(w.ctx, w.pool, key))
 }
@@ -203,15 +220,8 @@ func TestEvacuateMovesEachOpenRunOnce(t *testing.T) {
 	w.status(holding, port.StatusRunning)
 	w.status(done, port.StatusSucceeded)
 
-	_, err = w.r.SwitchTo(w.ctx, "lease", "router-test", "")
-	require.NoError(t, err)
-	rep, err := w.r.Evacuate(w.ctx, "temporal", "router-test")
-	require.NoError(t, err)
-	require.Empty(t, rep.Failed)
-	require.Empty(t, rep.Skipped)
-	moved := map[port.RunID]port.RunID{}
+	moved, rep := w.evacuate("temporal", "lease")
 	for _, m := range rep.Moved {
-		moved[m.ID] = m.To
 		require.True(t, m.Reached, "the dev server is up: the cancel reached it")
 	}
 	require.Len(t, moved, 3, "the waiting, holding and delayed runs move; the finished one stays")
@@ -248,6 +258,90 @@ WHERE o.id = $1 AND n.id = $2`, later, moved[later]).Scan(&wanted, &replaced))
 	var runs int
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM taskport.run`).Scan(&runs))
 	require.Equal(t, 7, runs, "four runs and three replacements")
+}
+
+// A run an evacuation moved names its replacement (RunView.MovedTo): Get
+// and ListRuns read it the same through the router and through the engine
+// that owns the old run (the other refuses it as another engine's, and
+// does not list it), a replacement not moved reads none, and Result of the
+// old run is still ErrCanceled, naming the run the work goes on in. Each
+// engine is evacuated once, so that each owns a moved run: temporal's run
+// moves to lease, then lease's runs (its own and that replacement) move
+// back to temporal.
+func TestEvacuatedRunNamesItsReplacement(t *testing.T) {
+	t.Parallel()
+	w := newRouterWorld(t)
+	// listed is run id as ListRuns of a lists it, if it does.
+	listed := func(a port.Admin, id port.RunID) (port.RunView, bool) {
+		all, err := a.ListRuns(w.ctx, port.RunFilter{Limit: port.MaxRunsPerPage})
+		require.NoError(t, err)
+		for _, v := range all {
+			if v.ID == id {
+				return v, true
+			}
+		}
+		return port.RunView{}, false
+	}
+	// movedTo asserts that every reader reads old as moved to to.
+	movedTo := func(old, to port.RunID) {
+		got, err := w.r.Get(w.ctx, old)
+		require.NoError(t, err)
+		require.Equal(t, port.StatusCanceled, got.Status)
+		require.Equal(t, to, got.MovedTo, "router Get of %s", old)
+		l, ok := listed(w.r, old)
+		require.True(t, ok, "the router lists %s", old)
+		require.Equal(t, got, l, "the router lists %s as Get reads it", old)
+		owner := w.owner(old)
+		for name, e := range w.r.Engines() {
+			v, err := e.Get(w.ctx, old)
+			l, ok := listed(e, old)
+			if name != owner {
+				require.ErrorIs(t, err, port.ErrOtherEngine, "%s engine's Get of %s's run", name, owner)
+				require.False(t, ok, "the %s engine lists %s's run", name, owner)
+				continue
+			}
+			require.NoError(t, err)
+			require.Equal(t, got, v, "the %s engine's Get of %s", name, old)
+			require.True(t, ok, "the %s engine lists %s", name, old)
+			require.Equal(t, got, l, "the %s engine lists %s as Get reads it", name, old)
+		}
+		for _, e := range []port.TaskEngine{w.r, w.r.Engines()[owner]} {
+			_, err = port.Result[any](w.ctx, e, old)
+			require.ErrorIs(t, err, port.ErrCanceled, "the old run is canceled")
+			require.ErrorContains(t, err, string(to), "Result of %s names the run its work goes on in", old)
+		}
+	}
+	notMoved := func(id port.RunID) {
+		v, err := w.r.Get(w.ctx, id)
+		require.NoError(t, err)
+		require.Empty(t, v.MovedTo, "run %s was not moved", id)
+		l, ok := listed(w.r, id)
+		require.True(t, ok)
+		require.Empty(t, l.MovedTo)
+	}
+
+	first := w.wait("first")
+	w.status(first, port.StatusWaiting)
+	require.Equal(t, "temporal", w.owner(first))
+	moved, _ := w.evacuate("temporal", "lease")
+	require.Len(t, moved, 1)
+	second := moved[first]
+	require.Equal(t, "lease", w.owner(second))
+	movedTo(first, second)
+	notMoved(second)
+
+	onLease := w.wait("lease")
+	w.status(onLease, port.StatusWaiting)
+	w.status(second, port.StatusWaiting)
+	back, _ := w.evacuate("lease", "temporal")
+	require.Len(t, back, 2, "the lease run and the replacement it ran")
+	third := back[second]
+	require.Equal(t, "temporal", w.owner(third))
+	movedTo(second, third)
+	movedTo(onLease, back[onLease])
+	movedTo(first, second) // still its own replacement, not the last
+	notMoved(third)
+	notMoved(back[onLease])
 }
 
 func ids(views []port.RunView) []port.RunID {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/app/apptest"
+	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit/devserver"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/leaseadapter"
@@ -274,4 +275,55 @@ func TestRunsHelpListsEngineFlagsOnly(t *testing.T) {
 			require.NotContains(t, help, worker, "runs %s lists a worker flag", sub)
 		}
 	}
+}
+
+// A run an evacuation moved shows its replacement: `runs get` in its table
+// and as moved_to in its --json, `runs list --json` as well; a run not
+// moved has no moved_to key. The rows are an evacuation's as the run store
+// writes them (router.Evacuate's end and record, here of a lease run to a
+// lease run, so that no Temporal server is needed); test/router_test.go
+// evacuates real runs between the engines.
+func TestRunsShowTheRunAnEvacuationMovedTo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t)
+	pool := pgtest.Connect(t, db)
+	run := func(args ...string) string {
+		out, err := execute(append([]string{"runs"}, args...), "--database-url", db, "--log-level", "error", "--engine", "lease")
+		require.NoError(t, err, "%v", args)
+		return out
+	}
+	insert := func(key string) port.RunID {
+		r, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineLease, Kind: "asset.import", Version: 1,
+			Key: key, Input: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		return r.ID
+	}
+	old := insert("old")
+	ended, err := runstore.EndAbandoned(ctx, pool, runstore.EngineLease, old,
+		runstore.EvacuationReason(runstore.EngineLease, runstore.EngineTemporal, "ops"), true)
+	require.NoError(t, err)
+	require.True(t, ended)
+	to := insert(runstore.EvacuationKey(old))
+	require.NoError(t, runstore.EvacuatedTo(ctx, pool, old, to))
+
+	out := run("get", string(old), "--json")
+	var v runJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, port.StatusCanceled, v.Status)
+	require.Equal(t, to, v.MovedTo, out)
+	require.Contains(t, out, `"moved_to": "`+string(to)+`"`)
+	require.Regexp(t, `(?m)^moved to:\s+`+string(to)+` \(an evacuation moved the run there\)$`, run("get", string(old)))
+
+	out = run("get", string(to), "--json")
+	require.NotContains(t, out, "moved_to", "a run not moved has no moved_to")
+	require.NotContains(t, run("get", string(to)), "moved to")
+
+	out = run("list", "--json")
+	var page runPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.Len(t, page.Runs, 2)
+	require.Equal(t, []port.RunID{to, old}, []port.RunID{page.Runs[0].ID, page.Runs[1].ID}, "newest first")
+	require.Empty(t, page.Runs[0].MovedTo)
+	require.Equal(t, to, page.Runs[1].MovedTo)
 }

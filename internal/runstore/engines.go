@@ -362,7 +362,10 @@ WITH r AS (
   DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM r)
 )
 SELECT count(*) FROM r`
-	evacuatedToSQL = `UPDATE taskport.run SET evacuated_to = $2 WHERE id = $1 AND evacuated_at IS NOT NULL`
+	// evacuatedToSQL records the replacement, which the run's view reads
+	// (RunView.MovedTo): updated_at advances with it, as with every change
+	// of the view.
+	evacuatedToSQL = `UPDATE taskport.run SET evacuated_to = $2, updated_at = now() WHERE id = $1 AND evacuated_at IS NOT NULL`
 )
 
 // EvacuationCursor is a position in Evacuees' order (oldest first); the
@@ -414,7 +417,8 @@ func EndAbandoned(ctx context.Context, q DBTX, engine Engine, id port.RunID, rea
 	return n == 1, nil
 }
 
-// EvacuatedTo records to as the run that replaced evacuated run id.
+// EvacuatedTo records to as the run that replaced evacuated run id: its
+// RunView.MovedTo from then on.
 func EvacuatedTo(ctx context.Context, q DBTX, id, to port.RunID) error {
 	u, err := ParseID(id)
 	if err != nil {

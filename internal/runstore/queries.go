@@ -3,7 +3,7 @@ package runstore
 // All statements of the package, parameterized; the column list matches scanRun.
 const runColumns = `id, engine, kind, version, idempotency_key, business_key, priority, input,
 	available_at, status, attempts, last_error, current_step, cancel_requested_at, cancel_reason,
-	created_at, updated_at, finished_at, seq, output`
+	created_at, updated_at, finished_at, seq, output, evacuated_to`
 
 const insertRunSQL = `
 INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, business_key, priority, input, available_at,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/enginekit"
@@ -952,10 +953,11 @@ func scanRunAnd(row pgx.CollectableRow, more ...any) (Run, error) {
 		r                   Run
 		id                  uuid.UUID
 		finished, cancelReq *time.Time
+		movedTo             pgtype.UUID
 	)
 	dest := []any{(*dbtx.UUID)(&id), &r.Engine, &r.Kind, &r.Version, &r.IdempotencyKey, &r.BusinessKey, &r.Priority, &r.Input,
 		&r.AvailableAt, &r.Status, &r.Attempts, &r.LastError, &r.CurrentStep, &cancelReq, &r.CancelReason,
-		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq, &r.Output}
+		&r.CreatedAt, &r.UpdatedAt, &finished, &r.Seq, &r.Output, &movedTo}
 	if err := row.Scan(append(dest, more...)...); err != nil {
 		return Run{}, err
 	}
@@ -966,6 +968,9 @@ func scanRunAnd(row pgx.CollectableRow, more ...any) (Run, error) {
 	}
 	if cancelReq != nil {
 		r.CancelRequestedAt = *cancelReq
+	}
+	if movedTo.Valid {
+		r.MovedTo = port.RunID(uuid.UUID(movedTo.Bytes).String())
 	}
 	return r, nil
 }
