@@ -116,6 +116,7 @@ func run(ctx context.Context, args []string) error {
 	producers := fs.Int("producers", 8, "goroutines starting runs, and as many waiting for them")
 	rounds := fs.Int("rounds", 3, "rounds; the side going first alternates")
 	profDir := fs.String("cpuprofile", "", "write each child's CPU profile into this directory")
+	poolSize := fs.Int("pool", 0, "the adapter's Postgres pool size (pgxpool MaxConns); 0: pgxpool's default, max(4, cores)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,8 +135,12 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer stop()
 
-	fmt.Printf("adapter vs raw SDK, open loop, each side its own cold process; server %s; %d runs x 3 no-op steps per side and round, %d slots, %d producers; load average at start %s\n",
-		*serverKind, *runs, *slots, *producers, benchkit.LoadAvg())
+	pool := "pgxpool's default"
+	if *poolSize > 0 {
+		pool = strconv.Itoa(*poolSize)
+	}
+	fmt.Printf("adapter vs raw SDK, open loop, each side its own cold process; server %s; %d runs x 3 no-op steps per side and round, %d slots, %d producers; adapter pool %s; load average at start %s\n",
+		*serverKind, *runs, *slots, *producers, pool, benchkit.LoadAvg())
 	adapter, raw := &side{name: "adapter"}, &side{name: "raw SDK"}
 	for r := range *rounds {
 		order := []*side{adapter, raw}
@@ -143,7 +148,7 @@ func run(ctx context.Context, args []string) error {
 			slices.Reverse(order)
 		}
 		for _, s := range order {
-			res, err := runChild(ctx, admin, *db, s.name, r, tgt, serverPID, *runs, *slots, *producers, *profDir)
+			res, err := runChild(ctx, admin, *db, s.name, r, tgt, serverPID, *runs, *slots, *producers, *poolSize, *profDir)
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", r, s.name, err)
 			}
@@ -180,10 +185,10 @@ func launchServer(ctx context.Context, kind, db string) (target, int, func(), er
 }
 
 // runChild runs one side's round in a child process and charges it.
-func runChild(ctx context.Context, admin *pgx.Conn, server, name string, round int, tgt target, serverPID, runs, slots, producers int, profDir string) (sideResult, error) {
+func runChild(ctx context.Context, admin *pgx.Conn, server, name string, round int, tgt target, serverPID, runs, slots, producers, poolSize int, profDir string) (sideResult, error) {
 	sideFlag := map[string]string{"adapter": "adapter", "raw SDK": "raw"}[name]
 	args := append([]string{"-side", sideFlag}, tgt.args()...)
-	args = append(args, "-runs", strconv.Itoa(runs), "-slots", strconv.Itoa(slots), "-producers", strconv.Itoa(producers))
+	args = append(args, "-runs", strconv.Itoa(runs), "-slots", strconv.Itoa(slots), "-producers", strconv.Itoa(producers), "-pool", strconv.Itoa(poolSize))
 	if profDir != "" {
 		args = append(args, "-cpuprofile", filepath.Join(profDir, fmt.Sprintf("%s-%d.pprof", sideFlag, round)))
 	}
@@ -336,6 +341,7 @@ func runSide(ctx context.Context, args []string) error {
 	slots := fs.Int("slots", 8, "worker slots")
 	producers := fs.Int("producers", 8, "producers")
 	prof := fs.String("cpuprofile", "", "CPU profile file")
+	poolSize := fs.Int("pool", 0, "the adapter's pool size; 0: pgxpool's default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -356,7 +362,7 @@ func runSide(ctx context.Context, args []string) error {
 	stamp := time.Now().UnixNano()
 	switch *which {
 	case "adapter":
-		c, start, stopAll, err = adapterSide(ctx, tgt, *db, *slots, stamp, logger)
+		c, start, stopAll, err = adapterSide(ctx, tgt, *db, *slots, *poolSize, stamp, logger)
 	case "raw":
 		c, start, stopAll, err = rawSide(ctx, tgt, *slots, stamp, logger)
 	default:
@@ -412,13 +418,20 @@ func openLoop(ctx context.Context, c client.Client, n, producers int, start func
 
 var noop = port.DeclareActivity[string, string]("bench.noop")
 
-func adapterSide(ctx context.Context, tgt target, db string, slots int, stamp int64, logger *slog.Logger) (client.Client, func(context.Context, int) (string, error), func(), error) {
+func adapterSide(ctx context.Context, tgt target, db string, slots, poolSize int, stamp int64, logger *slog.Logger) (client.Client, func(context.Context, int) (string, error), func(), error) {
 	c, err := temporaladapter.Dial(ctx, temporaladapter.ClientConfig{HostPort: tgt.hostPort, Namespace: tgt.namespace,
 		CAFile: tgt.ca, CertFile: tgt.cert, KeyFile: tgt.key, ServerName: tgt.server, Logger: logger})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pool, err := pgxpool.New(ctx, db)
+	cfg, err := pgxpool.ParseConfig(db)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if poolSize > 0 {
+		cfg.MaxConns = int32(poolSize)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
