@@ -23,10 +23,11 @@
 // input, priority, business key and AvailableAt, under an idempotency key
 // derived from the old run's id (runstore.EvacuationKey), which is what
 // moves a run at most once. The old run then reads canceled, its
-// RunView.MovedTo naming the new one. The new run starts from its first step: a step whose side
-// effect the operation ledger holds as committed returns the recorded
-// result without doing it again, and the ledger fences the old run's late
-// commits, since the new run has a larger generation (port.FencingToken).
+// RunView.MovedTo naming the new one. The new run starts from its first
+// step: a step whose side effect the operation ledger holds as committed
+// returns the recorded result without doing it again, and the ledger
+// fences the old run's late commits, since the new run has a larger
+// generation (port.FencingToken).
 //
 // Each is the router's one decision: it holds no state of its own besides
 // the active engine's cache, so any number of routers (one per process)
