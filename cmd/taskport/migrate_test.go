@@ -33,7 +33,7 @@ func TestMigrateCommands(t *testing.T) {
 	require.Contains(t, status, "engine  00001  pending  baseline")
 	require.Contains(t, status, "media   00001  pending  baseline")
 	require.NotContains(t, status, "legacy", "a new database never gets the legacy set")
-	require.Contains(t, runCLI(t, append([]string{"migrate", "up"}, common...)...), "applied 5 migration(s): [engine 1 engine 2 engine 3 engine 4 media 1]")
+	require.Contains(t, runCLI(t, append([]string{"migrate", "up"}, common...)...), "applied 6 migration(s): [engine 1 engine 2 engine 3 engine 4 engine 5 media 1]")
 	require.NotContains(t, runCLI(t, append([]string{"migrate", "status"}, common...)...), "pending")
 	require.Contains(t, runCLI(t, append([]string{"migrate", "down", "--to", "0"}, common...)...), "rolled back 1 migration(s): [media 1]")
 	status = runCLI(t, append([]string{"migrate", "status"}, common...)...)
@@ -43,7 +43,7 @@ func TestMigrateCommands(t *testing.T) {
 	// A version the set does not have is a typo, not a roll-back of nothing.
 	root := newRootCmd()
 	root.SetArgs(append([]string{"migrate", "down", "--set", "engine", "--to", "999"}, common...))
-	require.ErrorContains(t, root.ExecuteContext(context.Background()), "migrate engine set down to 999: the set has no such migration (its last is 4)")
+	require.ErrorContains(t, root.ExecuteContext(context.Background()), "migrate engine set down to 999: the set has no such migration (its last is 5)")
 
 	for args, want := range map[string]string{
 		"--to -1":      "--to must not be negative",

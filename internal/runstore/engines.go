@@ -49,13 +49,16 @@ const (
 	openRunsByKindSQL = `SELECT engine, kind, count(*), min(created_at) FROM taskport.run
 WHERE status IN ('pending', 'running', 'waiting') GROUP BY engine, kind ORDER BY engine, kind`
 	// unmovedRunsSQL counts the runs unmovedSQL holds for, all canceled,
-	// of each engine of $1 that has any: one count per engine, the status a
-	// literal next to run_finished's predicate, so that each reads that
-	// index's canceled runs of its engine (a GROUP BY or an ORDER BY would
-	// sort them; UnmovedRuns orders the engines).
+	// of each engine of $1 that has any: one count per engine, each a read
+	// of the entries of its engine in run_unmoved (engine migration 00005),
+	// whose predicate it repeats so that the planner can use it; that index
+	// holds only such runs, whatever the canceled runs retention keeps (a
+	// GROUP BY or an ORDER BY would sort them; UnmovedRuns orders the
+	// engines).
 	unmovedRunsSQL = `SELECT engine, n FROM (
   SELECT e.engine, (SELECT count(*) FROM taskport.run
-    WHERE engine = e.engine AND status = 'canceled' AND status IN ('succeeded', 'failed', 'canceled')
+    WHERE engine = e.engine AND status = 'canceled' AND evacuated_to IS NULL
+      AND (evacuated_at IS NOT NULL OR starts_with(cancel_reason, '` + evacuationHead + `'))
       AND ` + unmovedSQL + `) AS n
   FROM unnest($1::text[]) AS e(engine)
 ) c WHERE n > 0`
@@ -206,8 +209,7 @@ type Unmoved struct {
 }
 
 // UnmovedRuns counts, per engine, the runs an interrupted evacuation left
-// to move (unmovedSQL). It reads the canceled entries of run_finished, so
-// its cost follows the canceled runs retention keeps.
+// to move (unmovedSQL). It reads run_unmoved, which holds only them.
 func UnmovedRuns(ctx context.Context, q DBTX) ([]Unmoved, error) {
 	names := make([]string, len(engines))
 	for i, e := range engines {

@@ -107,8 +107,8 @@ func TestPlansStayIndexedAtAMillionRuns(t *testing.T) {
 		pgtest.Explain(t, pool, sql, args...).RequireIndexed(t, stats+" one kind", "run_kind_version_status_created")
 		pgtest.Explain(t, pool, kindVersionsSQL, "k", math.MaxInt32).
 			RequireIndexed(t, stats+" a kind's versions", "run_kind_version_status_created")
-		// engine status's runs left to move: the canceled ones only.
-		pgtest.Explain(t, pool, unmovedRunsSQL, []string{"lease", "temporal"}).RequireIndexed(t, stats+" runs left to move", "run_finished")
+		// engine status's runs left to move: run_unmoved, which holds only them.
+		pgtest.Explain(t, pool, unmovedRunsSQL, []string{"lease", "temporal"}).RequireIndexed(t, stats+" runs left to move", "run_unmoved")
 		for _, generic := range []bool{false, true} {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				retention(tx, fmt.Sprintf("%s generic=%v:", stats, generic), generic)
