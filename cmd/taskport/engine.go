@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/cmd/internal/stack"
-	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/router"
 )
 
@@ -69,7 +67,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			if err := checkActor(as); err != nil {
 				return err
 			}
-			if err := switchFlagError(router.CheckSwitch(as, reason)); err != nil {
+			if err := fieldFlagError(router.CheckSwitch(as, reason), switchFields); err != nil {
 				return err
 			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
@@ -136,20 +134,9 @@ func engineFlag(name, value string) error {
 	return nil
 }
 
-// switchFlagError is err, the router's refusal of who switches or why, as
-// a command line the CLI refuses, naming the flag (exit 2), as a refusal of
-// a cancel's --reason reads.
-func switchFlagError(err error) error {
-	var fe *port.FieldError
-	if !errors.As(err, &fe) {
-		return err
-	}
-	flag := map[string]string{"by": "--as", "reason": "--reason"}[fe.Field]
-	if flag == "" {
-		return err
-	}
-	return usageError{Err: fmt.Errorf("%s: %s", flag, fe.Reason)}
-}
+// switchFields names the flag of each field the router refuses of a
+// switch (router.CheckSwitch).
+var switchFields = map[string]string{"by": "--as", "reason": "--reason"}
 
 func printEngineStatus(w io.Writer, st router.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -278,12 +278,17 @@ var planFields = map[string]string{
 // command line makes the request, so the plans API's refusal of a field is
 // the command line's, whether plans.CheckNewPlan found it before connecting or
 // the API after. Any other err is returned as it is.
-func flagError(err error) error {
+func flagError(err error) error { return fieldFlagError(err, planFields) }
+
+// fieldFlagError is err, when it is a *port.FieldError of a field that
+// flags names the flag of, as a usage error (exit 2) naming that flag;
+// any other err as it is.
+func fieldFlagError(err error, flags map[string]string) error {
 	var fe *port.FieldError
 	if !errors.As(err, &fe) {
 		return err
 	}
-	name, ok := planFields[fe.Field]
+	name, ok := flags[fe.Field]
 	if !ok {
 		return err
 	}
