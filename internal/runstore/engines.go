@@ -315,10 +315,10 @@ const (
 )
 
 // unmovedSQL holds for a canceled run that an interrupted evacuation of its
-// engine left to move, as evacueesSQL lists it: ended by the evacuation and
-// not yet replaced, or ended canceled by its engine on the evacuation's
-// cancel (its reason begins with evacuationPrefix of its own engine) before
-// the evacuation ended its row. Its work is still to be done and its row is
+// engine left to move, which evacueesSQL lists with the open runs: ended by
+// the evacuation and not yet replaced, or ended canceled by its engine on
+// the evacuation's cancel (its reason begins with evacuationPrefix of its
+// own engine) before the evacuation ended its row. Its work is still to be done and its row is
 // all that remembers it, so status reports it (UnmovedRuns) and retention
 // keeps it (PrunableRunsCTE) until the next evacuation moves it.
 const unmovedSQL = `(evacuated_at IS NOT NULL AND evacuated_to IS NULL
@@ -332,15 +332,14 @@ func EvacuationCanceled(reason string, from Engine) bool {
 }
 
 const (
-	// evacueesSQL lists, besides the open runs and those ended and not yet
-	// replaced, the runs an evacuation's cancel ended ($5 is
-	// evacuationPrefix): an evacuation interrupted after that cancel left
-	// them, and their row is all that remembers them.
+	// evacueesSQL lists, besides the open runs, the runs an interrupted
+	// evacuation left to move (unmovedSQL, all canceled: ended by the
+	// evacuation and not yet replaced, or by the engine on its cancel):
+	// their row is all that remembers them.
 	evacueesSQL = `SELECT ` + runColumns + `, evacuated_at IS NOT NULL FROM taskport.run
 WHERE engine = $1 AND (created_at, id) > ($2, $3) AND (
     (status IN ('pending', 'running', 'waiting') AND evacuated_at IS NULL)
-    OR (evacuated_at IS NOT NULL AND evacuated_to IS NULL)
-    OR (status = 'canceled' AND evacuated_at IS NULL AND starts_with(cancel_reason, $5)))
+    OR (status = 'canceled' AND ` + unmovedSQL + `))
 ORDER BY created_at, id LIMIT $4`
 	// endAbandonedSQL ends an open run of engine $2 canceled without its
 	// engine: its lease (if any) is taken away, so that a worker still
@@ -386,7 +385,7 @@ func (c EvacuationCursor) Next(run Run) EvacuationCursor {
 // Evacuees returns up to limit runs of engine to evacuate, oldest first,
 // after cursor.
 func Evacuees(ctx context.Context, q DBTX, engine Engine, after EvacuationCursor, limit int) ([]Evacuee, error) {
-	rows, err := q.Query(ctx, evacueesSQL, engine, after.CreatedAt, after.ID, limit, evacuationPrefix(engine))
+	rows, err := q.Query(ctx, evacueesSQL, engine, after.CreatedAt, after.ID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list the runs to evacuate: %w", InterpretError(err))
 	}
