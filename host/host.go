@@ -49,12 +49,14 @@ import (
 )
 
 // Check is a readiness check of a dependency, e.g. the Temporal frontend.
+// Name (the probe body says "<Name> check failed") and Func are required.
 type Check struct {
 	Name string
 	Func func(context.Context) error
 }
 
 // Service runs beside the engine: started after it, stopped before it.
+// Name, Start and Stop are required.
 type Service struct {
 	Name  string
 	Start func(ctx context.Context) error
@@ -115,13 +117,24 @@ type Host struct {
 	addr     string // bound, once Run listens
 }
 
-// New checks cfg and returns a Host that Run runs.
+// New checks cfg and returns a Host that Run runs. An invalid cfg is a
+// *port.FieldError.
 func New(cfg Config) (*Host, error) {
 	if cfg.Pool == nil || cfg.Engine == nil {
 		return nil, &port.FieldError{Field: "host", Reason: "a pool and an engine are required"}
 	}
 	if cfg.StopTimeout < 0 {
 		return nil, &port.FieldError{Field: "stop_timeout", Reason: "must not be negative"}
+	}
+	for i, s := range cfg.Services {
+		if s.Name == "" || s.Start == nil || s.Stop == nil {
+			return nil, &port.FieldError{Field: "services", Reason: fmt.Sprintf("service %d (%q) needs a Name, a Start and a Stop", i, s.Name)}
+		}
+	}
+	for i, c := range cfg.Checks {
+		if c.Name == "" || c.Func == nil {
+			return nil, &port.FieldError{Field: "checks", Reason: fmt.Sprintf("check %d (%q) needs a Name and a Func", i, c.Name)}
+		}
 	}
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultAddr

@@ -145,6 +145,7 @@ func TestProbeBodiesNameWhatFailed(t *testing.T) {
 	var serving startstop.Base
 	require.NoError(t, startstop.Start(ctx, &serving, func(context.Context) error { return nil }))
 	var logged strings.Builder
+	noop := func(context.Context) error { return nil }
 	probe := func(cfg host.Config, path string) (int, string) {
 		cfg.Pool = pool
 		cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
@@ -165,7 +166,7 @@ func TestProbeBodiesNameWhatFailed(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "a dependency down is not a reason to restart the process")
 
 	code, body = probe(host.Config{Engine: stateEngine{base: &serving},
-		Services: []host.Service{{Name: "s", Ready: func() error { return &host.ProbeError{What: "s: behind", Err: raw} }}}}, "/readyz")
+		Services: []host.Service{{Name: "s", Start: noop, Stop: noop, Ready: func() error { return &host.ProbeError{What: "s: behind", Err: raw} }}}}, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, "s: behind\n", body)
 
@@ -194,4 +195,35 @@ func TestNewRefusesABadConfig(t *testing.T) {
 	var fe *port.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "stop_timeout", fe.Field)
+}
+
+// A service or a check without its functions, or without a name to report,
+// is refused by New, before Run starts an engine it would then panic
+// beside or a probe panics on.
+func TestNewRefusesIncompleteServicesAndChecks(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	eng := userEngine(t, pool, nil)
+	noop := func(context.Context) error { return nil }
+	for _, tc := range []struct {
+		name  string
+		cfg   host.Config
+		field string
+	}{
+		{"service without Start", host.Config{Services: []host.Service{{Name: "s", Stop: noop}}}, "services"},
+		{"service without Stop", host.Config{Services: []host.Service{{Name: "s", Start: noop}}}, "services"},
+		{"service without a name", host.Config{Services: []host.Service{{Start: noop, Stop: noop}}}, "services"},
+		{"check without Func", host.Config{Checks: []host.Check{{Name: "temporal"}}}, "checks"},
+		{"check without a name", host.Config{Checks: []host.Check{{Func: noop}}}, "checks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Pool, tc.cfg.Engine, tc.cfg.Addr = pool, eng, "127.0.0.1:0"
+			h, err := host.New(tc.cfg)
+			var fe *port.FieldError
+			require.ErrorAs(t, err, &fe, "New accepted it (host %v)", h != nil)
+			require.Equal(t, tc.field, fe.Field)
+		})
+	}
 }
