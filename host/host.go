@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/httpserve"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/migrations"
@@ -125,6 +126,9 @@ func New(cfg Config) (*Host, error) {
 	}
 	if cfg.StopTimeout < 0 {
 		return nil, &port.FieldError{Field: "stop_timeout", Reason: "must not be negative"}
+	}
+	if _, err := dbtx.ParseSchema(cfg.Schema); err != nil {
+		return nil, &port.FieldError{Field: "schema", Reason: err.Error()}
 	}
 	for i, s := range cfg.Services {
 		if s.Name == "" || s.Start == nil || s.Stop == nil {

@@ -195,6 +195,11 @@ func TestNewRefusesABadConfig(t *testing.T) {
 	var fe *port.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "stop_timeout", fe.Field)
+	// A name no engine takes would keep /readyz failing its schema check
+	// for as long as the worker runs.
+	_, err = host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), Schema: "Shop"})
+	require.ErrorAs(t, err, &fe, "New accepted a schema name no engine takes")
+	require.Equal(t, "schema", fe.Field)
 }
 
 // A service or a check without its functions, or without a name to report,
