@@ -34,7 +34,11 @@ type Config struct {
 	// ClaimLease hides claimed rows from other dispatchers; a dispatcher that
 	// dies mid-batch delays its rows by at most this (one that stops hands
 	// them back at once). It also bounds each write that claims rows or
-	// records what became of them, which Stop waits for. Default 30s.
+	// records what became of them, which Stop waits for. An engine call that
+	// outlives it loses the row to the next claim, which carries it out again
+	// (the engines' idempotency absorbs the repeat); the first dispatcher
+	// then leaves that claim alone, only marking the row dispatched if its
+	// own call succeeded. Default 30s.
 	ClaimLease time.Duration
 	// Backoff paces retries of a row whose action failed, by the row's
 	// attempts. Default port.NetworkRetry() intervals (1s doubling to 60s),
@@ -260,7 +264,10 @@ type claimed struct {
 	availableAt *time.Time
 	minVersion  int
 	attempts    int
-	trace       tracing.Stored
+	// until is the claim's lease end; with attempts it identifies the
+	// claim (see claimSQL).
+	until time.Time
+	trace tracing.Stored
 }
 
 // DispatchOnce claims one batch of due rows and carries them out. It returns
@@ -284,7 +291,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	claimedRows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
 		var c claimed
 		err := row.Scan(&c.id, &c.action, &c.kind, &c.topic, &c.key, &c.businessKey, &c.payload, &c.availableAt,
-			&c.minVersion, &c.attempts, &c.trace.Parent, &c.trace.State)
+			&c.minVersion, &c.attempts, &c.until, &c.trace.Parent, &c.trace.State)
 		return c, err
 	})
 	if err != nil {
@@ -325,11 +332,12 @@ func (d *Dispatcher) writeContext(ctx context.Context) (context.Context, context
 }
 
 // release hands a claimed row back as if never claimed: due now, its
-// attempt not charged.
+// attempt not charged. A row claimed again since (c's lease ended) is left
+// to that claim.
 func (d *Dispatcher) release(ctx context.Context, c claimed) error {
 	ctx, cancel := d.writeContext(ctx)
 	defer cancel()
-	if _, err := d.pool.Exec(ctx, releaseSQL, c.id); err != nil {
+	if _, err := d.pool.Exec(ctx, releaseSQL, c.id, c.attempts, c.until); err != nil {
 		return fmt.Errorf("hand back outbox %s: %w", c.name(), err)
 	}
 	return nil
@@ -458,8 +466,10 @@ func (d *Dispatcher) settle(ctx context.Context, c claimed, runID port.RunID, er
 		}
 		return nil
 	}
+	// A row claimed again since (c's lease ended) is left to that claim,
+	// which settles it.
 	wait := d.cfg.Backoff.Backoff(c.attempts)
-	if _, merr := d.pool.Exec(wctx, markRetrySQL, c.id, wait.Seconds(), err.Error()); merr != nil {
+	if _, merr := d.pool.Exec(wctx, markRetrySQL, c.id, wait.Seconds(), err.Error(), c.attempts, c.until); merr != nil {
 		return fmt.Errorf("back off outbox %s: %w", c.name(), merr)
 	}
 	return fmt.Errorf("outbox %s (attempt %d, next in %s): %w", c.name(), c.attempts, wait, err)

@@ -660,3 +660,82 @@ func TestRowOfAnotherEnginesRunIsDispatched(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(engine || ':' || idempotency_key ORDER BY idempotency_key) FROM taskport.run`).Scan(&engines))
 	require.Equal(t, []string{"lease:ours", "temporal:theirs"}, engines)
 }
+
+// heldEngine's EnqueueMany is entered (reported on entered) and returns
+// when its context ends, or with the error sent on fail: an engine call
+// that outlives the dispatcher's claim lease.
+type heldEngine struct {
+	*apptest.RecordingEngine
+	entered chan struct{}
+	fail    chan error
+}
+
+func newHeldEngine(pool *pgxpool.Pool) *heldEngine {
+	return &heldEngine{RecordingEngine: apptest.NewRecordingEngine(pool, nil), entered: make(chan struct{}, 1), fail: make(chan error, 1)}
+}
+
+func (h *heldEngine) EnqueueMany(ctx context.Context, _ []port.EnqueueItem) ([]port.EnqueueResult, error) {
+	h.entered <- struct{}{}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case err := <-h.fail:
+		return nil, err
+	}
+}
+
+// A dispatcher whose engine call outlives its claim lease has lost the row
+// to the next claim: when its call then ends, by a stop or an error, what it
+// writes must leave the new claim alone. Before, its hand-back made the row
+// due at once (and uncounted) and its backoff made it due after 1s, while
+// the second dispatcher's call was still in flight, so a third dispatcher
+// carried the row out again beside it.
+func TestAStaleClaimLeavesTheNextClaimAlone(t *testing.T) {
+	t.Parallel()
+	for name, end := range map[string]func(stop context.CancelFunc, first *heldEngine){
+		"stopped": func(stop context.CancelFunc, _ *heldEngine) { stop() },
+		"erring":  func(_ context.CancelFunc, first *heldEngine) { first.fail <- errors.New("engine timed out") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := pgtest.NewPool(t)
+			write(t, pool, "k.ind", "x")
+			dispatcher := func(eng port.TaskEngine) *outbox.Dispatcher {
+				d, err := outbox.NewDispatcher(pool, eng, eng.(port.Admin), outbox.Config{})
+				require.NoError(t, err)
+				return d
+			}
+			first, second := newHeldEngine(pool), newHeldEngine(pool)
+			stopFirst, firstReturned := dispatchInBackground(dispatcher(first))
+			defer stopFirst()
+			<-first.entered
+			backoffPassed(t, pool) // the first claim's lease ends
+			stopSecond, secondReturned := dispatchInBackground(dispatcher(second))
+			<-second.entered
+			claim := func() (c struct {
+				Attempts int
+				Until    time.Time
+			}) {
+				require.NoError(t, pool.QueryRow(ctx, `SELECT attempts, next_attempt_at FROM outbox_event`).Scan(&c.Attempts, &c.Until))
+				return c
+			}
+			held := claim()
+			require.Equal(t, 2, held.Attempts, "the second dispatcher claimed the row")
+
+			end(stopFirst, first)
+			<-firstReturned
+			require.Equal(t, held, claim(), "the second claim is left as it was")
+			third := apptest.NewRecordingEngine(pool, nil)
+			n, err := dispatcher(third).DispatchOnce(ctx)
+			require.NoError(t, err)
+			require.Zero(t, n, "no other dispatcher takes a row whose claim is in flight")
+			require.Empty(t, third.Enqueued())
+
+			stopSecond()
+			<-secondReturned
+			require.Equal(t, map[string]string{"x": "pending, attempts 1, due true"}, claimState(t, pool),
+				"the second claim, stopped, hands the row back")
+		})
+	}
+}

@@ -11,6 +11,9 @@ ON CONFLICT (kind, idempotency_key) DO NOTHING`
 // claimSQL takes due rows that no other dispatcher holds and pushes their
 // next_attempt_at past the claim lease, so a dispatcher that dies mid-batch
 // only delays its rows; the row lock lasts only for this statement. The
+// claim is (attempts, next_attempt_at) as it returns them: the writes that
+// reschedule the row (releaseSQL, markRetrySQL) match it, so a dispatcher
+// whose lease ended while its engine call ran leaves the next claim alone. The
 // ids are an array, not an IN (subquery): a generic plan does not know $1,
 // and after ANALYZE it joined an IN to a sequential scan of the whole
 // table (TestPlansStayIndexedAtAMillionRows, pgtest.ExplainGeneric); an
@@ -25,20 +28,24 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
     LIMIT $1))
 RETURNING id, action, kind, topic, idempotency_key, business_key, payload, available_at, min_version, attempts,
-    traceparent, tracestate`
+    next_attempt_at, traceparent, tracestate`
 
 const markDispatchedSQL = `
 UPDATE outbox_event SET status = 'dispatched', run_id = $2, dispatched_at = now(), last_error = ''
 WHERE id = $1 AND status = 'pending'`
 
+// markRetrySQL backs off a row whose action failed, while the claim
+// ($4 attempts, $5 its lease end) is still the row's.
 const markRetrySQL = `
 UPDATE outbox_event SET next_attempt_at = now() + make_interval(secs => $2), last_error = $3
-WHERE id = $1 AND status = 'pending'`
+WHERE id = $1 AND status = 'pending' AND attempts = $4 AND next_attempt_at = $5`
 
 // releaseSQL hands back a claimed row that was not carried out (Stop): due
-// at once, and its claim not counted as an attempt.
+// at once, and its claim not counted as an attempt; only while the claim
+// ($2 attempts, $3 its lease end) is still the row's.
 const releaseSQL = `
-UPDATE outbox_event SET attempts = attempts - 1, next_attempt_at = now() WHERE id = $1 AND status = 'pending'`
+UPDATE outbox_event SET attempts = attempts - 1, next_attempt_at = now()
+WHERE id = $1 AND status = 'pending' AND attempts = $2 AND next_attempt_at = $3`
 
 const markFailedSQL = `
 UPDATE outbox_event SET status = 'failed', last_error = $2 WHERE id = $1 AND status = 'pending'`
