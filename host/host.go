@@ -114,7 +114,8 @@ type Host struct {
 	cfg Config
 
 	mu       sync.Mutex
-	stopping bool
+	running  bool   // a Run has not returned
+	stopping bool   // the running Run's ctx ended, or it is failing
 	addr     string // bound, once Run listens
 }
 
@@ -211,8 +212,22 @@ func (h *Host) Handler() http.Handler {
 // then the services and the engine stop (within StopTimeout), and Run
 // returns nil. When the engine stops for good on its own, or the probe
 // server fails, it stops the rest and returns an error (the process exits
-// non-zero and is restarted).
+// non-zero and is restarted). Once Run returned, Run runs the host again
+// (engines and services start again after a stop); a Run while another
+// runs returns port.ErrAlreadyStarted.
 func (h *Host) Run(ctx context.Context) error {
+	h.mu.Lock()
+	if h.running {
+		h.mu.Unlock()
+		return fmt.Errorf("run the host: %w", port.ErrAlreadyStarted)
+	}
+	h.running, h.stopping = true, false
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.running = false
+		h.mu.Unlock()
+	}()
 	// The engine and the services stop when told to (stop), not when ctx
 	// ends, so readiness is off before either begins to stop.
 	run := context.WithoutCancel(ctx)

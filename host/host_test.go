@@ -232,3 +232,25 @@ func TestNewRefusesIncompleteServicesAndChecks(t *testing.T) {
 		})
 	}
 }
+
+// A Host runs again after Run returned, as the engines and services it
+// runs start again after Stop: the second Run is ready once its engine
+// serves. A Run while another runs is refused.
+func TestRunAgainAfterRunReturned(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	h, err := host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), Addr: "127.0.0.1:0", StopTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	for round := 1; round <= 2; round++ {
+		run, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- h.Run(run) }()
+		require.Eventually(t, func() bool { return h.Ready(ctx) == nil }, 30*time.Second, 20*time.Millisecond,
+			"run %d never became ready (last: %v)", round, h.Ready(ctx))
+		require.ErrorIs(t, h.Run(ctx), port.ErrAlreadyStarted, "a second Run beside run %d", round)
+		stop()
+		require.NoError(t, <-done, "run %d", round)
+	}
+}
