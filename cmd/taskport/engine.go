@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/cmd/internal/stack"
@@ -98,8 +100,14 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			if err := checkActor(as); err != nil {
 				return err
 			}
+			if err := refuseActive(cmd, g, from); err != nil {
+				return err
+			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
 				rep, err := r.Evacuate(cmd.Context(), from, as)
+				if errors.Is(err, router.ErrAlreadyActive) {
+					return evacuatingActive(from) // switched to it since refuseActive read it
+				}
 				if err != nil {
 					return err
 				}
@@ -132,6 +140,34 @@ func engineFlag(name, value string) error {
 		return usageError{Err: fmt.Errorf("%s must be lease or temporal, got %q", name, value)}
 	}
 	return nil
+}
+
+// refuseActive refuses an evacuation of the active engine, which it reads
+// from the database, before the Temporal frontend is dialed: an operator
+// who forgot to switch first is evacuating an engine that is gone, whose
+// dial would hold the refusal for up to dialBound.
+func refuseActive(cmd *cobra.Command, g *stack.Globals, from string) error {
+	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, _ *slog.Logger) error {
+		st, err := router.ReadStatus(cmd.Context(), pool)
+		if err != nil {
+			return err
+		}
+		if st.Active.Engine == from {
+			return evacuatingActive(from)
+		}
+		return nil
+	})
+}
+
+// evacuatingActive is the refusal of an evacuation of the active engine,
+// a command line the CLI refuses (exit 2), saying what to do instead.
+func evacuatingActive(from string) error {
+	other := "lease"
+	if from == other {
+		other = "temporal"
+	}
+	return usageError{Err: fmt.Errorf("--from %s is the active engine: switch to another engine first (taskport engine switch --to %s), "+
+		"then evacuate %s", from, other, from)}
 }
 
 // switchFields names the flag of each field the router refuses of a

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -142,4 +145,47 @@ func TestEngineStatusShowsRunsLeftToMove(t *testing.T) {
 	var st router.Status
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 	require.Equal(t, []router.Unmoved{{Engine: "temporal", Count: 1}}, st.Unmoved, out)
+}
+
+// Evacuating the active engine is a command line the CLI refuses (exit 2),
+// saying what to do instead, and refused before the Temporal frontend is
+// dialed: the operator who forgot to switch first is evacuating an engine
+// that is gone, whose dial would hold the refusal. The frontend here
+// accepts connections and never answers; none reaches it. Nothing is
+// written.
+func TestEvacuatingTheActiveEngineIsRefusedFirst(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	pool := pgtest.Connect(t, db)
+	frontend, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer frontend.Close()
+	run := func(args ...string) (string, error) {
+		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
+			"--temporal-address", frontend.Addr().String())
+	}
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"evacuate", "--from", "temporal", "--as", "ops"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		out, err := run(args...)
+		require.ErrorContains(t, err, "--from temporal is the active engine: switch to another engine first (taskport engine switch --to lease)")
+		require.Equal(t, 2, exitCode(err), "%v: %v", args, err)
+		require.Empty(t, out, "%v: nothing on stdout, the refusal goes to stderr", args)
+	}
+	var rows int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT (SELECT count(*) FROM taskport.engine_switch) + (SELECT count(*) FROM taskport.run)`).Scan(&rows))
+	require.Zero(t, rows, "nothing written")
+
+	// No connection to the frontend is waiting to be accepted: none was
+	// made. (A connection made is queued by the kernel whether or not the
+	// client is still there; the deadline only bounds the look when none is.)
+	require.NoError(t, frontend.(*net.TCPListener).SetDeadline(time.Now().Add(200*time.Millisecond)))
+	conn, err := frontend.Accept()
+	if err == nil {
+		conn.Close()
+	}
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the Temporal frontend was dialed before the refusal")
 }
