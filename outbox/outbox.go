@@ -19,6 +19,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -76,6 +77,10 @@ type Event struct {
 	MinVersion int
 }
 
+// keysOnly stands in for the kind of a row that has none (a signal or a
+// cancel), whose keys validate checks as an enqueue's.
+const keysOnly port.Kind = "outbox.keys"
+
 // CancelRuns is the payload of an ActionCancelPlanRuns row.
 type CancelRuns struct {
 	Reason string `json:"reason"`
@@ -83,11 +88,17 @@ type CancelRuns struct {
 	Spare []port.Kind `json:"spare,omitempty"`
 }
 
+// validate refuses what the engines would refuse at dispatch, so that the
+// row is refused in the caller's transaction rather than failing later, and
+// what Postgres cannot store, which would abort that transaction: the keys
+// and times as the engines check them (enginekit.CheckOptions), for every
+// action.
 func (ev Event) validate() error {
-	if ev.IdempotencyKey == "" || len(ev.IdempotencyKey) > port.MaxNameLen {
-		return &port.FieldError{Field: "idempotency_key", Reason: fmt.Sprintf("must be 1..%d bytes", port.MaxNameLen)}
-	}
 	enqueue := ev.Action == ActionEnqueue
+	if err := enginekit.CheckOptions(cmp.Or(ev.Kind, keysOnly), port.EnqueueOptions{IdempotencyKey: ev.IdempotencyKey,
+		BusinessKey: ev.BusinessKey, AvailableAt: ev.AvailableAt, MinVersion: ev.MinVersion}); err != nil {
+		return err
+	}
 	if enqueue != (ev.Kind != "") {
 		return &port.FieldError{Field: "kind", Reason: fmt.Sprintf("required for %s rows only", ActionEnqueue)}
 	}
@@ -99,10 +110,7 @@ func (ev Event) validate() error {
 	}
 	switch ev.Action {
 	case ActionEnqueue:
-		if ev.MinVersion < 0 {
-			return &port.FieldError{Field: "min_version", Reason: fmt.Sprintf("must not be negative, got %d", ev.MinVersion)}
-		}
-		return port.ValidateName("kind", string(ev.Kind))
+		return nil // the kind and min_version: CheckOptions
 	case ActionSignal:
 		return port.ValidateName("topic", string(ev.Topic))
 	case ActionCancelPlanRuns:
@@ -127,7 +135,7 @@ func Write(ctx context.Context, q DBTX, ev Event) (inserted bool, err error) {
 		ev.Action = ActionEnqueue
 	}
 	if err := ev.validate(); err != nil {
-		return false, fmt.Errorf("outbox write %s %s/%s: %w", ev.Action, ev.Kind, ev.IdempotencyKey, err)
+		return false, fmt.Errorf("outbox write %s %s/%q: %w", ev.Action, ev.Kind, ev.IdempotencyKey, err)
 	}
 	// Encoded as the engine will encode it at dispatch, so that a payload
 	// the engine would refuse (too large, not JSON) is refused here, in the

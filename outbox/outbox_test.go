@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -350,11 +351,33 @@ func TestWriteRefusesMalformedRows(t *testing.T) {
 		"cancel without plan":         {Action: outbox.ActionCancelPlanRuns, IdempotencyKey: "k", Payload: outbox.CancelRuns{}},
 		"cancel with another payload": {Action: outbox.ActionCancelPlanRuns, IdempotencyKey: "k", BusinessKey: "p", Payload: 1},
 		"unknown action":              {Action: "launch", IdempotencyKey: "k"},
+		// Keys and times the engines refuse at dispatch (the row would
+		// fail there) or Postgres refuses in the caller's transaction.
+		"key with U+0000":                     {Kind: "a.b", IdempotencyKey: "k\x00"},
+		"key not UTF-8":                       {Kind: "a.b", IdempotencyKey: "k\xff"},
+		"key with a control character":        {Kind: "a.b", IdempotencyKey: "k\x1b[2J"},
+		"key too long":                        {Kind: "a.b", IdempotencyKey: strings.Repeat("k", port.MaxNameLen+1)},
+		"business key with U+0000":            {Kind: "a.b", IdempotencyKey: "k", BusinessKey: "p\x00"},
+		"business key too long":               {Kind: "a.b", IdempotencyKey: "k", BusinessKey: strings.Repeat("p", port.MaxNameLen+1)},
+		"signal key with a control character": {Action: outbox.ActionSignal, Topic: "t", IdempotencyKey: "s\u0085"},
+		"cancel business key not UTF-8": {Action: outbox.ActionCancelPlanRuns, IdempotencyKey: "k", BusinessKey: "p\xff",
+			Payload: outbox.CancelRuns{}},
+		"available after year 9999": {Kind: "a.b", IdempotencyKey: "k", AvailableAt: time.Date(10000, 1, 2, 0, 0, 0, 0, time.UTC)},
 	} {
 		_, err := outbox.Write(ctx, pool, ev)
 		require.ErrorIs(t, err, port.ErrInvalidInput, name)
 	}
 	require.Empty(t, rows(t, pool))
+
+	// A refused row leaves the caller's transaction usable.
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := outbox.Write(ctx, tx, outbox.Event{Kind: "a.b", IdempotencyKey: "k\x00"})
+		require.ErrorIs(t, err, port.ErrInvalidInput)
+		_, err = outbox.Write(ctx, tx, outbox.Event{Kind: "a.b", IdempotencyKey: "k"})
+		return err
+	})
+	require.NoError(t, err)
+	require.Len(t, rows(t, pool), 1)
 }
 
 // gauge records what the dispatcher reports through its metrics hook.
