@@ -268,8 +268,8 @@ func New(cfg Config) *cobra.Command {
 			})
 		},
 	}
-	cancel.Flags().StringVar(&as, "as", DefaultActor(), "who cancels, recorded in the log and in the run's cancel reason; default: the OS user")
-	retry.Flags().StringVar(&as, "as", DefaultActor(), "who retries, recorded in the log and printed with the new run; default: the OS user")
+	cancel.Flags().StringVar(&as, "as", DefaultActor(), "who cancels, recorded in the log and in the run's cancel reason")
+	retry.Flags().StringVar(&as, "as", DefaultActor(), "who retries, recorded in the log and printed with the new run")
 
 	var payload string
 	signal := &cobra.Command{

@@ -400,3 +400,24 @@ func configurationReference(root *cobra.Command) string {
 	}
 	return b.String()
 }
+
+// No flag's help says its default twice: pflag adds (default "...") to
+// every flag whose default is not its type's zero, so a help that also
+// says it (--as's "default: the OS user") reads it twice.
+func TestNoFlagHelpRepeatsItsDefault(t *testing.T) {
+	var twice []string
+	walk(newRootCmd(), func(cmd *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{cmd.LocalNonPersistentFlags(), cmd.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) {
+				one := pflag.NewFlagSet(f.Name, pflag.ContinueOnError)
+				one.AddFlag(f)
+				shown := one.FlagUsages()
+				if strings.Contains(shown, f.Usage+" (default ") &&
+					(strings.Contains(f.Usage, "default:") || strings.Contains(f.Usage, "(default")) {
+					twice = append(twice, strings.TrimSpace(cmd.CommandPath()+": "+shown))
+				}
+			})
+		}
+	})
+	require.Empty(t, twice, "flags whose help says the default pflag adds")
+}

@@ -85,7 +85,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 		},
 	}
 	switchCmd.Flags().StringVar(&to, "to", "", "the engine to make active: lease or temporal")
-	switchCmd.Flags().StringVar(&as, "as", osUser(), "who switches, recorded with the switch; default: the OS user")
+	switchCmd.Flags().StringVar(&as, "as", osUser(), "who switches, recorded with the switch")
 	switchCmd.Flags().StringVar(&reason, "reason", "", fmt.Sprintf("why, recorded with the switch and shown by status (optional; at most %d characters)", router.MaxSwitchReason))
 
 	var from string
@@ -126,7 +126,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 		},
 	}
 	evacuate.Flags().StringVar(&from, "from", "", "the engine to evacuate: lease or temporal (not the active one)")
-	evacuate.Flags().StringVar(&as, "as", osUser(), "who evacuates, recorded in each moved run's cancel reason; default: the OS user")
+	evacuate.Flags().StringVar(&as, "as", osUser(), "who evacuates, recorded in each moved run's cancel reason")
 	bindJSON(evacuate, &asJSON)
 
 	cmd.AddCommand(status, switchCmd, evacuate)

@@ -300,7 +300,7 @@ func fieldFlagError(err error, flags map[string]string) error {
 // that names no one with checkActor.
 func bindActor(cmd *cobra.Command, into *string) {
 	name := osUser()
-	cmd.Flags().StringVar(into, "as", name, "who acts, recorded on the plan or decision (default: the OS user)")
+	cmd.Flags().StringVar(into, "as", name, "who acts, recorded on the plan or decision")
 	cmd.Flags().StringVar(into, "by", name, "older name of --as")
 	_ = cmd.Flags().MarkDeprecated("by", "use --as")
 }
