@@ -209,8 +209,8 @@ func (h *Host) Handler() http.Handler {
 
 // Run starts the engine's worker and the services, serves the probes and
 // metrics, and stops gracefully when ctx ends: readiness turns off first,
-// then the services and the engine stop (within StopTimeout), and Run
-// returns nil. When the engine stops for good on its own, or the probe
+// then the services and the engine stop (within StopTimeout), the probe
+// server closes its listener, and Run returns nil. When the engine stops for good on its own, or the probe
 // server fails, it stops the rest and returns an error (the process exits
 // non-zero and is restarted). Once Run returned, Run runs the host again
 // (engines and services start again after a stop); a Run while another
@@ -237,11 +237,18 @@ func (h *Host) Run(ctx context.Context) error {
 	// ctx: while the stop drains, /readyz answers 503 instead of refusing
 	// connections, and /metrics can still be scraped.
 	serving, stopServing := context.WithCancel(run)
-	defer stopServing()
 	served, err := h.serve(serving)
 	if err != nil {
+		stopServing()
 		return err
 	}
+	// Run returns once the probe server has closed its listener: the
+	// address is free again and the server's goroutines are ending.
+	defer func() {
+		stopServing()
+		for range served {
+		}
+	}()
 	if err := h.cfg.Engine.Start(run, h.cfg.Start); err != nil {
 		return fmt.Errorf("start the engine's worker: %w", err)
 	}

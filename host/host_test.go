@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -252,5 +253,28 @@ func TestRunAgainAfterRunReturned(t *testing.T) {
 		require.ErrorIs(t, h.Run(ctx), port.ErrAlreadyStarted, "a second Run beside run %d", round)
 		stop()
 		require.NoError(t, <-done, "run %d", round)
+	}
+}
+
+// When Run returns, its probe server is closed: the address is free for
+// the next worker of the process (a supervisor's restart, a test).
+func TestRunReturnsWithItsAddressFree(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	addr := testkit.FreeAddr(t)
+	for round := 1; round <= 10; round++ {
+		h, err := host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), Addr: addr, StopTimeout: 5 * time.Second})
+		require.NoError(t, err)
+		run, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- h.Run(run) }()
+		require.Eventually(t, func() bool { return h.Addr() != "" }, 30*time.Second, time.Millisecond, "round %d never listened", round)
+		stop()
+		require.NoError(t, <-done, "round %d", round)
+		l, err := net.Listen("tcp", addr)
+		require.NoError(t, err, "round %d: Run returned with its probe address still bound", round)
+		require.NoError(t, l.Close())
 	}
 }
