@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -327,4 +328,39 @@ VALUES ('00000000-0000-0000-0000-000000000009', 'lease', 'k', 1, 'e', '{}', 100)
 	var reserved bool
 	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('taskport.run_seq_reserved') IS NOT NULL`).Scan(&reserved))
 	require.False(t, reserved)
+}
+
+// Engine migration 00006 marks the runs an interrupted evacuation of an
+// earlier release left to move, which that release told apart by their
+// cancel reason alone: they are still to be moved after the upgrade. A run
+// whose reason names another engine's evacuation, or none, is not marked.
+func TestEvacuationMarkKeepsWhatAnEarlierReleaseLeftToMove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Connect(t, pgtest.NewEmptyDatabase(t))
+	m, err := migrations.NewEngine(pool, migrations.DefaultSchema, nil)
+	require.NoError(t, err)
+	defer m.Close()
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	_, err = m.DownTo(ctx, migrations.SetEngine, 5)
+	require.NoError(t, err)
+
+	_, err = pool.Exec(ctx, `
+INSERT INTO taskport.run (id, engine, kind, version, idempotency_key, input, status, finished_at, cancel_requested_at, cancel_reason)
+VALUES ('00000000-0000-0000-0000-000000000001', 'temporal', 'k', 1, 'ended', '{}', 'canceled', now(), now(),
+        'evacuated from the temporal engine to the lease engine by ops'),
+       ('00000000-0000-0000-0000-000000000002', 'temporal', 'k', 1, 'open', '{}', 'running', NULL, now(),
+        'evacuated from the temporal engine to the lease engine by ops'),
+       ('00000000-0000-0000-0000-000000000003', 'temporal', 'k', 1, 'other', '{}', 'canceled', now(), now(),
+        'evacuated from the lease engine to the temporal engine by ops'),
+       ('00000000-0000-0000-0000-000000000004', 'temporal', 'k', 1, 'none', '{}', 'canceled', now(), now(), '')`)
+	require.NoError(t, err)
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, `SELECT idempotency_key FROM taskport.run WHERE evacuation_requested_at IS NOT NULL ORDER BY 1`)
+	require.NoError(t, err)
+	marked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"ended", "open"}, marked)
 }

@@ -743,8 +743,20 @@ func (r *Router) evacuate(ctx context.Context, ev runstore.Evacuee, old, dst Eng
 	reached := false
 	if !ev.Ended {
 		// An evacuation's own cancel (an interrupted one's) is no reason to
-		// keep the run: it is moved as if this evacuation had sent it.
-		if !ev.CancelRequestedAt.IsZero() && !runstore.EvacuationCanceled(ev.CancelReason, runstore.Engine(rep.From)) {
+		// keep the run: it is moved as if this evacuation had sent it. The
+		// mark goes on the row before the cancel goes to the engine, so
+		// that an evacuation interrupted after the engine took it knows the
+		// cancel for its own; someone else's cancel requested since the
+		// page was read leaves the run unmarked, and it is not moved.
+		marked := ev.ByEvacuation
+		if !marked && ev.CancelRequestedAt.IsZero() {
+			var err error
+			if marked, err = runstore.MarkEvacuating(ctx, r.pool, runstore.Engine(rep.From), ev.ID); err != nil {
+				fail(err)
+				return reachable
+			}
+		}
+		if !marked {
 			// The row keeps the requester's reason, even an empty one: this
 			// evacuation's would read as its own cancel, and the next
 			// evacuation would move the run (and status report it unmoved).

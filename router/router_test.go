@@ -134,3 +134,52 @@ func TestEvacuateKeepsACancelRequestedWithoutAReason(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT status, cancel_reason FROM taskport.run WHERE id = $1`, run.ID).Scan(&status, &reason))
 	require.Equal(t, []string{"canceled", ""}, []string{status, reason})
 }
+
+// A cancel someone requested with a reason that reads as an evacuation's is
+// still theirs: the evacuation ends the open run canceled and does not move
+// it, and status does not count the run its engine already ended as left
+// to move. Only the mark an evacuation writes before its cancel makes a
+// cancel its own.
+func TestEvacuateKeepsACancelWhoseReasonReadsAsAnEvacuations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	eng, err := leaseadapter.New(pool, port.NewRegistry(), leaseadapter.Config{})
+	require.NoError(t, err)
+	r, err := router.New(pool, map[string]router.Engine{"lease": eng}, router.Config{})
+	require.NoError(t, err)
+	forged := runstore.EvacuationReason(runstore.EngineTemporal, runstore.EngineLease, "ops")
+	canceled := func(key string, status port.Status) port.RunID {
+		run, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "router.k", Version: 1,
+			Key: key, Input: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		require.NoError(t, runstore.Project(ctx, pool, run.ID, runstore.Projection{Status: port.StatusRunning}))
+		flagged, err := runstore.RequestCancel(ctx, pool, runstore.EngineTemporal, run.ID, forged)
+		require.NoError(t, err)
+		require.True(t, flagged)
+		if status != port.StatusRunning {
+			require.NoError(t, runstore.Project(ctx, pool, run.ID, runstore.Projection{Status: status}))
+		}
+		return run.ID
+	}
+	open := canceled("open", port.StatusRunning)
+	ended := canceled("ended", port.StatusCanceled)
+	_, err = r.SwitchTo(ctx, "lease", "ops", "")
+	require.NoError(t, err)
+
+	st, err := r.Status(ctx)
+	require.NoError(t, err)
+	require.Empty(t, st.Unmoved, "the run its engine ended on a user's cancel is not left to move")
+	rep, err := r.Evacuate(ctx, "temporal", "ops")
+	require.NoError(t, err)
+	require.Equal(t, router.Report{From: "temporal", To: "lease",
+		Skipped: []router.Skipped{{ID: open, Kind: "router.k", Reason: "its cancel was requested before: ended canceled, not moved"}}}, rep)
+	var moved int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskport.run WHERE engine = 'lease' OR evacuated_at IS NOT NULL`).Scan(&moved))
+	require.Zero(t, moved, "no run was moved")
+	for _, id := range []port.RunID{open, ended} {
+		var status, reason string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status, cancel_reason FROM taskport.run WHERE id = $1`, id).Scan(&status, &reason))
+		require.Equal(t, []string{"canceled", forged}, []string{status, reason}, "run %s", id)
+	}
+}

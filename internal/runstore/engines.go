@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -278,12 +277,17 @@ func KeysOfOthers(ctx context.Context, q DBTX, self Engine, keys []RunKey) (map[
 }
 
 // Evacuee is an open run of an engine being evacuated, or one whose
-// evacuation was interrupted: after the engine took its cancel (its
-// CancelReason is an EvacuationReason, and the engine may have ended it),
-// or after it was ended (Ended) and before its replacement was recorded.
+// evacuation was interrupted: after the engine took its cancel
+// (ByEvacuation, and the engine may have ended it), or after it was ended
+// (Ended) and before its replacement was recorded.
 type Evacuee struct {
 	Run
 	Ended bool
+	// ByEvacuation: the run's cancel is an evacuation's, marked by
+	// MarkEvacuating before it was sent and recorded first (its
+	// CancelReason is an EvacuationReason of the run's engine). A cancel
+	// requested otherwise, whatever its reason reads, is not.
+	ByEvacuation bool
 }
 
 // EvacuationKey is the idempotency key of the run that replaces run id on
@@ -294,49 +298,45 @@ func EvacuationKey(id port.RunID) string { return "evacuated:" + string(id) }
 // EvacuationReason is the cancel reason an evacuation of engine from to
 // engine to by by gives the runs it moves. Its cancel goes through the
 // engine, which records it as the run's cancel reason (the first one wins)
-// and may end the run canceled at once (a pending or waiting run); the
-// reason is then all that tells an evacuation interrupted after that cancel
-// from a cancel someone else requested (see EvacuationCanceled).
+// and may end the run canceled at once (a pending or waiting run). The
+// reason alone does not make a cancel an evacuation's: anyone may cancel
+// with any reason. MarkEvacuating's mark, written before the cancel is
+// sent, does, with the reason recorded first (Evacuee.ByEvacuation).
 func EvacuationReason(from, to Engine, by string) string {
-	return evacuationPrefix(from) + string(to) + " engine by " + by
+	return evacuationHead + string(from) + evacuationTail + string(to) + " engine by " + by
 }
 
-// evacuationPrefix is how every EvacuationReason from engine from begins,
-// whoever evacuated to where.
-func evacuationPrefix(from Engine) string {
-	return evacuationHead + string(from) + evacuationTail
-}
-
-// evacuationPrefix's text around the engine's name, for unmovedSQL, which
-// reads the engine from the row.
+// How every EvacuationReason begins, around the name of the engine
+// evacuated (byEvacuationSQL reads it from the row).
 const (
 	evacuationHead = "evacuated from the "
 	evacuationTail = " engine to the "
 )
 
+// byEvacuationSQL holds for a run whose cancel is an evacuation's: marked
+// by MarkEvacuating before the cancel was sent, with the evacuation's
+// reason recorded first (its reason is an EvacuationReason from the run's
+// own engine). A run whose cancel is an evacuation's is still to be
+// moved, by whichever evacuation comes next.
+const byEvacuationSQL = `evacuation_requested_at IS NOT NULL AND starts_with(cancel_reason, '` +
+	evacuationHead + `' || engine || '` + evacuationTail + `')`
+
 // unmovedSQL holds for a canceled run that an interrupted evacuation of its
 // engine left to move, which evacueesSQL lists with the open runs: ended by
 // the evacuation and not yet replaced, or ended canceled by its engine on
-// the evacuation's cancel (its reason begins with evacuationPrefix of its
-// own engine) before the evacuation ended its row. Its work is still to be done and its row is
-// all that remembers it, so status reports it (UnmovedRuns) and retention
-// keeps it (PrunableRunsCTE) until the next evacuation moves it.
+// the evacuation's cancel (byEvacuationSQL) before the evacuation ended its
+// row. Its work is still to be done and its row is all that remembers it,
+// so status reports it (UnmovedRuns) and retention keeps it
+// (PrunableRunsCTE) until the next evacuation moves it.
 const unmovedSQL = `(evacuated_at IS NOT NULL AND evacuated_to IS NULL
-    OR evacuated_at IS NULL AND starts_with(cancel_reason, '` + evacuationHead + `' || engine || '` + evacuationTail + `'))`
-
-// EvacuationCanceled reports whether reason is the cancel reason of an
-// evacuation of engine from: a run whose cancel it requested is still to be
-// moved, by whichever evacuation comes next.
-func EvacuationCanceled(reason string, from Engine) bool {
-	return strings.HasPrefix(reason, evacuationPrefix(from))
-}
+    OR evacuated_at IS NULL AND ` + byEvacuationSQL + `)`
 
 const (
 	// evacueesSQL lists, besides the open runs, the runs an interrupted
 	// evacuation left to move (unmovedSQL, all canceled: ended by the
 	// evacuation and not yet replaced, or by the engine on its cancel):
 	// their row is all that remembers them.
-	evacueesSQL = `SELECT ` + runColumns + `, evacuated_at IS NOT NULL FROM taskport.run
+	evacueesSQL = `SELECT ` + runColumns + `, evacuated_at IS NOT NULL, coalesce(` + byEvacuationSQL + `, false) FROM taskport.run
 WHERE engine = $1 AND (created_at, id) > ($2, $3) AND (
     (status IN ('pending', 'running', 'waiting') AND evacuated_at IS NULL)
     OR (status = 'canceled' AND ` + unmovedSQL + `))
@@ -345,9 +345,9 @@ ORDER BY created_at, id LIMIT $4`
 	// engine: its lease (if any) is taken away, so that a worker still
 	// running a step of it is fenced from then on, and its waiter rows go,
 	// so that no signal is addressed to it. A run the engine already ended
-	// canceled for an evacuation (its reason begins with $5,
-	// evacuationPrefix: this evacuation's cancel, or an interrupted one's,
-	// reached it) is taken too. $4 marks it evacuated.
+	// canceled for an evacuation (byEvacuationSQL: this evacuation's
+	// cancel, or an interrupted one's, reached it) is taken too. $4 marks
+	// it evacuated.
 	endAbandonedSQL = `
 WITH r AS (
   UPDATE taskport.run
@@ -357,12 +357,19 @@ WITH r AS (
       lease_owner = NULL, lease_until = NULL, lease_token = NULL, started_seq = NULL,
       evacuated_at = CASE WHEN $4 THEN now() END
   WHERE id = $1 AND engine = $2 AND evacuated_at IS NULL
-    AND (status IN ('pending', 'running', 'waiting') OR status = 'canceled' AND starts_with(cancel_reason, $5))
+    AND (status IN ('pending', 'running', 'waiting') OR status = 'canceled' AND ` + byEvacuationSQL + `)
   RETURNING id
 ), w AS (
   DELETE FROM taskport.waiter WHERE run_id IN (SELECT id FROM r)
 )
 SELECT count(*) FROM r`
+	// markEvacuatingSQL marks open run $1 of engine $2 for MarkEvacuating
+	// unless its cancel was requested (an interrupted evacuation that marked
+	// it and went no further left it open and unrequested: it keeps its
+	// mark and is taken).
+	markEvacuatingSQL = `UPDATE taskport.run SET evacuation_requested_at = coalesce(evacuation_requested_at, now())
+WHERE id = $1 AND engine = $2 AND evacuated_at IS NULL AND status IN ('pending', 'running', 'waiting')
+  AND cancel_requested_at IS NULL`
 	// evacuatedToSQL records the replacement, which the run's view reads
 	// (RunView.MovedTo): updated_at advances with it, as with every change
 	// of the view.
@@ -391,7 +398,7 @@ func Evacuees(ctx context.Context, q DBTX, engine Engine, after EvacuationCursor
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Evacuee, error) {
 		var e Evacuee
-		r, err := scanRunAnd(row, &e.Ended)
+		r, err := scanRunAnd(row, &e.Ended, &e.ByEvacuation)
 		e.Run = r
 		return e, err
 	})
@@ -399,6 +406,26 @@ func Evacuees(ctx context.Context, q DBTX, engine Engine, after EvacuationCursor
 		return nil, fmt.Errorf("list the runs to evacuate: %w", InterpretError(err))
 	}
 	return out, nil
+}
+
+// MarkEvacuating marks open run id of engine as one whose cancel an
+// evacuation is about to send (evacuation_requested_at), before it sends
+// it: the mark, not the reason, is what tells the next evacuation and
+// status that a run the engine then ends canceled is still to be moved.
+// marked is false when the run is no longer open, or when its cancel was
+// requested (by someone else: a run whose cancel is an evacuation's is
+// Evacuee.ByEvacuation and needs no mark): nothing was written, and the
+// run is not to be moved.
+func MarkEvacuating(ctx context.Context, q DBTX, engine Engine, id port.RunID) (marked bool, err error) {
+	u, err := ParseID(id)
+	if err != nil {
+		return false, err
+	}
+	tag, err := q.Exec(ctx, markEvacuatingSQL, u, engine)
+	if err != nil {
+		return false, fmt.Errorf("mark run %s as evacuated: %w", id, InterpretError(err))
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // EndAbandoned ends open run id of engine canceled, with reason, without
@@ -412,7 +439,7 @@ func EndAbandoned(ctx context.Context, q DBTX, engine Engine, id port.RunID, rea
 		return false, err
 	}
 	var n int
-	if err := q.QueryRow(ctx, endAbandonedSQL, u, engine, reason, evacuated, evacuationPrefix(engine)).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, endAbandonedSQL, u, engine, reason, evacuated).Scan(&n); err != nil {
 		return false, fmt.Errorf("end run %s: %w", id, InterpretError(err))
 	}
 	return n == 1, nil
