@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -32,8 +34,16 @@ type FailedRow struct {
 	RetriedAt time.Time `json:"retried_at,omitzero"`
 }
 
-// Failed returns the failed rows, oldest first, at most limit of them.
+// MaxRetriedBy bounds who retried a row, in characters (as plans.MaxActor
+// bounds who acted).
+const MaxRetriedBy = 200
+
+// Failed returns the failed rows, oldest first, at most limit of them; a
+// negative limit is a *port.FieldError.
 func Failed(ctx context.Context, q DBTX, limit int) ([]FailedRow, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("list failed outbox rows: %w", &port.FieldError{Field: "limit", Reason: fmt.Sprintf("must not be negative, got %d", limit)})
+	}
 	rows, err := q.Query(ctx, listFailedSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list failed outbox rows: %w", err)
@@ -65,10 +75,12 @@ func CountFailed(ctx context.Context, q DBTX) (int, error) {
 
 // Retry hands a failed row back to the dispatchers with its attempts reset,
 // recording who asked. A row that is not failed (unknown, or retried
-// already) is an error wrapping port.ErrNotFound, and nothing is written.
+// already) is an error wrapping port.ErrNotFound; who asked must be one line
+// of at most MaxRetriedBy characters, not blank, else the error is a
+// *port.FieldError. Either way nothing is written.
 func Retry(ctx context.Context, q DBTX, id uuid.UUID, by string) error {
-	if strings.TrimSpace(by) == "" {
-		return fmt.Errorf("retry outbox row %s: %w", id, &port.FieldError{Field: "retried_by", Reason: "must not be empty"})
+	if err := checkRetriedBy(by); err != nil {
+		return fmt.Errorf("retry outbox row %s: %w", id, err)
 	}
 	tag, err := q.Exec(ctx, retrySQL, id, by)
 	if err != nil {
@@ -79,6 +91,23 @@ func Retry(ctx context.Context, q DBTX, id uuid.UUID, by string) error {
 	}
 	if _, err := q.Exec(ctx, notifySQL); err != nil {
 		return fmt.Errorf("retry outbox row %s: wake dispatchers: %w", id, err)
+	}
+	return nil
+}
+
+// checkRetriedBy refuses a blank name, one Postgres text cannot store, one
+// with a control character (an operator reads it back in a terminal) and
+// one longer than MaxRetriedBy characters.
+func checkRetriedBy(by string) error {
+	const field = "retried_by"
+	if strings.TrimSpace(by) == "" {
+		return &port.FieldError{Field: field, Reason: "must not be empty"}
+	}
+	if err := enginekit.ValidateLine(field, by, ""); err != nil {
+		return err
+	}
+	if n := utf8.RuneCountInString(by); n > MaxRetriedBy {
+		return &port.FieldError{Field: field, Reason: fmt.Sprintf("must be at most %d characters, got %d", MaxRetriedBy, n)}
 	}
 	return nil
 }

@@ -411,6 +411,12 @@ func TestFailedRowsAreCountedAndRetried(t *testing.T) {
 
 	require.NoError(t, d.Stop(ctx)) // the row would fail again at once: look at it pending
 	require.ErrorIs(t, outbox.Retry(ctx, pool, list[0].ID, " "), port.ErrInvalidInput, "who retries is recorded")
+	for _, by := range []string{"ann\x00", "ann\xff", "ann\x1b[2J", strings.Repeat("a", outbox.MaxRetriedBy+1)} {
+		require.ErrorIs(t, outbox.Retry(ctx, pool, list[0].ID, by), port.ErrInvalidInput, "retried by %q", by)
+	}
+	require.Equal(t, "failed", rows(t, pool)["x"].Status, "a refused retry writes nothing")
+	_, err = outbox.Failed(ctx, pool, -1)
+	require.ErrorIs(t, err, port.ErrInvalidInput, "a negative limit")
 	require.NoError(t, outbox.Retry(ctx, pool, list[0].ID, "ann"))
 	r := rows(t, pool)["x"]
 	require.Equal(t, "pending", r.Status)
