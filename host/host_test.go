@@ -19,6 +19,7 @@ import (
 	"github.com/taskport/taskport/host"
 	"github.com/taskport/taskport/internal/startstop"
 	"github.com/taskport/taskport/internal/testkit"
+	"github.com/taskport/taskport/internal/testkit/pgcluster"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 	"github.com/taskport/taskport/leaseadapter"
 	"github.com/taskport/taskport/migrations"
@@ -277,4 +278,38 @@ func TestRunReturnsWithItsAddressFree(t *testing.T) {
 		require.NoError(t, err, "round %d: Run returned with its probe address still bound", round)
 		require.NoError(t, l.Close())
 	}
+}
+
+// Postgres going away makes the worker unready and never unlive: the
+// kubelet stops sending it traffic but does not restart a process that
+// recovers on its own, and it is ready again once Postgres is back.
+func TestPostgresAwayFailsReadinessNotLiveness(t *testing.T) {
+	ctx := context.Background()
+	cluster := pgcluster.New(t)
+	pool, err := pgxpool.New(ctx, cluster.URL())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, migrations.UpEngine(ctx, pool, ""))
+	h, err := host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), Addr: "127.0.0.1:0", StopTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	run, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(run) }()
+	probe := func(path string) (int, string) { return get(t, "http://"+h.Addr()+path) }
+	require.Eventually(t, func() bool { code, _ := probe("/readyz"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, cluster.Stop())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, body := probe("/readyz")
+		assert.Equal(c, http.StatusServiceUnavailable, code)
+		assert.Equal(c, "postgres check failed\n", body)
+	}, 30*time.Second, 20*time.Millisecond, "readiness stayed on with Postgres down")
+	code, body := probe("/healthz")
+	require.Equal(t, http.StatusOK, code, "liveness failed with Postgres down: %s", body)
+
+	require.NoError(t, cluster.Start())
+	require.Eventually(t, func() bool { code, _ := probe("/readyz"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond,
+		"the worker never became ready again once Postgres was back")
+	stop()
+	require.NoError(t, <-done)
 }
