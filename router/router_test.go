@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/runstore"
@@ -105,25 +106,14 @@ func TestSwitchRefusesBadText(t *testing.T) {
 func TestEvacuateKeepsACancelRequestedWithoutAReason(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	eng, err := leaseadapter.New(pool, port.NewRegistry(), leaseadapter.Config{})
-	require.NoError(t, err)
-	// The Temporal engine is gone: the router has the lease engine only.
-	r, err := router.New(pool, map[string]router.Engine{"lease": eng}, router.Config{})
-	require.NoError(t, err)
-	run, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "router.k", Version: 1,
-		Key: "k", Input: json.RawMessage(`{}`)})
-	require.NoError(t, err)
-	require.NoError(t, runstore.Project(ctx, pool, run.ID, runstore.Projection{Status: port.StatusRunning}))
-	flagged, err := runstore.RequestCancel(ctx, pool, runstore.EngineTemporal, run.ID, "")
-	require.NoError(t, err)
-	require.True(t, flagged)
-	_, err = r.SwitchTo(ctx, "lease", "ops", "")
+	r, pool := leaseOnly(t)
+	run := canceledTemporalRun(t, pool, "k", "", port.StatusRunning)
+	_, err := r.SwitchTo(ctx, "lease", "ops", "")
 	require.NoError(t, err)
 
 	rep, err := r.Evacuate(ctx, "temporal", "ops")
 	require.NoError(t, err)
-	require.Equal(t, []router.Skipped{{ID: run.ID, Kind: "router.k", Reason: "its cancel was requested before: ended canceled, not moved"}}, rep.Skipped)
+	require.Equal(t, []router.Skipped{{ID: run, Kind: "router.k", Reason: "its cancel was requested before: ended canceled, not moved"}}, rep.Skipped)
 	st, err := r.Status(ctx)
 	require.NoError(t, err)
 	require.Empty(t, st.Unmoved, "nothing was left to move")
@@ -131,7 +121,7 @@ func TestEvacuateKeepsACancelRequestedWithoutAReason(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, router.Report{From: "temporal", To: "lease"}, again, "nothing to move or skip")
 	var status, reason string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT status, cancel_reason FROM taskport.run WHERE id = $1`, run.ID).Scan(&status, &reason))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT status, cancel_reason FROM taskport.run WHERE id = $1`, run).Scan(&status, &reason))
 	require.Equal(t, []string{"canceled", ""}, []string{status, reason})
 }
 
@@ -143,28 +133,11 @@ func TestEvacuateKeepsACancelRequestedWithoutAReason(t *testing.T) {
 func TestEvacuateKeepsACancelWhoseReasonReadsAsAnEvacuations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	eng, err := leaseadapter.New(pool, port.NewRegistry(), leaseadapter.Config{})
-	require.NoError(t, err)
-	r, err := router.New(pool, map[string]router.Engine{"lease": eng}, router.Config{})
-	require.NoError(t, err)
+	r, pool := leaseOnly(t)
 	forged := runstore.EvacuationReason(runstore.EngineTemporal, runstore.EngineLease, "ops")
-	canceled := func(key string, status port.Status) port.RunID {
-		run, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "router.k", Version: 1,
-			Key: key, Input: json.RawMessage(`{}`)})
-		require.NoError(t, err)
-		require.NoError(t, runstore.Project(ctx, pool, run.ID, runstore.Projection{Status: port.StatusRunning}))
-		flagged, err := runstore.RequestCancel(ctx, pool, runstore.EngineTemporal, run.ID, forged)
-		require.NoError(t, err)
-		require.True(t, flagged)
-		if status != port.StatusRunning {
-			require.NoError(t, runstore.Project(ctx, pool, run.ID, runstore.Projection{Status: status}))
-		}
-		return run.ID
-	}
-	open := canceled("open", port.StatusRunning)
-	ended := canceled("ended", port.StatusCanceled)
-	_, err = r.SwitchTo(ctx, "lease", "ops", "")
+	open := canceledTemporalRun(t, pool, "open", forged, port.StatusRunning)
+	ended := canceledTemporalRun(t, pool, "ended", forged, port.StatusCanceled)
+	_, err := r.SwitchTo(ctx, "lease", "ops", "")
 	require.NoError(t, err)
 
 	st, err := r.Status(ctx)
@@ -182,4 +155,34 @@ func TestEvacuateKeepsACancelWhoseReasonReadsAsAnEvacuations(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT status, cancel_reason FROM taskport.run WHERE id = $1`, id).Scan(&status, &reason))
 		require.Equal(t, []string{"canceled", forged}, []string{status, reason}, "run %s", id)
 	}
+}
+
+// leaseOnly is a router whose Temporal engine is gone: it has the lease
+// engine only.
+func leaseOnly(t *testing.T) (*router.Router, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	eng, err := leaseadapter.New(pool, port.NewRegistry(), leaseadapter.Config{})
+	require.NoError(t, err)
+	r, err := router.New(pool, map[string]router.Engine{"lease": eng}, router.Config{})
+	require.NoError(t, err)
+	return r, pool
+}
+
+// canceledTemporalRun is a Temporal run under key whose cancel was
+// requested with reason, left in status (running: not yet ended).
+func canceledTemporalRun(t *testing.T, pool *pgxpool.Pool, key, reason string, status port.Status) port.RunID {
+	t.Helper()
+	ctx := context.Background()
+	run, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: "router.k", Version: 1,
+		Key: key, Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, runstore.Project(ctx, pool, run.ID, runstore.Projection{Status: port.StatusRunning}))
+	flagged, err := runstore.RequestCancel(ctx, pool, runstore.EngineTemporal, run.ID, reason)
+	require.NoError(t, err)
+	require.True(t, flagged)
+	if status != port.StatusRunning {
+		require.NoError(t, runstore.Project(ctx, pool, run.ID, runstore.Projection{Status: status}))
+	}
+	return run.ID
 }
