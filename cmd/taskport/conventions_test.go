@@ -224,6 +224,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"plan", "approve", "x", "--as", ""}},
 		{args: []string{"plan", "reject", "x", "--as", "  "}},
 		{args: []string{"plan", "cancel", "x", "--by", ""}},
+		{args: []string{"plan", "timeline", "x"}},
+		{args: []string{"plan", "timeline", "", "--json"}},
 		{args: []string{"decision", "resolve", "x", "retry", "--as", ""}},
 		{args: []string{"runs", "signal", "", "--engine", "lease"}},
 		{args: []string{"runs", "signal", "approval:x", "--engine", "lease", "--payload", "not json"}},

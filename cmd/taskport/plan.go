@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/codes"
@@ -171,6 +172,11 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	timeline := &cobra.Command{
 		Use: "timeline PLAN", Short: "Print a plan's business timeline", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The id is the command line's, refused before the database is
+			// opened as approve's is (plans.Timeline parses it the same way).
+			if _, err := uuid.Parse(args[0]); err != nil {
+				return usageError{Err: fmt.Errorf("PLAN: not a UUID: %q", args[0])}
+			}
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root}, func(svc *plans.Service) error {
 				tl, err := svc.Timeline(cmd.Context(), args[0])
 				if err != nil {
