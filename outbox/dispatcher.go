@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -41,8 +42,9 @@ type Config struct {
 	// own call succeeded. Default 30s.
 	ClaimLease time.Duration
 	// Backoff paces retries of a row whose action failed, by the row's
-	// attempts. Default port.NetworkRetry() intervals (1s doubling to 60s),
-	// with no attempt limit: a row is only given up on when the engine
+	// attempts. Its zero fields take port.NetworkRetry()'s intervals (1s
+	// doubling to 60s); MaxAttempts is ignored, as there is no attempt
+	// limit: a row is only given up on when the engine
 	// refuses it as invalid input. A kind or version this process does not
 	// know is not invalid input: another process (a newer worker in a rolling
 	// deploy) may know it, so such a row backs off too.
@@ -78,8 +80,9 @@ func (c Config) withDefaults() Config {
 		c.ClaimLease = 30 * time.Second
 	}
 	if c.Backoff.MaxAttempts == 0 {
-		c.Backoff = port.NetworkRetry()
+		c.Backoff.MaxAttempts = math.MaxInt32 // unused; what Validate requires
 	}
+	c.Backoff = c.Backoff.WithDefaults()
 	return c
 }
 

@@ -178,6 +178,26 @@ func TestEnqueueFailureBacksOff(t *testing.T) {
 	require.Empty(t, r.LastErr)
 }
 
+// A backoff given without MaxAttempts (the dispatcher has no attempt
+// limit) paces the retries as given. Before, it was replaced whole by the
+// default, and a row failing against an engine that was down came back
+// after 1s instead of an hour.
+func TestBackoffWithoutMaxAttemptsIsKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	eng := &failingEngine{RecordingEngine: apptest.NewRecordingEngine(pool, nil), err: errors.New("engine down")}
+	eng.left.Store(1)
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{Backoff: port.RetryPolicy{InitialInterval: time.Hour, MaxInterval: time.Hour}})
+	require.NoError(t, err)
+	write(t, pool, "k.ind", "x")
+	_, err = d.DispatchOnce(ctx)
+	require.ErrorContains(t, err, "engine down")
+	var wait time.Duration
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (next_attempt_at - now())::interval FROM outbox_event`).Scan(&wait))
+	require.Greater(t, wait, 50*time.Minute, "the hour given, not the default 1s")
+}
+
 // kindWith registers kind at version, taking an input with the fields of
 // in only (unknown fields are refused, as for every kind).
 func kindWith[In any](t testing.TB, kind port.Kind, version int) *port.Registry {
