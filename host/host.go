@@ -128,9 +128,11 @@ func New(cfg Config) (*Host, error) {
 	if cfg.StopTimeout < 0 {
 		return nil, &port.FieldError{Field: "stop_timeout", Reason: "must not be negative"}
 	}
-	if _, err := dbtx.ParseSchema(cfg.Schema); err != nil {
+	schema, err := dbtx.ParseSchema(cfg.Schema)
+	if err != nil {
 		return nil, &port.FieldError{Field: "schema", Reason: err.Error()}
 	}
+	cfg.Schema = schema.Name()
 	for i, s := range cfg.Services {
 		if s.Name == "" || s.Start == nil || s.Stop == nil {
 			return nil, &port.FieldError{Field: "services", Reason: fmt.Sprintf("service %d (%q) needs a Name, a Start and a Stop", i, s.Name)}
@@ -352,7 +354,7 @@ func (h *Host) Ready(ctx context.Context) error {
 	// backup, migrate down) takes it out of service.
 	checks := append([]Check{
 		{"postgres", h.cfg.Pool.Ping},
-		{"schema", func(ctx context.Context) error { return migrations.CheckEngineSchema(ctx, h.cfg.Pool, h.cfg.Schema) }},
+		{"schema", h.checkSchema},
 	}, h.cfg.Checks...)
 	for _, c := range checks {
 		cctx, cancel := context.WithTimeout(ctx, CheckTimeout)
@@ -361,6 +363,15 @@ func (h *Host) Ready(ctx context.Context) error {
 		if err != nil {
 			return &ProbeError{What: c.Name + " check failed", Err: err}
 		}
+	}
+	return nil
+}
+
+// checkSchema is /readyz's schema check. Its error names the schema, since
+// a host whose Config.Schema is not its engine's reads as unmigrated.
+func (h *Host) checkSchema(ctx context.Context) error {
+	if err := migrations.CheckEngineSchema(ctx, h.cfg.Pool, h.cfg.Schema); err != nil {
+		return fmt.Errorf("engine tables in schema %q (host.Config.Schema, which must be the engine's Config.Schema): %w", h.cfg.Schema, err)
 	}
 	return nil
 }

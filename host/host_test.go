@@ -313,3 +313,29 @@ func TestPostgresAwayFailsReadinessNotLiveness(t *testing.T) {
 	stop()
 	require.NoError(t, <-done)
 }
+
+// A host whose Schema is not its engine's (Config.Schema left at its
+// default beside an engine in "shop") is unready, and the logged cause
+// names the schema it checked, so that migrating "shop" again is not the
+// only thing its reader tries.
+func TestSchemaCheckNamesTheSchema(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewEmptyDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, migrations.UpEngine(ctx, pool, "shop"))
+	reg := port.NewRegistry()
+	require.NoError(t, reg.Register(pingKind))
+	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Schema: "shop"})
+	require.NoError(t, err)
+	require.NoError(t, eng.Start(ctx, port.StartOptions{}))
+	t.Cleanup(func() { require.NoError(t, eng.Stop(ctx)) })
+	h, err := host.New(host.Config{Pool: pool, Engine: eng})
+	require.NoError(t, err)
+	err = h.Ready(ctx)
+	var pe *host.ProbeError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "schema check failed", pe.What)
+	require.ErrorContains(t, pe.Err, `schema "taskport"`)
+	require.ErrorContains(t, pe.Err, "host.Config.Schema")
+}
