@@ -163,7 +163,8 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPlans(cmd, g, plans.Config{LibraryRoot: root, DownloadDir: downloads}, func(svc *plans.Service) error {
-				return printAck(cmd)(svc.ReportDownloadComplete(cmd.Context(), args[0], contentPath))
+				ack, err := svc.ReportDownloadComplete(cmd.Context(), args[0], contentPath)
+				return printAck(cmd)(ack, flagError(err))
 			})
 		},
 	}
@@ -277,6 +278,7 @@ var planFields = map[string]string{
 	"expected_size": "--size", "target_path": "--target", "idempotency_key": "--idempotency-key", "library_root": "--library-root", "download_dir": "--download-dir",
 	"decision_id": "DECISION", "action": "ACTION", "resolved_by": "--as",
 	"plan_id": "PLAN", "decided_by": "--as", "canceled_by": "--as", "note": "--note", "reason": "--reason",
+	"plan": "PLAN-OR-INFO-HASH", "content_path": "--content-path",
 }
 
 // flagError is err, when it is a *port.FieldError of a field the command
