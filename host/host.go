@@ -93,8 +93,13 @@ type Config struct {
 	// tables grow until a cleaner runs: a finished run's row stays until
 	// it prunes it.
 	Retention *retention.Policy
-	// StopTimeout bounds the graceful stop: in-flight steps finish or are
-	// handed back within it. Default DefaultStopTimeout.
+	// StopTimeout bounds the graceful stop: the services and then the
+	// engine get StopTimeout plus 5 s, together, to stop. The engine hands
+	// its in-flight steps back at its own bound
+	// (leaseadapter.Config.StopTimeout, default 10 s;
+	// temporaladapter.Config.WorkerStopTimeout, default 30 s) or when that
+	// time is up, whichever comes first: give the engine the same bound,
+	// as cmd/taskport does. Default DefaultStopTimeout.
 	StopTimeout time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
