@@ -2,10 +2,10 @@
 // the services beside it (a retention cleaner, an outbox dispatcher), the
 // probes a Kubernetes deployment asks and the metrics it scrapes, and the
 // graceful stop on SIGTERM. cmd/taskport's worker is one user of it; a
-// team's own binary is another:
+// team's own binary is another (the package's Example, which compiles):
 //
-//	eng, _ := leaseadapter.New(pool, reg, leaseadapter.Config{})
-//	h, _ := host.New(host.Config{Pool: pool, Engine: eng, Addr: ":9090", Retention: &retention.Policy{}})
+//	eng, _ := leaseadapter.New(pool, reg, leaseadapter.Config{Schema: "acme"})
+//	h, _ := host.New(host.Config{Pool: pool, Schema: "acme", Engine: eng, Addr: ":9090", Retention: &retention.Policy{}})
 //	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 //	defer stop()
 //	err := h.Run(ctx)
