@@ -8,7 +8,8 @@
 //
 // Every function takes a DBTX, so it works on a pool or inside the caller's
 // transaction; Run drives one fenced side effect from Begin to Commit. The
-// package interprets no driver error: an absent row is an empty result
+// package interprets one driver error, a Begin for a plan that does not
+// exist (port.ErrNotFound); otherwise an absent row is an empty result
 // (Read's found), and a refused Begin or Commit is port.ErrFenced.
 package ledger
 

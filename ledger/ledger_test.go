@@ -313,3 +313,34 @@ func TestTimelineOfOperations(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, other, "another plan's operations are not in it")
 }
+
+// A Begin with a plan that does not exist, an operation name that is empty
+// or not a name, or a token whose text Postgres cannot store is refused
+// with an error saying which, and writes nothing.
+func TestBeginRefusesCarelessInputs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	p := newPlan(t, pool)
+	for _, c := range []struct {
+		name string
+		plan uuid.UUID
+		op   ledger.Op
+		tok  port.FencingToken
+		want error
+	}{
+		{"empty op", p.ID, "", tok("r/s", 1), port.ErrInvalidInput},
+		{"op with U+0000", p.ID, "asset.import\x00", tok("r/s", 1), port.ErrInvalidInput},
+		{"op that is not a name", p.ID, "asset import; --", tok("r/s", 1), port.ErrInvalidInput},
+		{"unknown plan", uuid.New(), ledger.OpImport, tok("r/s", 1), port.ErrNotFound},
+		{"nil plan", uuid.Nil, ledger.OpImport, tok("r/s", 1), port.ErrNotFound},
+		{"scope with U+0000", p.ID, ledger.OpImport, tok("r/s\x00", 1), port.ErrInvalidInput},
+		{"nonce not UTF-8", p.ID, ledger.OpImport, port.FencingToken{Scope: "r/s", Epoch: 1, Nonce: "\xff"}, port.ErrInvalidInput},
+	} {
+		_, err := ledger.Begin(ctx, pool, c.plan, c.op, c.tok)
+		require.ErrorIs(t, err, c.want, c.name)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM asset_operation`).Scan(&n))
+	require.Zero(t, n, "nothing written")
+}

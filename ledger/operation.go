@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskport/taskport/internal/dbtx"
+	"github.com/taskport/taskport/internal/enginekit"
 	"github.com/taskport/taskport/port"
 )
 
@@ -80,9 +83,16 @@ func (o Operation) Interrupted() bool { return !o.Done() && o.Attempts > 1 }
 // replacement and takes over once (retiring the live scope). After a Temporal
 // reset only an activity the old run had already started can still Begin, so
 // this needs an old attempt that reaches Begin later than the new run's.
+//
+// An op that is not a port.ValidateName name, or a token whose text
+// Postgres cannot store, is a *port.FieldError; a plan that does not exist
+// is an error wrapping port.ErrNotFound. None of them writes anything.
 func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.FencingToken) (Operation, error) {
 	if !tok.Valid() {
-		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, ErrNoFencingToken)
+		return Operation{}, fmt.Errorf("begin %q of plan %s: %w", op, planID, ErrNoFencingToken)
+	}
+	if err := cmp.Or(port.ValidateName("op", string(op)), enginekit.ValidateText("token", tok.String())); err != nil {
+		return Operation{}, fmt.Errorf("begin %q of plan %s: %w", op, planID, err)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -92,11 +102,11 @@ func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.Fencin
 	// the attempt (a result exists, or the recorded attempt outranks tok).
 	rows, err := q.Query(ctx, beginOperationSQL, id, planID, op, tok.String(), tok.Scope, tok.Epoch, tok.Generation)
 	if err != nil {
-		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, err)
+		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, noPlan(err))
 	}
 	written, err := pgx.CollectRows(rows, scanOperation)
 	if err != nil {
-		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, err)
+		return Operation{}, fmt.Errorf("begin %s of plan %s: %w", op, planID, noPlan(err))
 	}
 	if len(written) == 1 {
 		return written[0], nil
@@ -112,6 +122,20 @@ func Begin(ctx context.Context, q DBTX, planID uuid.UUID, op Op, tok port.Fencin
 	}
 	return Operation{}, fmt.Errorf("begin %s of plan %s with %s (generation %d): %s: %w",
 		op, planID, tok, tok.Generation, refusal(cur, tok), port.ErrFenced)
+}
+
+// foreignKeyViolation is SQLSTATE 23503: asset_operation.plan_id names no
+// plan.
+const foreignKeyViolation = "23503"
+
+// noPlan is err, or port.ErrNotFound when err is the foreign key's refusal
+// of a plan that does not exist.
+func noPlan(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == foreignKeyViolation {
+		return fmt.Errorf("%w: %s", port.ErrNotFound, pe.Detail)
+	}
+	return err
 }
 
 // refusal says why cur outranks tok, for the operator reading the error.
