@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -343,4 +344,27 @@ func TestBeginRefusesCarelessInputs(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM asset_operation`).Scan(&n))
 	require.Zero(t, n, "nothing written")
+}
+
+// A result or a note that Postgres's jsonb cannot store (a U+0000) or that
+// exceeds port.MaxPayloadBytes is refused before the write: the attempt
+// keeps its operation, and the transaction it was given stays usable.
+func TestCommitAndNoteRefuseWhatCannotBeStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	p := newPlan(t, pool)
+	o, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, tok("r/import", 1))
+	require.NoError(t, err)
+	err = dbtx.InTx(ctx, pool, func(tx pgx.Tx) error {
+		require.ErrorIs(t, ledger.Note(ctx, tx, o, map[string]string{"path": "/lib/a\x00b"}), port.ErrInvalidInput, "note with U+0000")
+		require.ErrorIs(t, ledger.Commit(ctx, tx, o, "a\x00b"), port.ErrInvalidInput, "result with U+0000")
+		require.ErrorIs(t, ledger.Commit(ctx, tx, o, strings.Repeat("x", port.MaxPayloadBytes)), port.ErrPayloadTooLarge)
+		require.NoError(t, ledger.Note(ctx, tx, o, "ok"))
+		return ledger.Commit(ctx, tx, o, "done")
+	})
+	require.NoError(t, err)
+	row, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpImport)
+	require.NoError(t, err)
+	require.JSONEq(t, `"done"`, string(row.Result))
 }

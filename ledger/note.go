@@ -17,11 +17,12 @@ import (
 // before it acts (the import: whether it creates the target file or adopts
 // one already there), so that a later attempt or a compensation knows what
 // the effect was even when no result was committed. A later Note replaces
-// the detail.
+// the detail. A detail that Commit would refuse as a result is a
+// *port.FieldError, refused before the write.
 func Note(ctx context.Context, q DBTX, o Operation, detail any) error {
-	raw, err := json.Marshal(detail)
+	raw, err := encode("detail", detail)
 	if err != nil {
-		return fmt.Errorf("note %s of plan %s: encode detail: %w", o.Op, o.PlanID, err)
+		return fmt.Errorf("note %s of plan %s: %w", o.Op, o.PlanID, err)
 	}
 	tag, err := q.Exec(ctx, noteOperationSQL, o.ID, o.Token, raw)
 	if err != nil {

@@ -168,11 +168,13 @@ func Read(ctx context.Context, q DBTX, planID uuid.UUID, op Op) (o Operation, fo
 
 // Commit stores result on o while o's attempt is still the recorded one.
 // Otherwise it returns an error wrapping port.ErrFenced and writes nothing;
-// the caller must then roll back its transaction.
+// the caller must then roll back its transaction. A result that jsonb
+// cannot store or that exceeds port.MaxPayloadBytes (see encode) is a
+// *port.FieldError, refused before the write.
 func Commit(ctx context.Context, q DBTX, o Operation, result any) error {
-	raw, err := json.Marshal(result)
+	raw, err := encode("result", result)
 	if err != nil {
-		return fmt.Errorf("commit %s of plan %s: encode result: %w", o.Op, o.PlanID, err)
+		return fmt.Errorf("commit %s of plan %s: %w", o.Op, o.PlanID, err)
 	}
 	tag, err := q.Exec(ctx, commitOperationSQL, o.ID, o.Token, raw)
 	if err != nil {
@@ -182,6 +184,18 @@ func Commit(ctx context.Context, q DBTX, o Operation, result any) error {
 		return fmt.Errorf("commit %s of plan %s with %s: %w", o.Op, o.PlanID, o.Token, port.ErrFenced)
 	}
 	return nil
+}
+
+// encode is v as JSON, checked as the engines check a step result
+// (enginekit.EncodePayload): a U+0000 in a string, which jsonb refuses
+// (SQLSTATE 22P05, aborting the caller's transaction), or more than
+// port.MaxPayloadBytes is a *port.FieldError naming field.
+func encode(field string, v any) (json.RawMessage, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", field, err)
+	}
+	return enginekit.EncodePayload(field, json.RawMessage(raw))
 }
 
 func scanOperation(row pgx.CollectableRow) (Operation, error) {
