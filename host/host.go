@@ -84,7 +84,11 @@ type Config struct {
 	// Gatherer is what /metrics serves; nil serves prometheus's default
 	// registry.
 	Gatherer prometheus.Gatherer
-	// Checks are more readiness checks, each bounded by CheckTimeout.
+	// Checks are more readiness checks, each bounded by CheckTimeout. The
+	// host knows no Temporal client: on the Temporal engine, add the
+	// frontend's health check here, as cmd/taskport's worker does
+	// (Func: the client's CheckHealth); otherwise nothing in /readyz asks
+	// the frontend.
 	Checks []Check
 	// Services run beside the engine, in this order.
 	Services []Service
