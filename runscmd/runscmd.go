@@ -20,7 +20,8 @@
 //     RunJSON, PageJSON and RetryJSON, snake_case keys;
 //   - a command line the commands refuse (a flag that does not parse, the
 //     wrong arguments, runs without a subcommand, an --as naming no one,
-//     a topic the engines would refuse, a --payload that is not JSON, a
+//     a RUN that is no run id as the commands print one, a topic the
+//     engines would refuse, a --payload that is not JSON, a
 //     cancel's --reason with control characters or over its bound) is
 //     a UsageError, on which ExitCode is 2, returned before the engine is
 //     opened (RefuseUsage applies the same rule to the rest of a binary's
@@ -50,6 +51,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/internal/enginekit"
@@ -186,6 +188,9 @@ func New(cfg Config) *cobra.Command {
 	get := &cobra.Command{
 		Use: "get RUN", Short: "Show one run as its engine reports it", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkRun(args[0]); err != nil {
+				return err
+			}
 			return cfg.with(cmd, func(cl Client) error {
 				v, err := cl.Engine.Get(cmd.Context(), port.RunID(args[0]))
 				if err != nil {
@@ -206,6 +211,9 @@ func New(cfg Config) *cobra.Command {
 				return err
 			}
 			if err := checkReason(reason); err != nil {
+				return err
+			}
+			if err := checkRun(args[0]); err != nil {
 				return err
 			}
 			id := port.RunID(args[0])
@@ -247,6 +255,9 @@ func New(cfg Config) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := CheckActor(as); err != nil {
+				return err
+			}
+			if err := checkRun(args[0]); err != nil {
 				return err
 			}
 			id := port.RunID(args[0])
@@ -359,6 +370,23 @@ func pageSize(f port.RunFilter) int {
 		return port.DefaultRunsPerPage
 	}
 	return f.Limit
+}
+
+// checkRun refuses, as a UsageError, a RUN that no run can have. A run's
+// id is a UUID in the lowercase hyphenated form Enqueue returns and the
+// commands print (port's specification); the engines answer any other
+// string with port.ErrNotFound, which reads as a run that is gone, or not
+// yet visible, rather than as a mistyped id. Another spelling of a UUID
+// (uppercase, braced, urn:uuid:) is refused with the one to type.
+func checkRun(id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return UsageError{fmt.Errorf("RUN: not a run id (a UUID, as runs list prints it), got %q", id)}
+	}
+	if u.String() != id {
+		return UsageError{fmt.Errorf("RUN: write the run id as runs list prints it, %s, got %q", u, id)}
+	}
+	return nil
 }
 
 // maxReason bounds a cancel's --reason, in characters. The engines bound no

@@ -318,6 +318,14 @@ func TestRunsCommandLine(t *testing.T) {
 		{"runs", "cancel", "x", "--reason", "\xff"},
 		{"runs", "cancel", "x", "--reason", strings.Repeat("a", 5000)},
 		{"runs", "cancel", "x", "--reason", strings.Repeat("é", 1001)},
+		{"runs", "get", "x"},
+		{"runs", "get", ""},
+		{"runs", "get", "0190a5c6-0000-7000-8000-00000000000"},
+		{"runs", "cancel", "not-a-run"},
+		{"runs", "retry", "a\x00b"},
+		{"runs", "get", "0190A5C6-0000-7000-8000-000000000000"},
+		{"runs", "cancel", "{0190a5c6-0000-7000-8000-000000000000}"},
+		{"runs", "retry", "urn:uuid:0190a5c6-0000-7000-8000-000000000000"},
 	} {
 		_, err := binary(args...)
 		require.Error(t, err, "%v", args)
@@ -348,16 +356,24 @@ func TestRunsCommandLine(t *testing.T) {
 	_, err = binary("runs", "cancel", "x", "--reason", strings.Repeat("a", 5000))
 	require.ErrorContains(t, err, "--reason: must be at most 1000 characters, got 5000")
 	require.Zero(t, opened, "a refused cancel opens no engine")
+	// A RUN no run can have is refused too, rather than reported as a run
+	// not found; another spelling of a run's UUID, with the one to type.
+	_, err = binary("runs", "get", "nope")
+	require.ErrorContains(t, err, `RUN: not a run id (a UUID, as runs list prints it), got "nope"`)
+	_, err = binary("runs", "cancel", "0190A5C6-0000-7000-8000-000000000000")
+	require.ErrorContains(t, err, `RUN: write the run id as runs list prints it, 0190a5c6-0000-7000-8000-000000000000, got "0190A5C6-0000-7000-8000-000000000000"`)
+	require.Zero(t, opened, "a refused RUN opens no engine")
 	// Line feeds and tabs are text a reason may hold, and the bound counts
 	// characters, not bytes.
-	_, err = binary("runs", "cancel", "x", "--reason", "two\n\tlines "+strings.Repeat("é", 980))
+	const run = "0190a5c6-0000-7000-8000-000000000000"
+	_, err = binary("runs", "cancel", run, "--reason", "two\n\tlines "+strings.Repeat("é", 980))
 	require.ErrorContains(t, err, "no engine in this test")
 	require.Equal(t, 1, opened)
 	opened = 0
 	_, err = binary("runs", "signal", "approval:x", "--payload", `{"ok":true}`)
 	require.ErrorContains(t, err, "no engine in this test", "a good topic and payload reach the engine")
 	require.Equal(t, 1, opened)
-	_, err = binary("runs", "get", "x")
+	_, err = binary("runs", "get", run)
 	require.ErrorContains(t, err, "no engine in this test")
 	require.Equal(t, 1, runscmd.ExitCode(err), "a command that ran and failed")
 	require.Zero(t, runscmd.ExitCode(nil))

@@ -190,6 +190,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"migrate"}},
 		{args: []string{"runs", "get"}},
 		{args: []string{"runs", "get", "a", "b"}},
+		{args: []string{"runs", "get", "nope", "--engine", "lease", "--json"}},
+		{args: []string{"runs", "cancel", "0190A5C6-0000-7000-8000-000000000000", "--engine", "lease"}},
 		{args: []string{"worker", "--concurrency", "many"}},
 		{args: []string{"worker", "--no-such-flag"}},
 		{args: []string{"plan", "approve"}},

@@ -161,9 +161,9 @@ func TestRunsCommands(t *testing.T) {
 				{[]string{"signal", "bad topic"}, "invalid topic"},
 				{[]string{"retry", string(waiter)}, "only a failed run can be retried"},
 				{[]string{"retry", "0190a5c6-0000-7000-8000-000000000000"}, "not found"},
-				{[]string{"retry", "a\x00b"}, "not found"},
+				{[]string{"retry", "a\x00b"}, "RUN: not a run id"},
 				{[]string{"retry", string(dead), "--as", ""}, "--as"},
-				{[]string{"get", "nope"}, "not found"},
+				{[]string{"get", "nope"}, `RUN: not a run id (a UUID, as runs list prints it), got "nope"`},
 			} {
 				_, err := run(tt.args...)
 				require.ErrorContains(t, err, tt.says, "%v", tt.args)
