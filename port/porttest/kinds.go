@@ -71,6 +71,12 @@ type program struct {
 	// StepTimeoutMs and HeartbeatTimeoutMs, when set, are those of "work".
 	StepTimeoutMs      int `json:"step_timeout_ms,omitempty"`
 	HeartbeatTimeoutMs int `json:"heartbeat_timeout_ms,omitempty"`
+	// GoesOn: a *StepError of "work" (failed for good) does not end the
+	// run; the handler goes on as if "work" had succeeded.
+	GoesOn bool `json:"goes_on,omitempty"`
+	// LastNapMs, when set, is a Sleep("last-nap") of that many
+	// milliseconds (zero or negative too) after "done", the run's last move.
+	LastNapMs *int `json:"last_nap_ms,omitempty"`
 }
 
 // unstorable is text Postgres cannot store (a NUL, bytes that are not
@@ -148,7 +154,10 @@ func handle(f port.Flow, p program) (programResult, error) {
 		workOpts = append(workOpts, port.WithHeartbeatTimeout(time.Duration(p.HeartbeatTimeoutMs)*time.Millisecond))
 	}
 	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail, Unstorable: p.Unstorable, BadProgress: p.BadProgress}, workOpts...); err != nil {
-		return programResult{}, err
+		var se *port.StepError
+		if !p.GoesOn || !errors.As(err, &se) {
+			return programResult{}, err
+		}
 	}
 	if p.GiveUp {
 		return programResult{}, fmt.Errorf("gave up: %w", port.ErrCanceled)
@@ -179,6 +188,11 @@ func handle(f port.Flow, p program) (programResult, error) {
 	}
 	if _, err := work.Run(f, "done", workIn{Payload: payload}, opts...); err != nil {
 		return programResult{}, err
+	}
+	if p.LastNapMs != nil {
+		if err := f.Sleep("last-nap", time.Duration(*p.LastNapMs)*time.Millisecond); err != nil {
+			return programResult{}, err
+		}
 	}
 	if p.ContinueOnce {
 		next := program{Continued: true, NotBeforeMs: f.Now().UnixMilli()}

@@ -194,6 +194,7 @@ func checkGet(c *cell) {
 			require.ErrorAs(t, err, &rf)
 			require.Equal(t, "handler failed"+storedAs, rf.Message)
 		})
+		checkAttemptsAndErrors(c)
 		// The longest business key a run may have runs as any other (the
 		// Temporal UI's summary of the run names it).
 		t.Run("the longest business key", func(t *testing.T) {

@@ -439,3 +439,63 @@ func concurrently(n int, f func(i int) error) []error {
 	wg.Wait()
 	return errs
 }
+
+// checkAttemptsAndErrors is Get/unknown's: Attempts and LastError through
+// a step's retries, a step that failed for good and a handler that went
+// past it, and a sleep that never parks, read through Get and ListRuns at
+// each rest point.
+func checkAttemptsAndErrors(c *cell) {
+	enqueue := func(t *testing.T, name string, p program) (port.RunID, string) {
+		bk := c.bk + ":" + name
+		id, err := c.eng.Enqueue(ctx, kind, p, port.EnqueueOptions{IdempotencyKey: c.key + ":" + name, BusinessKey: bk})
+		require.NoError(t, err)
+		return id, bk
+	}
+	signal := func(t *testing.T, topic string) {
+		n, err := c.eng.Signal(ctx, port.Topic(topic), "go")
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	}
+	// The second attempt's body running: Attempts 2, and LastError the
+	// first attempt's ("the latest failed attempt of CurrentStep"); once
+	// the step succeeded and the run waits, neither is left.
+	c.t.Run("a step's second attempt running, then past it", func(t *testing.T) {
+		topic := c.topic + ":second-attempt"
+		id, bk := enqueue(t, "second-attempt", program{Fail: 1, Block: true, Topic: topic})
+		eventually(t, func() bool { return c.executions(id, "work", 0) == 2 }, "the second attempt of work never started")
+		c.at(t, id, bk, viewFields{port.StatusRunning, 2, "attempt 1 failed", "work"}, "second attempt running")
+		c.bodies.release(id)
+		c.at(t, id, bk, viewFields{port.StatusWaiting, 0, "", "wait"}, "waiting after a retried step")
+		signal(t, topic)
+		c.at(t, id, bk, viewFields{port.StatusSucceeded, 1, "", "done"}, "succeeded after a retried step")
+	})
+	// A step that failed for good, which the handler goes past: the wait
+	// that begins next clears LastError, and the run ends with none.
+	c.t.Run("a step failed for good, the handler going on", func(t *testing.T) {
+		topic := c.topic + ":goes-on"
+		id, bk := enqueue(t, "goes-on", program{Fail: 99, MaxAttempts: 2, GoesOn: true, Topic: topic})
+		c.at(t, id, bk, viewFields{port.StatusWaiting, 0, "", "wait"}, "waiting after a step that failed for good")
+		require.Equal(t, 2, c.executions(id, "work", 0), "attempts of work")
+		signal(t, topic)
+		c.at(t, id, bk, viewFields{port.StatusSucceeded, 1, "", "done"}, "succeeded past a step that failed for good")
+	})
+	// A run that fails in a step's last attempt reads that attempt.
+	c.t.Run("failed on a step's second attempt", func(t *testing.T) {
+		id, bk := enqueue(t, "failed-second", program{Fail: 99, MaxAttempts: 2})
+		msg := (&port.StepError{Step: "work", Activity: work.Name(), Attempts: 2, Message: "attempt 2 failed"}).Error()
+		c.at(t, id, bk, viewFields{port.StatusFailed, 2, msg, "work"}, "failed on its second attempt")
+	})
+	// A sleep of zero never parks: like a wait with a zero timeout, it is
+	// the run's step when it returns. A negative one fails the run (the
+	// handler returns Sleep's *FieldError) in the step before it.
+	c.t.Run("a sleep of zero, and a negative one, as the last move", func(t *testing.T) {
+		zero, negative := 0, -1
+		id, bk := enqueue(t, "nap-zero", program{LastNapMs: &zero})
+		c.at(t, id, bk, viewFields{port.StatusSucceeded, 0, "", "last-nap"}, "succeeded after a zero sleep")
+		id, bk = enqueue(t, "nap-negative", program{LastNapMs: &negative})
+		v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		require.Equal(t, port.StatusFailed, v.Status, "%+v", v)
+		require.Contains(t, v.LastError, "duration", "%+v", v)
+		c.at(t, id, bk, viewFields{port.StatusFailed, 1, v.LastError, "done"}, "failed on a negative sleep")
+	})
+}
