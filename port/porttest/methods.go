@@ -849,13 +849,7 @@ func checkListRuns(c *cell) {
 		require.NoError(t, err)
 		return vs
 	}
-	ids := func(vs []port.RunView) []port.RunID {
-		out := make([]port.RunID, 0, len(vs))
-		for _, v := range vs {
-			out = append(out, v.ID)
-		}
-		return out
-	}
+	ids := runIDs
 	switch {
 	case c.st.other:
 		c.unchanged(c.id, func() {
@@ -877,6 +871,7 @@ func checkListRuns(c *cell) {
 			require.Equal(t, field, fe.Field)
 			require.ErrorIs(t, err, port.ErrInvalidInput)
 		}
+		checkListPaging(c)
 		checkTransitions(c)
 	default:
 		vs := list(port.RunFilter{Kind: kind, BusinessKey: c.bk})

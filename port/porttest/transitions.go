@@ -499,3 +499,80 @@ func checkAttemptsAndErrors(c *cell) {
 		c.at(t, id, bk, viewFields{port.StatusFailed, 1, v.LastError, "done"}, "failed on a negative sleep")
 	})
 }
+
+// checkListPaging is ListRuns/unknown's: runs created in one transaction
+// (the same CreatedAt) listed newest first, by creation then id, both
+// descending; keyset pages that together list each run once, in that
+// order, untouched by a run created between two pages; and the filters on
+// status, kind and version, across open and finished runs. Nothing serves
+// the engine: the runs stay where Enqueue and Cancel left them.
+func checkListPaging(c *cell) {
+	c.t.Run("pages, ties and filters", func(t *testing.T) {
+		bk := c.bk + ":paged"
+		items := make([]port.EnqueueItem, 5)
+		for i := range items {
+			items[i] = port.EnqueueItem{Kind: kind, Input: program{}, Options: port.EnqueueOptions{
+				IdempotencyKey: c.key + ":paged-" + string(rune('a'+i)), BusinessKey: bk}}
+		}
+		res, err := c.eng.EnqueueMany(ctx, items)
+		require.NoError(t, err)
+		list := func(f port.RunFilter) []port.RunView {
+			t.Helper()
+			f.BusinessKey = bk
+			vs, err := c.admin().ListRuns(ctx, f)
+			require.NoError(t, err)
+			return vs
+		}
+		all := list(port.RunFilter{})
+		require.Len(t, all, len(items))
+		for i := 1; i < len(all); i++ {
+			prev, v := all[i-1], all[i]
+			require.True(t, v.CreatedAt.Equal(prev.CreatedAt), "runs of one batch created apart: %s, %s", prev.CreatedAt, v.CreatedAt)
+			require.Greater(t, string(prev.ID), string(v.ID), "runs of the same CreatedAt not listed by id, descending")
+		}
+		for _, r := range res {
+			require.Contains(t, runIDs(all), r.ID)
+		}
+		var paged []port.RunView
+		after := ""
+		for page := 0; ; page++ {
+			vs := list(port.RunFilter{Limit: 2, After: after})
+			require.LessOrEqual(t, len(vs), 2)
+			paged = append(paged, vs...)
+			if page == 0 {
+				// Created between two pages: later than every run listed,
+				// so no later page lists it.
+				_, err := c.eng.Enqueue(ctx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + ":paged-late", BusinessKey: bk})
+				require.NoError(t, err)
+			}
+			if len(vs) < 2 {
+				break
+			}
+			after = vs[len(vs)-1].Cursor
+			require.Less(t, page, len(items), "paging never ended")
+		}
+		require.Equal(t, runIDs(all), runIDs(paged), "pages of 2 list other runs than one page")
+
+		canceled := all[1].ID
+		require.NoError(t, c.eng.Cancel(ctx, canceled, "porttest"))
+		require.Equal(t, []port.RunID{canceled}, runIDs(list(port.RunFilter{Statuses: []port.Status{port.StatusCanceled}})))
+		open := list(port.RunFilter{Statuses: []port.Status{port.StatusPending, port.StatusRunning, port.StatusWaiting}})
+		require.Len(t, open, len(items), "the open runs (the late one among them)")
+		require.NotContains(t, runIDs(open), canceled)
+		both := list(port.RunFilter{Statuses: []port.Status{port.StatusCanceled, port.StatusPending}, Kind: kind, Version: 1})
+		require.Len(t, both, len(items)+1)
+		require.Equal(t, canceled, both[2].ID, "a finished run out of its place in the listing")
+		require.Empty(t, list(port.RunFilter{Kind: kind + "_other"}))
+		require.Empty(t, list(port.RunFilter{Version: 2}))
+		require.Empty(t, list(port.RunFilter{BelowVersion: 1}))
+		require.Len(t, list(port.RunFilter{BelowVersion: 2}), len(items)+1)
+	})
+}
+
+func runIDs(vs []port.RunView) []port.RunID {
+	out := make([]port.RunID, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, v.ID)
+	}
+	return out
+}
