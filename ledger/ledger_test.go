@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -367,4 +369,85 @@ func TestCommitAndNoteRefuseWhatCannotBeStored(t *testing.T) {
 	row, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpImport)
 	require.NoError(t, err)
 	require.JSONEq(t, `"done"`, string(row.Result))
+}
+
+// Two holders of one operation race in real transactions: the newer
+// attempt's Begin and the older attempt's commit, each waiting on the
+// other's open transaction. Whichever commits first decides, and the other
+// sees it once it may proceed: a commit behind a newer Begin is fenced; a
+// Begin behind a commit returns that result; a Begin behind a commit that
+// rolls back records the newer attempt.
+func TestTwoHoldersRaceInConcurrentTransactions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	// blocked runs f on a connection of its own and returns once that
+	// connection waits on a lock; wait returns f's error.
+	blocked := func(f func(conn *pgxpool.Conn) error) (wait func() error) {
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		var pid uint32
+		require.NoError(t, conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+		done := make(chan error, 1)
+		go func() {
+			defer conn.Release()
+			done <- f(conn)
+		}()
+		require.Eventually(t, func() bool {
+			var waiting bool
+			require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
+			return waiting
+		}, 30*time.Second, 5*time.Millisecond, "the second holder waits on the first's transaction")
+		return func() error { return <-done }
+	}
+	older, newer := tok("r/import", 1), tok("r/import", 2)
+	begin := func(conn *pgxpool.Conn, p uuid.UUID) (ledger.Operation, error) {
+		return ledger.Begin(ctx, conn, p, ledger.OpImport, newer)
+	}
+
+	t.Run("a commit behind a newer Begin is fenced", func(t *testing.T) {
+		p := newPlan(t, pool)
+		o, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, older)
+		require.NoError(t, err)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // committed below
+		_, err = ledger.Begin(ctx, tx, p.ID, ledger.OpImport, newer)
+		require.NoError(t, err)
+		wait := blocked(func(conn *pgxpool.Conn) error {
+			return dbtx.InTx(ctx, conn, func(tx pgx.Tx) error { return ledger.Commit(ctx, tx, o, "older") })
+		})
+		require.NoError(t, tx.Commit(ctx))
+		require.ErrorIs(t, wait(), port.ErrFenced)
+		cur, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpImport)
+		require.NoError(t, err)
+		require.False(t, cur.Done())
+		require.Equal(t, newer.String(), cur.Token)
+	})
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("a Begin behind a commit that commits=%t", commit), func(t *testing.T) {
+			p := newPlan(t, pool)
+			o, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, older)
+			require.NoError(t, err)
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx) //nolint:errcheck // ended below
+			require.NoError(t, ledger.Commit(ctx, tx, o, "older"))
+			var got ledger.Operation
+			wait := blocked(func(conn *pgxpool.Conn) (err error) { got, err = begin(conn, p.ID); return err })
+			if commit {
+				require.NoError(t, tx.Commit(ctx))
+			} else {
+				require.NoError(t, tx.Rollback(ctx)) // the commit's Apply failed
+			}
+			require.NoError(t, wait())
+			require.Equal(t, commit, got.Done(), "the result, exactly when it was committed")
+			want := newer.String()
+			if commit {
+				want = older.String()
+				require.JSONEq(t, `"older"`, string(got.Result))
+			}
+			require.Equal(t, want, got.Token)
+		})
+	}
 }
