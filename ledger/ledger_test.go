@@ -401,40 +401,41 @@ func TestTwoHoldersRaceInConcurrentTransactions(t *testing.T) {
 		return func() error { return <-done }
 	}
 	older, newer := tok("r/import", 1), tok("r/import", 2)
-	begin := func(conn *pgxpool.Conn, p uuid.UUID) (ledger.Operation, error) {
-		return ledger.Begin(ctx, conn, p, ledger.OpImport, newer)
-	}
-
-	t.Run("a commit behind a newer Begin is fenced", func(t *testing.T) {
+	// begun is a new plan whose operation the older attempt began, and an
+	// open transaction for the first holder.
+	begun := func(t *testing.T) (uuid.UUID, ledger.Operation, pgx.Tx) {
 		p := newPlan(t, pool)
 		o, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, older)
 		require.NoError(t, err)
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		defer tx.Rollback(ctx) //nolint:errcheck // committed below
-		_, err = ledger.Begin(ctx, tx, p.ID, ledger.OpImport, newer)
+		t.Cleanup(func() { _ = tx.Rollback(ctx) }) // a no-op once ended
+		return p.ID, o, tx
+	}
+
+	t.Run("a commit behind a newer Begin is fenced", func(t *testing.T) {
+		plan, o, tx := begun(t)
+		_, err := ledger.Begin(ctx, tx, plan, ledger.OpImport, newer)
 		require.NoError(t, err)
 		wait := blocked(func(conn *pgxpool.Conn) error {
 			return dbtx.InTx(ctx, conn, func(tx pgx.Tx) error { return ledger.Commit(ctx, tx, o, "older") })
 		})
 		require.NoError(t, tx.Commit(ctx))
 		require.ErrorIs(t, wait(), port.ErrFenced)
-		cur, _, err := ledger.Read(ctx, pool, p.ID, ledger.OpImport)
+		cur, _, err := ledger.Read(ctx, pool, plan, ledger.OpImport)
 		require.NoError(t, err)
 		require.False(t, cur.Done())
 		require.Equal(t, newer.String(), cur.Token)
 	})
 	for _, commit := range []bool{true, false} {
 		t.Run(fmt.Sprintf("a Begin behind a commit that commits=%t", commit), func(t *testing.T) {
-			p := newPlan(t, pool)
-			o, err := ledger.Begin(ctx, pool, p.ID, ledger.OpImport, older)
-			require.NoError(t, err)
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer tx.Rollback(ctx) //nolint:errcheck // ended below
+			plan, o, tx := begun(t)
 			require.NoError(t, ledger.Commit(ctx, tx, o, "older"))
 			var got ledger.Operation
-			wait := blocked(func(conn *pgxpool.Conn) (err error) { got, err = begin(conn, p.ID); return err })
+			wait := blocked(func(conn *pgxpool.Conn) (err error) {
+				got, err = ledger.Begin(ctx, conn, plan, ledger.OpImport, newer)
+				return err
+			})
 			if commit {
 				require.NoError(t, tx.Commit(ctx))
 			} else {
