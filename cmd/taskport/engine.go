@@ -72,8 +72,14 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			if err := fieldFlagError(router.CheckSwitch(as, reason), switchFields); err != nil {
 				return err
 			}
+			if err := refuseActive(cmd, g, to, switchingToActive(to)); err != nil {
+				return err
+			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
 				s, err := r.SwitchTo(cmd.Context(), to, as, reason)
+				if errors.Is(err, router.ErrAlreadyActive) {
+					return switchingToActive(to) // switched to it since refuseActive read it
+				}
 				if err != nil {
 					return err
 				}
@@ -100,7 +106,7 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			if err := checkActor(as); err != nil {
 				return err
 			}
-			if err := refuseActive(cmd, g, from); err != nil {
+			if err := refuseActive(cmd, g, from, evacuatingActive(from)); err != nil {
 				return err
 			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
@@ -142,21 +148,27 @@ func engineFlag(name, value string) error {
 	return nil
 }
 
-// refuseActive refuses an evacuation of the active engine, which it reads
-// from the database, before the Temporal frontend is dialed: an operator
-// who forgot to switch first is evacuating an engine that is gone, whose
-// dial would hold the refusal for up to dialBound.
-func refuseActive(cmd *cobra.Command, g *stack.Globals, from string) error {
+// refuseActive returns refusal when engine is the active one, which it
+// reads from the database, before the Temporal frontend is dialed: an
+// operator who forgot to switch first is evacuating an engine that is gone,
+// whose dial would hold the refusal for up to dialBound.
+func refuseActive(cmd *cobra.Command, g *stack.Globals, engine string, refusal error) error {
 	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, _ *slog.Logger) error {
 		st, err := router.ReadStatus(cmd.Context(), pool)
 		if err != nil {
 			return err
 		}
-		if st.Active.Engine == from {
-			return evacuatingActive(from)
+		if st.Active.Engine == engine {
+			return refusal
 		}
 		return nil
 	})
+}
+
+// switchingToActive is the refusal of a switch to the active engine, a
+// command line the CLI refuses (exit 2).
+func switchingToActive(to string) error {
+	return usageError{Err: fmt.Errorf("--to %s is already the active engine: nothing to switch (taskport engine status)", to)}
 }
 
 // evacuatingActive is the refusal of an evacuation of the active engine,

@@ -147,13 +147,13 @@ func TestEngineStatusShowsRunsLeftToMove(t *testing.T) {
 	require.Equal(t, []router.Unmoved{{Engine: "temporal", Count: 1}}, st.Unmoved, out)
 }
 
-// Evacuating the active engine is a command line the CLI refuses (exit 2),
-// saying what to do instead, and refused before the Temporal frontend is
-// dialed: the operator who forgot to switch first is evacuating an engine
-// that is gone, whose dial would hold the refusal. The frontend here
-// accepts connections and never answers; none reaches it. Nothing is
-// written.
-func TestEvacuatingTheActiveEngineIsRefusedFirst(t *testing.T) {
+// Evacuating the active engine, or switching to it, is a command line the
+// CLI refuses (exit 2), saying what to do instead, and refused before the
+// Temporal frontend is dialed: the operator who forgot to switch first is
+// evacuating an engine that is gone, whose dial would hold the refusal.
+// The frontend here accepts connections and never answers; none reaches
+// it. Nothing is written.
+func TestNamingTheActiveEngineIsRefusedFirst(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	pool := pgtest.Connect(t, db)
@@ -174,6 +174,10 @@ func TestEvacuatingTheActiveEngineIsRefusedFirst(t *testing.T) {
 		require.Equal(t, 2, exitCode(err), "%v: %v", args, err)
 		require.Empty(t, out, "%v: nothing on stdout, the refusal goes to stderr", args)
 	}
+	out, err := run("switch", "--to", "temporal", "--as", "ops")
+	require.ErrorContains(t, err, "--to temporal is already the active engine: nothing to switch (taskport engine status)")
+	require.Equal(t, 2, exitCode(err), err)
+	require.Empty(t, out)
 	var rows int
 	require.NoError(t, pool.QueryRow(context.Background(),
 		`SELECT (SELECT count(*) FROM taskport.engine_switch) + (SELECT count(*) FROM taskport.run)`).Scan(&rows))
