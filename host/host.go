@@ -21,7 +21,9 @@
 //     when the engine's tables in Config.Schema are not at the version this
 //     binary needs (migrations.CheckEngineSchema: a worker on an unmigrated
 //     database is not ready), when a Config.Checks check fails and when a
-//     service reports itself unready.
+//     service reports itself unready. Probes that arrive while a round of
+//     these dependency checks runs share its answer, so that a flood of
+//     requests does not take the pool's connections.
 //
 // A failed probe's body names what failed; the dependency's own error,
 // which can carry host names, users and SQL, goes to the log only.
@@ -123,9 +125,10 @@ type Host struct {
 	cfg Config
 
 	mu       sync.Mutex
-	running  bool   // a Run has not returned
-	stopping bool   // the running Run's ctx ended, or it is failing
-	addr     string // bound, once Run listens
+	running  bool        // a Run has not returned
+	stopping bool        // the running Run's ctx ended, or it is failing
+	addr     string      // bound, once Run listens
+	round    *checkRound // the dependency checks in progress, if any
 }
 
 // New checks cfg and returns a Host that Run runs. An invalid cfg is a
@@ -359,6 +362,52 @@ func (h *Host) Ready(ctx context.Context) error {
 			return err
 		}
 	}
+	return h.dependencies(ctx)
+}
+
+// checkRound is one round of the dependency checks, which the calls of
+// Ready that arrive while it runs share.
+type checkRound struct {
+	done chan struct{}
+	err  error // set before done closes
+}
+
+// dependencies runs the dependency checks, or waits for the round in
+// progress: /readyz answers anyone who reaches the probe port, and each
+// round takes connections of the pool the engine commits through, so
+// requests arriving together cost one round, not one each. The round runs
+// without the cancellation of the call that started it (each check is
+// bounded by CheckTimeout), since other calls wait for its answer.
+func (h *Host) dependencies(ctx context.Context) error {
+	h.mu.Lock()
+	r, first := h.round, false
+	if r == nil {
+		r, first = &checkRound{done: make(chan struct{})}, true
+		h.round = r
+	}
+	h.mu.Unlock()
+	if first {
+		func() {
+			defer func() {
+				h.mu.Lock()
+				h.round = nil
+				h.mu.Unlock()
+				close(r.done)
+			}()
+			r.err = errors.New("a readiness check did not return") // a check that panics leaves it
+			r.err = h.checkDependencies(context.WithoutCancel(ctx))
+		}()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// checkDependencies is one round of the dependency checks.
+func (h *Host) checkDependencies(ctx context.Context) error {
 	// schema: a rollback of the database under a running worker (restored
 	// backup, migrate down) takes it out of service.
 	checks := append([]Check{

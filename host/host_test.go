@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -338,4 +339,47 @@ func TestSchemaCheckNamesTheSchema(t *testing.T) {
 	require.Equal(t, "schema check failed", pe.What)
 	require.ErrorContains(t, pe.Err, `schema "taskport"`)
 	require.ErrorContains(t, pe.Err, "host.Config.Schema")
+}
+
+// /readyz answers whoever reaches the probe port, and its checks take
+// connections of the pool the engine commits through: requests that
+// arrive together share one round of checks instead of each taking its
+// own connections.
+func TestConcurrentReadinessProbesShareOneRoundOfChecks(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var serving startstop.Base
+	require.NoError(t, startstop.Start(ctx, &serving, func(context.Context) error { return nil }))
+	var (
+		mu                sync.Mutex
+		inside, maxInside int
+		second            = make(chan struct{})
+	)
+	h, err := host.New(host.Config{Pool: pool, Engine: stateEngine{base: &serving},
+		Checks: []host.Check{{Name: "counted", Func: func(ctx context.Context) error {
+			mu.Lock()
+			inside++
+			maxInside = max(maxInside, inside)
+			if inside == 2 {
+				close(second)
+			}
+			mu.Unlock()
+			defer func() { mu.Lock(); inside--; mu.Unlock() }()
+			select { // the first round waits for a second one, if any comes
+			case <-second:
+			case <-ctx.Done():
+			}
+			return nil
+		}}}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h.Handler())
+	t.Cleanup(srv.Close)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { get(t, srv.URL+"/readyz") })
+	}
+	wg.Wait()
+	require.Equal(t, 1, maxInside, "concurrent /readyz requests ran their checks side by side")
 }
