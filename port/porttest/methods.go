@@ -774,6 +774,8 @@ func checkSignal(c *cell) {
 		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic)) })
 	case "succeeded", "failed", "canceled":
 		c.unchanged(c.id, func() { require.Zero(t, signal(c.topic)) })
+		// Found no run parked: kept for the topic's next wait.
+		receives(c.topic, ":after-end", payload)
 	case "pending":
 		require.Zero(t, signal(c.topic))
 		c.start(port.StartOptions{})
@@ -823,6 +825,18 @@ func checkSignal(c *cell) {
 			c.bodies.release(id)
 			return c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
 		}
+		// A run canceled in its wait is no longer parked there: a signal
+		// then counts 0 and is kept for the topic's next wait.
+		t.Run("canceled in its wait", func(t *testing.T) {
+			topic := c.topic + ":canceled"
+			id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic}, port.EnqueueOptions{IdempotencyKey: c.key + ":" + topic})
+			require.NoError(t, err)
+			c.waitStatus(id, port.StatusWaiting)
+			require.NoError(t, c.eng.Cancel(ctx, id, "porttest"))
+			c.waitStatus(id, port.StatusCanceled)
+			require.Zero(t, signal(topic), "a canceled run counted")
+			receives(topic, ":canceled-next", payload)
+		})
 		t.Run("between two waits", func(t *testing.T) {
 			v := betweenWaits(c.topic+":two", program{SecondWait: true})
 			require.Equal(t, port.StatusSucceeded, v.Status, "the second wait did not receive the kept signal in time: %+v", v)
