@@ -39,15 +39,16 @@ type Config struct {
 	// outlives it loses the row to the next claim, which carries it out again
 	// (the engines' idempotency absorbs the repeat); the first dispatcher
 	// then leaves that claim alone, only marking the row dispatched if its
-	// own call succeeded. Default 30s.
+	// own call succeeded, and hands back the rows of its batch it had not
+	// begun. Default 30s.
 	ClaimLease time.Duration
 	// Backoff paces retries of a row whose action failed, by the row's
 	// attempts. Its zero fields take port.NetworkRetry()'s intervals (1s
 	// doubling to 60s); MaxAttempts is ignored, as there is no attempt
-	// limit: a row is only given up on when the engine
-	// refuses it as invalid input. A kind or version this process does not
-	// know is not invalid input: another process (a newer worker in a rolling
-	// deploy) may know it, so such a row backs off too.
+	// limit: a row is only given up on when the engine refuses it as
+	// invalid input. A kind or version this process does not know is not
+	// invalid input: another process (a newer worker in a rolling deploy)
+	// may know it, so such a row backs off too.
 	Backoff port.RetryPolicy
 	// Metrics receives the dispatcher's counts; nil reports nothing.
 	Metrics Metrics
@@ -275,7 +276,8 @@ type claimed struct {
 
 // DispatchOnce claims one batch of due rows and carries them out. It returns
 // how many rows it claimed. When ctx ends (Stop) the engine calls in hand
-// are cut short and the rows not carried out are handed back (see settle).
+// are cut short and the rows not carried out are handed back (see settle);
+// so are the rows not begun when the claim lease ends.
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -287,6 +289,9 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	// handed back.
 	wctx, cancel := d.writeContext(ctx)
 	defer cancel()
+	// Taken before the claim, so it never falls after the lease ends on
+	// the server: a row not begun by then may be another claim's.
+	leaseEnd := time.Now().Add(d.cfg.ClaimLease)
 	rows, err := d.pool.Query(wctx, claimSQL, d.cfg.BatchSize, d.cfg.ClaimLease.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox rows: %w", err)
@@ -302,7 +307,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	}
 	batch := claimedRows
 	var errs []error
-	for len(batch) > 0 && ctx.Err() == nil {
+	for len(batch) > 0 && ctx.Err() == nil && time.Now().Before(leaseEnd) {
 		// A run of consecutive enqueue rows written under one trace (one
 		// business transaction, a bulk import) goes to the engine as one
 		// EnqueueMany, in one span continuing that trace; other rows one by
@@ -318,7 +323,9 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 		}
 		batch = batch[n:]
 	}
-	for _, c := range batch { // stopping: not carried out
+	// Stopping, or the claim lease ended: not carried out. A row claimed
+	// again since is left to that claim (release).
+	for _, c := range batch {
 		if err := d.release(ctx, c); err != nil {
 			errs = append(errs, err)
 		}

@@ -788,3 +788,57 @@ func TestAStaleClaimLeavesTheNextClaimAlone(t *testing.T) {
 		})
 	}
 }
+
+// slowSignals's first Signal returns only once the server says the claim
+// lease of every row has passed: a batch whose first action outlives the
+// lease.
+type slowSignals struct {
+	*apptest.RecordingEngine
+	pool  *pgxpool.Pool
+	calls atomic.Int32
+}
+
+func (s *slowSignals) Signal(ctx context.Context, topic port.Topic, payload any) (int, error) {
+	if s.calls.Add(1) == 1 {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); <-tick.C {
+			var passed bool
+			if err := s.pool.QueryRow(ctx, `SELECT bool_and(next_attempt_at <= now()) FROM outbox_event`).Scan(&passed); err != nil {
+				return 0, err
+			}
+			if passed {
+				break
+			}
+		}
+	}
+	return s.RecordingEngine.Signal(ctx, topic, payload)
+}
+
+// The rows of a batch not yet begun when its claim lease ends are handed
+// back, not carried out: another dispatcher may have claimed them by then.
+// Before, the dispatcher went on through the batch, carrying out rows that
+// were no longer its own.
+func TestRowsLeftWhenTheClaimLeaseEndsAreHandedBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, topic := range []port.Topic{"t:first", "t:second"} {
+			if _, err := outbox.Write(ctx, tx, outbox.Event{Action: outbox.ActionSignal, Topic: topic, IdempotencyKey: string(topic), BusinessKey: "b"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	eng := &slowSignals{RecordingEngine: apptest.NewRecordingEngine(pool, nil), pool: pool}
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{ClaimLease: time.Second})
+	require.NoError(t, err)
+	n, err := d.DispatchOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, []port.Topic{"t:first"}, eng.Signals(), "the second row's lease had ended before it was begun")
+	require.Equal(t, map[string]string{"t:first": "dispatched, attempts 1, due true", "t:second": "pending, attempts 0, due true"},
+		claimState(t, pool))
+}
