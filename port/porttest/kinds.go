@@ -77,6 +77,11 @@ type program struct {
 	// LastNapMs, when set, is a Sleep("last-nap") of that many
 	// milliseconds (zero or negative too) after "done", the run's last move.
 	LastNapMs *int `json:"last_nap_ms,omitempty"`
+	// DoneFail: "done" fails this many times, then succeeds.
+	DoneFail int `json:"done_fail,omitempty"`
+	// NowInputs: the payload "work" and "done" record is Flow.Now as read
+	// just before each (RFC 3339), instead of the wait's payload.
+	NowInputs bool `json:"now_inputs,omitempty"`
 }
 
 // unstorable is text Postgres cannot store (a NUL, bytes that are not
@@ -153,7 +158,13 @@ func handle(f port.Flow, p program) (programResult, error) {
 	if p.HeartbeatTimeoutMs > 0 {
 		workOpts = append(workOpts, port.WithHeartbeatTimeout(time.Duration(p.HeartbeatTimeoutMs)*time.Millisecond))
 	}
-	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail, Unstorable: p.Unstorable, BadProgress: p.BadProgress}, workOpts...); err != nil {
+	now := func() string {
+		if !p.NowInputs {
+			return ""
+		}
+		return f.Now().UTC().Format(time.RFC3339Nano)
+	}
+	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail, Unstorable: p.Unstorable, BadProgress: p.BadProgress, Payload: now()}, workOpts...); err != nil {
 		var se *port.StepError
 		if !p.GoesOn || !errors.As(err, &se) {
 			return programResult{}, err
@@ -186,7 +197,11 @@ func handle(f port.Flow, p program) (programResult, error) {
 			return programResult{}, err
 		}
 	}
-	if _, err := work.Run(f, "done", workIn{Payload: payload}, opts...); err != nil {
+	done := workIn{Payload: payload, Fail: p.DoneFail}
+	if p.NowInputs {
+		done.Payload = now()
+	}
+	if _, err := work.Run(f, "done", done, opts...); err != nil {
 		return programResult{}, err
 	}
 	if p.LastNapMs != nil {

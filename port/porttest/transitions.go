@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/port"
@@ -484,6 +485,27 @@ func checkAttemptsAndErrors(c *cell) {
 		id, bk := enqueue(t, "failed-second", program{Fail: 99, MaxAttempts: 2})
 		msg := (&port.StepError{Step: "work", Activity: work.Name(), Attempts: 2, Message: "attempt 2 failed"}).Error()
 		c.at(t, id, bk, viewFields{port.StatusFailed, 2, msg, "work"}, "failed on its second attempt")
+	})
+	// Flow.Now is deterministic: the run's retries replay its handler (the
+	// lease engine) or reuse a step's input (Temporal), and either way each
+	// step's input, made from Now, is the same on every attempt; and Now
+	// never goes back.
+	c.t.Run("Now across retries", func(t *testing.T) {
+		id, bk := enqueue(t, "now-retried", program{NowInputs: true, Fail: 1, DoneFail: 1})
+		c.at(t, id, bk, viewFields{port.StatusSucceeded, 2, "", "done"}, "succeeded after retries")
+		var nows []time.Time
+		for _, step := range []string{"work", "done"} {
+			rows, err := c.h.Pool.Query(ctx, `SELECT payload FROM porttest.execution WHERE run_id = $1 AND step = $2 ORDER BY id`, string(id), step)
+			require.NoError(t, err)
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			require.Len(t, got, 2, "attempts of %s", step)
+			require.Equal(t, got[0], got[1], "Flow.Now before %s read otherwise on its retry", step)
+			at, err := time.Parse(time.RFC3339Nano, got[0])
+			require.NoError(t, err)
+			nows = append(nows, at)
+		}
+		require.False(t, nows[1].Before(nows[0]), "Flow.Now went back: %s, then %s", nows[0], nows[1])
 	})
 	// A sleep of zero never parks: like a wait with a zero timeout, it is
 	// the run's step when it returns. A negative one fails the run (the
