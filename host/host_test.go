@@ -68,8 +68,8 @@ func get(t *testing.T, url string) (int, string) {
 // and its probe says why; once migrated, it is ready and runs the user's
 // kind's step; the retention cleaner the host runs prunes the finished run
 // (kept a millisecond here; days by default); on
-// SIGTERM (ctx ends) it is not ready before anything stops, and Run
-// returns nil.
+// SIGTERM (ctx ends) it is not ready before anything stops, its services
+// stop while the engine still serves, and Run returns nil.
 func TestHostOfAUsersKinds(t *testing.T) {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, pgtest.NewEmptyDatabase(t))
@@ -78,6 +78,7 @@ func TestHostOfAUsersKinds(t *testing.T) {
 	pinged := make(chan string, 1)
 	eng := userEngine(t, pool, pinged)
 	readyAtStop := make(chan int, 1)
+	engineServingAtStop := make(chan bool, 1)
 	addr := testkit.FreeAddr(t)
 	h, err := host.New(host.Config{
 		Pool: pool, Engine: eng, Addr: addr, StopTimeout: 5 * time.Second,
@@ -87,6 +88,7 @@ func TestHostOfAUsersKinds(t *testing.T) {
 			Stop: func(context.Context) error {
 				code, _ := get(t, "http://"+addr+"/readyz")
 				readyAtStop <- code
+				engineServingAtStop <- startstop.Serving(eng)
 				return nil
 			}}},
 	})
@@ -121,6 +123,7 @@ func TestHostOfAUsersKinds(t *testing.T) {
 	stop()
 	require.NoError(t, <-done)
 	require.Equal(t, http.StatusServiceUnavailable, <-readyAtStop, "readiness was still on when the services began to stop")
+	require.True(t, <-engineServingAtStop, "the engine stopped before the services beside it (a dispatcher would enqueue into a stopped engine)")
 	require.False(t, startstop.Serving(eng), "the engine was stopped")
 }
 
