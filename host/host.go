@@ -224,11 +224,11 @@ func (h *Host) Handler() http.Handler {
 // Run starts the engine's worker and the services, serves the probes and
 // metrics, and stops gracefully when ctx ends: readiness turns off first,
 // then the services and the engine stop (within StopTimeout), the probe
-// server closes its listener, and Run returns nil. When the engine stops for good on its own, or the probe
-// server fails, it stops the rest and returns an error (the process exits
-// non-zero and is restarted). Once Run returned, Run runs the host again
-// (engines and services start again after a stop); a Run while another
-// runs returns port.ErrAlreadyStarted.
+// server closes its listener, and Run returns nil. When the engine stops
+// for good on its own, or the probe server fails, it stops the rest and
+// returns an error (the process exits non-zero and is restarted). Once Run
+// returned, Run runs the host again (engines and services start again
+// after a stop); a Run while another runs returns port.ErrAlreadyStarted.
 func (h *Host) Run(ctx context.Context) error {
 	h.mu.Lock()
 	if h.running {
