@@ -233,6 +233,21 @@ func TestCompletionNamesTheShells(t *testing.T) {
 	require.Contains(t, string(script), "bash completion")
 }
 
+// cobra's help command keeps the CLI's rule: a topic that is no command is
+// refused (exit 2), not answered with the root's help and exit 0; a
+// command's help is printed.
+func TestHelpRefusesUnknownTopics(t *testing.T) {
+	for _, args := range [][]string{{"help", "bogus"}, {"help", "runs", "bogus"}, {"help", "engine", "evacuate", "now"}} {
+		out, err := execute(args)
+		require.ErrorContains(t, err, "unknown help topic", args)
+		require.Equal(t, 2, exitCode(err), args)
+		require.Empty(t, out, args)
+	}
+	out, err := execute([]string{"help", "runs", "list"})
+	require.NoError(t, err)
+	require.Contains(t, out, "taskport runs list [flags]")
+}
+
 // The worker's numeric flags have ceilings, far above any deployment and
 // said in their help: past one the flag is refused by name before anything
 // connects (exit 2); at one it is accepted (the command goes on to the
