@@ -84,7 +84,10 @@ type Config struct {
 	// DefaultAddr.
 	Addr string
 	// Gatherer is what /metrics serves; nil serves prometheus's default
-	// registry.
+	// registry. The host registers nothing in it: taskport's own metrics
+	// come from the engines' hooks (leaseadapter.Config.Metrics, and the
+	// SDK's through temporaladapter.ClientConfig.MetricsHandler), which
+	// the caller wires to the registry.
 	Gatherer prometheus.Gatherer
 	// Checks are more readiness checks, each bounded by CheckTimeout. The
 	// host knows no Temporal client: on the Temporal engine, add the
@@ -97,7 +100,9 @@ type Config struct {
 	// Retention, when set, runs a retention cleaner of the engine's run
 	// tables (zero fields take package retention's defaults). The run
 	// tables grow until a cleaner runs: a finished run's row stays until
-	// it prunes it.
+	// it prunes it. This cleaner reports no metrics; for them, run
+	// retention.New with a retention.Config.Metrics over EnginePruners as
+	// a Service instead.
 	Retention *retention.Policy
 	// StopTimeout bounds the graceful stop: the services and then the
 	// engine get StopTimeout plus 5 s, together, to stop. The engine hands
