@@ -11,11 +11,11 @@ import (
 	"github.com/taskport/taskport/internal/testkit/pgtest"
 )
 
-// The dispatcher's claim, the failed-row listing and the retention
-// statements read an index and stop after their LIMIT with n dispatched
-// rows behind them (a million by default), 10,000 pending and 1,000
-// failed: no sequential scan, no sort of the table; before any ANALYZE and
-// after one.
+// The dispatcher's claim, the failed-row listing and count (the metrics
+// hook's, every PollInterval) and the retention statements read an index
+// (and stop after their LIMIT) with n dispatched rows behind them (a
+// million by default), 10,000 pending and 1,000 failed: no sequential
+// scan, no sort of the table; before any ANALYZE and after one.
 func TestPlansStayIndexedAtAMillionRows(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -50,6 +50,7 @@ func TestPlansStayIndexedAtAMillionRows(t *testing.T) {
 				}
 				explain(claimSQL, 32, 30.0).RequireIndexed(t, name+" claim", "outbox_event_pending")
 				explain(listFailedSQL, 100).RequireIndexed(t, name+" failed rows", "outbox_event_failed")
+				explain(countFailedSQL).RequireIndexed(t, name+" failed count", "outbox_event_failed")
 				explain(pruneLagSQL, day).RequireIndexed(t, name+" retention lag", "outbox_event_dispatched")
 				if _, err := tx.Exec(ctx, dbtx.PinIndexScansSQL); err != nil {
 					return err
