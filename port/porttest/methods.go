@@ -417,7 +417,15 @@ func checkCancel(c *cell) {
 		if c.st.name == "running" {
 			require.Equal(t, 1, c.executions(c.id, "", 0), "executions of the canceled run")
 		}
-		// Terminal: a second Cancel writes nothing.
+		// Terminal: the view stays as it first read canceled, once the
+		// engine went on serving (a Temporal run canceled at rest reads
+		// canceled at once, and its workflow ends afterwards).
+		c.marker(c.eng, "after-cancel")
+		got := c.get(c.id)
+		require.Equal(t, fieldsOf(v), fieldsOf(got), "the canceled run changed")
+		require.True(t, v.FinishedAt.Equal(got.FinishedAt), "FinishedAt moved from %s to %s", v.FinishedAt, got.FinishedAt)
+		require.Nil(t, got.Output, "%+v", got)
+		// A second Cancel writes nothing.
 		c.unchanged(c.id, func() { require.NoError(t, c.eng.Cancel(ctx, c.id, "again")) })
 	}
 }
