@@ -20,12 +20,12 @@
 //     RunJSON, PageJSON and RetryJSON, snake_case keys;
 //   - a command line the commands refuse (a flag that does not parse, the
 //     wrong arguments, runs without a subcommand, an --as naming no one,
-//     a RUN that is no run id as the commands print one, a topic the
-//     engines would refuse, a --payload that is not JSON, a
-//     cancel's --reason with control characters or over its bound) is
-//     a UsageError, on which ExitCode is 2, returned before the engine is
-//     opened (RefuseUsage applies the same rule to the rest of a binary's
-//     tree, CheckActor to its own --as);
+//     a list filter given empty, a RUN that is no run id as the commands
+//     print one, a topic the engines would refuse, a --payload that is not
+//     JSON, a cancel's --reason with control characters or over its bound)
+//     is a UsageError, on which ExitCode is 2, returned before the engine
+//     is opened (RefuseUsage applies the same rule to the rest of a
+//     binary's tree, CheckActor to its own --as);
 //   - the flags are arguments of one invocation (a filter, a reason, who
 //     acts), so none falls back to the environment; what chooses and reaches
 //     the engine is the binary's, added to the returned command's persistent
@@ -151,7 +151,15 @@ func New(cfg Config) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// What the port defines is checked before the engine is opened;
 			// the rest (a cursor's format is the engine's) is the engine's
-			// refusal of the filter, which only the flags make.
+			// refusal of the filter, which only the flags make. A filter
+			// given empty (an unset shell variable) is refused, as an empty
+			// --payload is, rather than taken for no filter: the page would
+			// hold every run. (An empty --after is the first page.)
+			for _, flag := range []string{"kind", "status", "business-key"} {
+				if v := cmd.Flags().Lookup(flag).Value; cmd.Flags().Changed(flag) && (v.String() == "" || v.String() == "[]") {
+					return UsageError{fmt.Errorf("--%s is empty: leave it out to list the runs of every %s", flag, strings.ReplaceAll(flag, "-", " "))}
+				}
+			}
 			if f.Kind != "" {
 				// A kind no run can have: the listing would be empty.
 				if err := port.ValidateName("kind", string(f.Kind)); err != nil {

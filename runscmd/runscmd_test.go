@@ -318,6 +318,9 @@ func TestRunsCommandLine(t *testing.T) {
 		{"runs", "cancel", "x", "--reason", "\xff"},
 		{"runs", "cancel", "x", "--reason", strings.Repeat("a", 5000)},
 		{"runs", "cancel", "x", "--reason", strings.Repeat("é", 1001)},
+		{"runs", "list", "--kind", ""},
+		{"runs", "list", "--business-key", ""},
+		{"runs", "list", "--status", ""},
 		{"runs", "get", "x"},
 		{"runs", "get", ""},
 		{"runs", "get", "0190a5c6-0000-7000-8000-00000000000"},
@@ -356,6 +359,10 @@ func TestRunsCommandLine(t *testing.T) {
 	_, err = binary("runs", "cancel", "x", "--reason", strings.Repeat("a", 5000))
 	require.ErrorContains(t, err, "--reason: must be at most 1000 characters, got 5000")
 	require.Zero(t, opened, "a refused cancel opens no engine")
+	// A filter given empty (an unset shell variable) is refused, rather
+	// than taken for no filter: the page would hold every run.
+	_, err = binary("runs", "list", "--business-key", "")
+	require.ErrorContains(t, err, "--business-key is empty: leave it out to list the runs of every business key")
 	// A RUN no run can have is refused too, rather than reported as a run
 	// not found; another spelling of a run's UUID, with the one to type.
 	_, err = binary("runs", "get", "nope")
