@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
@@ -141,6 +142,10 @@ type Host struct {
 func New(cfg Config) (*Host, error) {
 	if cfg.Pool == nil || cfg.Engine == nil {
 		return nil, &port.FieldError{Field: "host", Reason: "a pool and an engine are required"}
+	}
+	// An engine whose New failed, its error dropped, is a nil pointer.
+	if e := reflect.ValueOf(cfg.Engine); e.Kind() == reflect.Pointer && e.IsNil() {
+		return nil, &port.FieldError{Field: "host", Reason: fmt.Sprintf("the engine is a nil %T", cfg.Engine)}
 	}
 	if cfg.StopTimeout < 0 {
 		return nil, &port.FieldError{Field: "stop_timeout", Reason: "must not be negative"}

@@ -197,6 +197,11 @@ func TestNewRefusesABadConfig(t *testing.T) {
 	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	// The engine of a New whose error was dropped: a nil pointer in the
+	// interface, on which Run would panic.
+	var failed *leaseadapter.Engine
+	_, err = host.New(host.Config{Pool: pool, Engine: failed})
+	require.ErrorIs(t, err, port.ErrInvalidInput, "New accepted a nil *leaseadapter.Engine")
 	_, err = host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), StopTimeout: -time.Second})
 	var fe *port.FieldError
 	require.ErrorAs(t, err, &fe)
