@@ -113,7 +113,9 @@ type Config struct {
 	// time is up, whichever comes first: give the engine the same bound,
 	// as cmd/taskport does. Default DefaultStopTimeout.
 	StopTimeout time.Duration
-	// Logger defaults to discarding.
+	// Logger receives the host's own lines (start, stop, failed probes)
+	// and its retention cleaner's; the engine logs through its own
+	// Config.Logger (slog.Default() unless set). Default: discarding.
 	Logger *slog.Logger
 }
 
