@@ -617,6 +617,23 @@ func checkEnqueueTx(c *cell) {
 			require.Equal(t, 1, c.executions(id, "work", 0), "the committed run's first step ran once")
 		}
 		require.Zero(t, c.executions(rolledBack, "work", 0), "the rolled back run never ran")
+		// Committed, then canceled while nothing serves: canceled at once,
+		// and no step of it runs once a worker serves.
+		require.NoError(t, c.eng.Stop(ctx))
+		var canceled port.RunID
+		inTx(true, func(tx pgx.Tx) {
+			var err error
+			canceled, err = eng.EnqueueTx(ctx, tx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + ":canceled"})
+			require.NoError(t, err)
+		})
+		require.NoError(t, c.eng.Cancel(ctx, canceled, "porttest"))
+		v = c.get(canceled)
+		require.Equal(t, port.StatusCanceled, v.Status, "%+v", v)
+		c.start(port.StartOptions{})
+		c.marker(c.eng, "enqueue-tx-canceled")
+		require.Zero(t, c.executions(canceled, "", 0), "a step of the canceled run ran")
+		require.Equal(t, v, c.get(canceled))
+
 	default:
 		again := func() {
 			inTx(true, func(tx pgx.Tx) {
@@ -833,6 +850,22 @@ func checkSignal(c *cell) {
 			c.bodies.release(id)
 			return c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
 		}
+		// A run parked in a sleep after its wait on the topic is not
+		// parked in a WaitSignal there: a signal counts 0 and is kept for
+		// the topic's next wait.
+		t.Run("asleep after its wait", func(t *testing.T) {
+			topic := c.topic + ":asleep"
+			id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic, SleepMs: int(time.Hour / time.Millisecond)},
+				port.EnqueueOptions{IdempotencyKey: c.key + ":" + topic})
+			require.NoError(t, err)
+			c.waitStatus(id, port.StatusWaiting)
+			require.Equal(t, 1, signal(topic))
+			eventually(t, func() bool { v := c.get(id); return v.Status == port.StatusWaiting && v.CurrentStep == "nap" },
+				"run %s never slept", id)
+			require.Zero(t, signal(topic), "a run asleep counted")
+			require.NoError(t, c.eng.Cancel(ctx, id, "porttest"))
+			receives(topic, ":asleep-next", payload)
+		})
 		// A run canceled in its wait is no longer parked there: a signal
 		// then counts 0 and is kept for the topic's next wait.
 		t.Run("canceled in its wait", func(t *testing.T) {
