@@ -66,7 +66,10 @@ type Service struct {
 	Start func(ctx context.Context) error
 	Stop  func(ctx context.Context) error
 	// Ready, when set, is part of /readyz: an error makes the worker
-	// unready (a *ProbeError names what failed without its cause).
+	// unready. A plain error's text is the probe's body, which anyone who
+	// reaches the port reads: an error carrying a dependency's own (host
+	// names, users, SQL) belongs in a *ProbeError, whose What is the body
+	// and whose Err goes to the log only.
 	Ready func() error
 }
 
