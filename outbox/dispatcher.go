@@ -35,12 +35,13 @@ type Config struct {
 	// ClaimLease hides claimed rows from other dispatchers; a dispatcher that
 	// dies mid-batch delays its rows by at most this (one that stops hands
 	// them back at once). It also bounds each write that claims rows or
-	// records what became of them, which Stop waits for. An engine call that
-	// outlives it loses the row to the next claim, which carries it out again
-	// (the engines' idempotency absorbs the repeat); the first dispatcher
-	// then leaves that claim alone, only marking the row dispatched if its
-	// own call succeeded, and hands back the rows of its batch it had not
-	// begun. Default 30s.
+	// records what became of them, which Stop waits for, and the engine
+	// calls of a claim: one still running when the lease ends is cut short
+	// and its rows back off, and the rows of the batch not begun are handed
+	// back, since the next claim may have taken them. A call that returns
+	// late all the same leaves that claim alone, only marking the row
+	// dispatched if it succeeded (the engines' idempotency absorbs the
+	// repeat). Default 30s.
 	ClaimLease time.Duration
 	// Backoff paces retries of a row whose action failed, by the row's
 	// attempts. Its zero fields take port.NetworkRetry()'s intervals (1s
@@ -317,8 +318,8 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 			n++
 		}
 		if batch[0].action == ActionEnqueue {
-			errs = append(errs, d.enqueueAll(ctx, batch[:n])...)
-		} else if err := d.dispatch(ctx, batch[0]); err != nil {
+			errs = append(errs, d.enqueueAll(ctx, leaseEnd, batch[:n])...)
+		} else if err := d.dispatch(ctx, leaseEnd, batch[0]); err != nil {
 			errs = append(errs, err)
 		}
 		batch = batch[n:]
@@ -358,16 +359,19 @@ func (d *Dispatcher) release(ctx context.Context, c claimed) error {
 // for one bad item (a *port.ItemError naming it): that row is settled with
 // its own error, exactly as a lone Enqueue's refusal would be (failed, or
 // try later for a kind or version unknown here), and the others go again
-// without it. Any other error is every row's: each backs off.
-func (d *Dispatcher) enqueueAll(ctx context.Context, rows []claimed) (errs []error) {
+// without it. Any other error is every row's: each backs off. The engine
+// call ends at leaseEnd, as dispatch's do.
+func (d *Dispatcher) enqueueAll(ctx context.Context, leaseEnd time.Time, rows []claimed) (errs []error) {
 	ctx, end := d.startSpan(ctx, rows[0], len(rows))
 	defer func() { end(errors.Join(errs...)) }()
+	callCtx, cancel := context.WithDeadline(ctx, leaseEnd)
+	defer cancel()
 	for len(rows) > 0 {
 		items := make([]port.EnqueueItem, len(rows))
 		for i, c := range rows {
 			items[i] = c.enqueueItem()
 		}
-		res, err := d.engine.EnqueueMany(ctx, items)
+		res, err := d.engine.EnqueueMany(callCtx, items)
 		var ie *port.ItemError
 		if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(rows) {
 			if err := d.settle(ctx, rows[ie.Index], "", ie.Err); err != nil {
@@ -402,11 +406,16 @@ func (c claimed) name() string {
 }
 
 // dispatch carries out a row other than an enqueue (those go through
-// enqueueAll) and settles it, in a span continuing the row's trace.
-func (d *Dispatcher) dispatch(ctx context.Context, c claimed) (err error) {
+// enqueueAll) and settles it, in a span continuing the row's trace. The
+// engine calls end at leaseEnd: past it the row may be another claim's,
+// and a call cut there fails the row's attempt, which backs off (settle
+// tells that from a stop by ctx, which the lease does not end).
+func (d *Dispatcher) dispatch(ctx context.Context, leaseEnd time.Time, c claimed) (err error) {
 	ctx, end := d.startSpan(ctx, c, 1)
 	defer func() { end(err) }()
-	return d.settle(ctx, c, "", d.carryOut(ctx, c))
+	callCtx, cancel := context.WithDeadline(ctx, leaseEnd)
+	defer cancel()
+	return d.settle(ctx, c, "", d.carryOut(callCtx, c))
 }
 
 // startSpan starts the span of dispatching rows, which share first's trace,

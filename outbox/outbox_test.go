@@ -789,9 +789,9 @@ func TestAStaleClaimLeavesTheNextClaimAlone(t *testing.T) {
 	}
 }
 
-// slowSignals's first Signal returns only once the server says the claim
-// lease of every row has passed: a batch whose first action outlives the
-// lease.
+// slowSignals's first Signal returns, successful, only once the server
+// says the claim lease of every row has passed: a batch whose first action
+// outlives the lease, in an engine that does not heed the call's deadline.
 type slowSignals struct {
 	*apptest.RecordingEngine
 	pool  *pgxpool.Pool
@@ -804,7 +804,7 @@ func (s *slowSignals) Signal(ctx context.Context, topic port.Topic, payload any)
 		defer tick.Stop()
 		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); <-tick.C {
 			var passed bool
-			if err := s.pool.QueryRow(ctx, `SELECT bool_and(next_attempt_at <= now()) FROM outbox_event`).Scan(&passed); err != nil {
+			if err := s.pool.QueryRow(context.WithoutCancel(ctx), `SELECT bool_and(next_attempt_at <= now()) FROM outbox_event`).Scan(&passed); err != nil {
 				return 0, err
 			}
 			if passed {
@@ -841,4 +841,32 @@ func TestRowsLeftWhenTheClaimLeaseEndsAreHandedBack(t *testing.T) {
 	require.Equal(t, []port.Topic{"t:first"}, eng.Signals(), "the second row's lease had ended before it was begun")
 	require.Equal(t, map[string]string{"t:first": "dispatched, attempts 1, due true", "t:second": "pending, attempts 0, due true"},
 		claimState(t, pool))
+}
+
+// An engine call that would outlast the claim lease is cut short there,
+// and its rows back off as after any failure: the dispatcher goes on with
+// other rows, and no call of it runs on for rows that are no longer its
+// own. Before, a hung call held the dispatcher (and, with one dispatcher,
+// every row) until Stop.
+func TestAnEngineCallEndsWithTheClaimLease(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	write(t, pool, "k.ind", "x")
+	eng := &blockingEngine{RecordingEngine: apptest.NewRecordingEngine(pool, nil), entered: make(chan struct{}, 1)}
+	d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{ClaimLease: time.Second})
+	require.NoError(t, err)
+	stop, returned := dispatchInBackground(d)
+	defer stop()
+	<-eng.entered
+	select {
+	case got := <-returned:
+		require.Equal(t, 1, got.n)
+		require.ErrorIs(t, got.err, context.DeadlineExceeded)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine call outlived the 1s claim lease by 30s")
+	}
+	r := rows(t, pool)["x"]
+	require.Equal(t, "pending", r.Status)
+	require.Equal(t, 1, r.Attempts, "charged: the row backs off")
+	require.Contains(t, r.LastErr, "deadline exceeded")
 }
