@@ -244,11 +244,18 @@ func (h *Host) Handler() http.Handler {
 // returns an error (the process exits non-zero and is restarted). Once Run
 // returned, Run runs the host again (engines and services start again
 // after a stop); a Run while another runs returns port.ErrAlreadyStarted.
+// A Run whose ctx has already ended starts nothing and returns nil.
 func (h *Host) Run(ctx context.Context) error {
 	h.mu.Lock()
 	if h.running {
 		h.mu.Unlock()
 		return fmt.Errorf("run the host: %w", port.ErrAlreadyStarted)
+	}
+	if ctx.Err() != nil {
+		h.stopping = true
+		h.mu.Unlock()
+		h.cfg.Logger.Info("stop requested before the worker started: starting nothing")
+		return nil
 	}
 	h.running, h.stopping = true, false
 	h.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -390,4 +391,35 @@ func TestConcurrentReadinessProbesShareOneRoundOfChecks(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, 1, maxInside, "concurrent /readyz requests ran their checks side by side")
+}
+
+// countingEngine counts the Starts of the engine it wraps.
+type countingEngine struct {
+	port.TaskEngine
+	starts *atomic.Int32
+}
+
+func (e countingEngine) Start(ctx context.Context, opts port.StartOptions) error {
+	e.starts.Add(1)
+	return e.TaskEngine.Start(ctx, opts)
+}
+
+// A Run whose ctx has already ended (SIGTERM before the worker got going)
+// returns nil without starting anything: no engine claims work only to
+// hand it back, no service starts only to stop.
+func TestRunWithAnEndedContextStartsNothing(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var starts, services atomic.Int32
+	h, err := host.New(host.Config{Pool: pool, Engine: countingEngine{userEngine(t, pool, nil), &starts}, Addr: "127.0.0.1:0",
+		Services: []host.Service{{Name: "counted", Stop: func(context.Context) error { return nil },
+			Start: func(context.Context) error { services.Add(1); return nil }}}})
+	require.NoError(t, err)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, h.Run(ended))
+	require.Zero(t, starts.Load(), "the engine was started")
+	require.Zero(t, services.Load(), "a service was started")
 }
