@@ -894,6 +894,32 @@ func checkSignal(c *cell) {
 			require.Equal(t, port.StatusSucceeded, v.Status, "the next run's wait did not receive the signal the first run ended without: %+v", v)
 			require.Equal(t, payload, c.donePayload(next))
 		})
+		// Last, as it stops the engine: a run parked on the topic whose
+		// timeout fell due while nothing served it is still parked there: the signal counts 1, and the
+		// wait, resumed under the next Start, returns it received.
+		t.Run("its timeout past while nothing serves", func(t *testing.T) {
+			topic := c.topic + ":timed-out"
+			id, err := c.eng.Enqueue(ctx, kind, program{Topic: topic, TimeoutMs: 200},
+				port.EnqueueOptions{IdempotencyKey: c.key + ":" + topic})
+			require.NoError(t, err)
+			parked := c.waitStatus(id, port.StatusWaiting)
+			stopping, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			require.NoError(t, c.eng.Stop(stopping))
+			c.started = false
+			// The timeout is on the clock of the engine's Postgres (and
+			// Temporal's server, on this host): poll it, well past.
+			eventually(t, func() bool {
+				var past bool
+				require.NoError(t, c.h.Pool.QueryRow(ctx, `SELECT now() > $1::timestamptz + interval '1 second'`, parked.UpdatedAt).Scan(&past))
+				return past
+			}, "the wait's timeout never fell due")
+			require.Equal(t, 1, signal(topic), "the run parked on the topic, its timeout past")
+			c.startEngine(c.h.New(t, c.reg), port.StartOptions{})
+			v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusSucceeded, v.Status, "%+v", v)
+			require.Equal(t, payload, c.donePayload(id), "the wait did not return the signal it was counted for")
+		})
 	}
 }
 
