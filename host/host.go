@@ -220,7 +220,8 @@ func EnginePruners(e port.TaskEngine) ([]retention.Pruner, error) {
 	return out, nil
 }
 
-// Addr is the address Run serves on, once it listens ("" before).
+// Addr is the address Run serves on while it listens ("" before, and
+// once Run returned).
 func (h *Host) Addr() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -284,6 +285,9 @@ func (h *Host) Run(ctx context.Context) error {
 		stopServing()
 		for range served {
 		}
+		h.mu.Lock()
+		h.addr = ""
+		h.mu.Unlock()
 	}()
 	if err := h.cfg.Engine.Start(run, h.cfg.Start); err != nil {
 		return fmt.Errorf("start the engine's worker: %w", err)

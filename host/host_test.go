@@ -264,6 +264,7 @@ func TestRunAgainAfterRunReturned(t *testing.T) {
 		require.ErrorIs(t, h.Run(ctx), port.ErrAlreadyStarted, "a second Run beside run %d", round)
 		stop()
 		require.NoError(t, <-done, "run %d", round)
+		require.Empty(t, h.Addr(), "run %d returned, and Addr still names its closed address", round)
 	}
 }
 
