@@ -447,6 +447,26 @@ func checkEnqueue(c *cell) {
 		require.Equal(t, port.RunView{ID: id, Kind: kind, Version: 1, BusinessKey: c.bk, Status: port.StatusPending,
 			CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Cursor: v.Cursor}, v)
 		checkTimes(c, v)
+		// The years 1 and 9999 are valid AvailableAt (the bounds): a run due
+		// in 9999 is pending and cancels as any delayed run; one due in the
+		// year 1 runs as any other.
+		c.t.Run("AvailableAt at the bounds", func(t *testing.T) {
+			last, err := c.eng.Enqueue(ctx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + ":9999",
+				AvailableAt: time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)})
+			require.NoError(t, err)
+			first, err := c.eng.Enqueue(ctx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + ":0001",
+				AvailableAt: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)})
+			require.NoError(t, err)
+			c.start(port.StartOptions{})
+			v := c.waitStatus(first, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusSucceeded, v.Status, "the run due in the year 1: %+v", v)
+			v = c.get(last)
+			require.Equal(t, port.StatusPending, v.Status, "the run due in 9999: %+v", v)
+			require.NoError(t, c.eng.Cancel(ctx, last, "porttest"))
+			v = c.waitStatus(last, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+			require.Equal(t, port.StatusCanceled, v.Status, "%+v", v)
+			require.Zero(t, c.executions(last, "", 0), "the run due in 9999 ran")
+		})
 		// Each refused with a *FieldError naming its field, matching the
 		// sentinel a caller tells it by, and nothing written.
 		type refused struct {
