@@ -28,11 +28,16 @@ type Enqueuer interface {
 // of the other engine (a switch of engines, with this process serving one)
 // is that run, which drains where it is or is evacuated; a kind or version
 // that e does not know is written as an outbox row instead, for a process
-// that knows it (a rolling deploy). Any other refusal is returned.
+// that knows it (a rolling deploy). Any other refusal is returned. An
+// event that Write refuses is refused with or without an engine.
 func Send(ctx context.Context, tx pgx.Tx, e Enqueuer, ev Event) error {
 	if e == nil || (ev.Action != "" && ev.Action != ActionEnqueue) {
 		_, err := Write(ctx, tx, ev)
 		return err
+	}
+	ev.Action = ActionEnqueue
+	if err := ev.validate(); err != nil {
+		return fmt.Errorf("enqueue %s/%q in the transaction: %w", ev.Kind, ev.IdempotencyKey, err)
 	}
 	_, err := e.EnqueueTx(ctx, tx, ev.Kind, ev.Payload, port.EnqueueOptions{
 		IdempotencyKey: ev.IdempotencyKey, BusinessKey: ev.BusinessKey, AvailableAt: ev.AvailableAt, MinVersion: ev.MinVersion,

@@ -73,3 +73,17 @@ func TestSendEnqueuesInTheTransactionWhereItCan(t *testing.T) {
 	require.NoError(t, send(nil, outbox.Event{Kind: "k.send", IdempotencyKey: "send-no-engine", BusinessKey: "p1"}))
 	require.Equal(t, 1, rows("send-no-engine"), "without an engine, the outbox")
 }
+
+// Send refuses what Write refuses whether or not an engine is at hand, and
+// hands nothing to the engine then. Before, with an engine, an enqueue with
+// fields of another action (a topic) went to EnqueueTx, which ignored them.
+func TestSendRefusesWhatWriteRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	e := &fakeEnqueuer{}
+	withTopic := outbox.Event{Kind: "k.send", Topic: "t", IdempotencyKey: "send-bad"}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Send(ctx, tx, e, withTopic) })
+	require.ErrorIs(t, err, port.ErrInvalidInput, "an enqueue with a topic")
+	require.Empty(t, e.calls)
+}
