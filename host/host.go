@@ -343,7 +343,7 @@ func (h *Host) stop(services []Service) error {
 func (h *Host) serve(ctx context.Context) (<-chan error, error) {
 	addr, done, err := httpserve.ListenAndServe(ctx, h.cfg.Addr, h.Handler())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("probe and metrics server: %w", err)
 	}
 	h.mu.Lock()
 	h.addr = addr

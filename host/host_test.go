@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -423,4 +424,23 @@ func TestRunWithAnEndedContextStartsNothing(t *testing.T) {
 	require.NoError(t, h.Run(ended))
 	require.Zero(t, starts.Load(), "the engine was started")
 	require.Zero(t, services.Load(), "a service was started")
+}
+
+// A probe address already in use fails Run before the engine starts, and
+// the error says which of the process's servers it was.
+func TestRunOnAnAddressInUseNamesTheProbeServer(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { taken.Close() })
+	var starts atomic.Int32
+	h, err := host.New(host.Config{Pool: pool, Engine: countingEngine{userEngine(t, pool, nil), &starts}, Addr: taken.Addr().String()})
+	require.NoError(t, err)
+	err = h.Run(ctx)
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
+	require.ErrorContains(t, err, "probe and metrics server: listen "+taken.Addr().String())
+	require.Zero(t, starts.Load(), "the engine was started")
 }
