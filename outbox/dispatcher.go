@@ -355,17 +355,26 @@ func (d *Dispatcher) release(ctx context.Context, c claimed) error {
 }
 
 // enqueueAll hands enqueue rows to the engine in one EnqueueMany and
-// settles each row with its result. The engine refuses a batch as a whole
-// for one bad item (a *port.ItemError naming it): that row is settled with
-// its own error, exactly as a lone Enqueue's refusal would be (failed, or
-// try later for a kind or version unknown here), and the others go again
-// without it. Any other error is every row's: each backs off. The engine
-// call ends at leaseEnd, as dispatch's do.
+// settles each row with its result, in one span; the engine calls end at
+// leaseEnd, as dispatch's do (see enqueueBatch).
 func (d *Dispatcher) enqueueAll(ctx context.Context, leaseEnd time.Time, rows []claimed) (errs []error) {
 	ctx, end := d.startSpan(ctx, rows[0], len(rows))
 	defer func() { end(errors.Join(errs...)) }()
 	callCtx, cancel := context.WithDeadline(ctx, leaseEnd)
 	defer cancel()
+	return d.enqueueBatch(ctx, callCtx, rows)
+}
+
+// enqueueBatch is enqueueAll's work, its engine calls made in callCtx. The
+// engine refuses a batch as a whole for one bad item (a *port.ItemError
+// naming it): that row is settled with its own error, exactly as a lone
+// Enqueue's refusal would be (failed, or try later for a kind or version
+// unknown here), and the others go again without it. A refusal of the
+// whole batch that names no item but would settle a row for good (its key
+// is another engine's run: dispatched; invalid input: failed) is no row's
+// answer in particular: each row goes again alone, for its own. Any other
+// error is every row's: each backs off.
+func (d *Dispatcher) enqueueBatch(ctx, callCtx context.Context, rows []claimed) (errs []error) {
 	for len(rows) > 0 {
 		items := make([]port.EnqueueItem, len(rows))
 		for i, c := range rows {
@@ -379,6 +388,12 @@ func (d *Dispatcher) enqueueAll(ctx context.Context, leaseEnd time.Time, rows []
 			}
 			rows = slices.Delete(slices.Clone(rows), ie.Index, ie.Index+1)
 			continue
+		}
+		if len(rows) > 1 && (errors.Is(err, port.ErrOtherEngine) || errors.Is(err, port.ErrInvalidInput)) {
+			for _, c := range rows {
+				errs = append(errs, d.enqueueBatch(ctx, callCtx, []claimed{c})...)
+			}
+			return errs
 		}
 		for i, c := range rows {
 			var id port.RunID

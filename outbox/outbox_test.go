@@ -870,3 +870,53 @@ func TestAnEngineCallEndsWithTheClaimLease(t *testing.T) {
 	require.Equal(t, 1, r.Attempts, "charged: the row backs off")
 	require.Contains(t, r.LastErr, "deadline exceeded")
 }
+
+// wholeBatchRefusal refuses every batch of more than one item with err as a
+// whole, naming no item (as the router's "keys kept being taken by another
+// engine" does), and enqueues single items.
+type wholeBatchRefusal struct {
+	*apptest.RecordingEngine
+	err error
+}
+
+func (w *wholeBatchRefusal) EnqueueMany(ctx context.Context, items []port.EnqueueItem) ([]port.EnqueueResult, error) {
+	if len(items) > 1 {
+		return nil, w.err
+	}
+	return w.RecordingEngine.EnqueueMany(ctx, items)
+}
+
+// A batch refused as a whole, for a reason that would settle a row for good
+// (its key is another engine's run; its input is invalid) but without
+// naming the row, is not taken as every row's answer: each row goes to the
+// engine alone. Before, every row of the batch was marked dispatched (with
+// no run: the hand-offs were lost) or failed.
+func TestABatchRefusedAsAWholeIsEnqueuedRowByRow(t *testing.T) {
+	t.Parallel()
+	for _, refusal := range []error{
+		fmt.Errorf("enqueue batch: keys kept being taken by another engine: %w", port.ErrOtherEngine),
+		fmt.Errorf("enqueue batch: %w", port.ErrInvalidInput),
+	} {
+		t.Run(refusal.Error(), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t)
+			write(t, pool, "k.ind", "a")
+			write(t, pool, "k.ind", "b")
+			eng := &wholeBatchRefusal{RecordingEngine: apptest.NewRecordingEngine(pool, nil), err: refusal}
+			d, err := outbox.NewDispatcher(pool, eng, eng, outbox.Config{})
+			require.NoError(t, err)
+			n, err := d.DispatchOnce(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, 2, n)
+			var keys []string
+			for _, e := range eng.Enqueued() {
+				keys = append(keys, e.Key)
+			}
+			require.ElementsMatch(t, []string{"a", "b"}, keys, "each row enqueued")
+			for k, r := range rows(t, pool) {
+				require.Equal(t, "dispatched", r.Status, k)
+				require.NotNil(t, r.RunID, "%s: dispatched with its run", k)
+			}
+		})
+	}
+}
