@@ -210,7 +210,7 @@ func EnginePruners(e port.TaskEngine) ([]retention.Pruner, error) {
 	for _, x := range es {
 		p, ok := x.(interface{ Pruner() retention.Pruner })
 		if !ok {
-			return nil, errors.New("engine offers no retention pruner")
+			return nil, fmt.Errorf("engine %T offers no retention pruner (a method Pruner() retention.Pruner, as both engines have: a wrapper of an engine must forward it)", x)
 		}
 		out = append(out, p.Pruner())
 	}

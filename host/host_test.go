@@ -444,3 +444,16 @@ func TestRunOnAnAddressInUseNamesTheProbeServer(t *testing.T) {
 	require.ErrorContains(t, err, "probe and metrics server: listen "+taken.Addr().String())
 	require.Zero(t, starts.Load(), "the engine was started")
 }
+
+// An engine wrapped by the user's own type (for metrics, say) has no
+// retention pruner of its own: New says which type lacks what.
+func TestRetentionOfAWrappedEngineNamesTheWrapper(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var starts atomic.Int32
+	_, err = host.New(host.Config{Pool: pool, Engine: countingEngine{userEngine(t, pool, nil), &starts}, Retention: &retention.Policy{}})
+	require.ErrorContains(t, err, "host_test.countingEngine")
+	require.ErrorContains(t, err, "Pruner() retention.Pruner")
+}
