@@ -199,6 +199,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"engine", "evacuate", "--from", ""}},
 		{args: []string{"engine", "switch", "--to", "lease", "--as", ""}},
 		{args: []string{"migrate", "down", "--set", "bogus"}},
+		{args: []string{"migrate", "down", "--to", "99999999999"}},
+		{args: []string{"migrate", "down", "--set", "engine", "--to", "1000"}},
 		{args: []string{"runs", "list", "--engine", "bogus"}},
 		{args: []string{"completion", "bogus"}},
 		{args: []string{"completion"}},

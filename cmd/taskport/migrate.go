@@ -64,6 +64,11 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 			if set != migrations.SetEngine && set != migrations.SetMedia {
 				return usageError{Err: fmt.Errorf("--set must be %s or %s, got %q", migrations.SetEngine, migrations.SetMedia, set)}
 			}
+			// A version past the set's last would roll back nothing, which
+			// reads as done: a typo, refused before anything connects.
+			if last := migrations.Latest(set); to > last {
+				return usageError{Err: fmt.Errorf("--to must be at most %d, the last migration of the %s set, got %d", last, set, to)}
+			}
 			return withMigrator(cmd, func(m *migrations.Migrator) error {
 				rolled, err := m.DownTo(cmd.Context(), set, to)
 				if err != nil {
