@@ -55,6 +55,15 @@ func userEngine(t *testing.T, pool *pgxpool.Pool, pinged chan<- string) port.Tas
 	return eng
 }
 
+// migratedPool is a pool on a database of the test's own, migrated.
+func migratedPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -146,9 +155,7 @@ func (e stateEngine) Err() error            { return e.base.Err() }
 // fails both probes; a dependency down fails readiness only.
 func TestProbeBodiesNameWhatFailed(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	raw := errors.New(`failed to connect to host=db.internal.example user=taskport: password authentication failed`)
 	var serving startstop.Base
 	require.NoError(t, startstop.Start(ctx, &serving, func(context.Context) error { return nil }))
@@ -195,10 +202,7 @@ func TestProbeBodiesNameWhatFailed(t *testing.T) {
 func TestNewRefusesABadConfig(t *testing.T) {
 	_, err := host.New(host.Config{})
 	require.ErrorIs(t, err, port.ErrInvalidInput)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	// The engine of a New whose error was dropped: a nil pointer in the
 	// interface, on which Run would panic.
 	var failed *leaseadapter.Engine
@@ -219,10 +223,7 @@ func TestNewRefusesABadConfig(t *testing.T) {
 // is refused by New, before Run starts an engine it would then panic
 // beside or a probe panics on.
 func TestNewRefusesIncompleteServicesAndChecks(t *testing.T) {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	eng := userEngine(t, pool, nil)
 	noop := func(context.Context) error { return nil }
 	for _, tc := range []struct {
@@ -251,9 +252,7 @@ func TestNewRefusesIncompleteServicesAndChecks(t *testing.T) {
 // serves. A Run while another runs is refused.
 func TestRunAgainAfterRunReturned(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	h, err := host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), Addr: "127.0.0.1:0", StopTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	for round := 1; round <= 2; round++ {
@@ -273,9 +272,7 @@ func TestRunAgainAfterRunReturned(t *testing.T) {
 // the next worker of the process (a supervisor's restart, a test).
 func TestRunReturnsWithItsAddressFree(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	addr := testkit.FreeAddr(t)
 	for round := 1; round <= 10; round++ {
 		h, err := host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), Addr: addr, StopTimeout: 5 * time.Second})
@@ -358,9 +355,7 @@ func TestSchemaCheckNamesTheSchema(t *testing.T) {
 // own connections.
 func TestConcurrentReadinessProbesShareOneRoundOfChecks(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	var serving startstop.Base
 	require.NoError(t, startstop.Start(ctx, &serving, func(context.Context) error { return nil }))
 	var (
@@ -411,9 +406,7 @@ func (e countingEngine) Start(ctx context.Context, opts port.StartOptions) error
 // hand it back, no service starts only to stop.
 func TestRunWithAnEndedContextStartsNothing(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	var starts, services atomic.Int32
 	h, err := host.New(host.Config{Pool: pool, Engine: countingEngine{userEngine(t, pool, nil), &starts}, Addr: "127.0.0.1:0",
 		Services: []host.Service{{Name: "counted", Stop: func(context.Context) error { return nil },
@@ -430,9 +423,7 @@ func TestRunWithAnEndedContextStartsNothing(t *testing.T) {
 // the error says which of the process's servers it was.
 func TestRunOnAnAddressInUseNamesTheProbeServer(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { taken.Close() })
@@ -448,12 +439,9 @@ func TestRunOnAnAddressInUseNamesTheProbeServer(t *testing.T) {
 // An engine wrapped by the user's own type (for metrics, say) has no
 // retention pruner of its own: New says which type lacks what.
 func TestRetentionOfAWrappedEngineNamesTheWrapper(t *testing.T) {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := migratedPool(t)
 	var starts atomic.Int32
-	_, err = host.New(host.Config{Pool: pool, Engine: countingEngine{userEngine(t, pool, nil), &starts}, Retention: &retention.Policy{}})
+	_, err := host.New(host.Config{Pool: pool, Engine: countingEngine{userEngine(t, pool, nil), &starts}, Retention: &retention.Policy{}})
 	require.ErrorContains(t, err, "host_test.countingEngine")
 	require.ErrorContains(t, err, "Pruner() retention.Pruner")
 }
