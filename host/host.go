@@ -4,11 +4,12 @@
 // graceful stop on SIGTERM. cmd/taskport's worker is one user of it; a
 // team's own binary is another (the package's Example, which compiles):
 //
-//	eng, _ := leaseadapter.New(pool, reg, leaseadapter.Config{Schema: "acme"})
-//	h, _ := host.New(host.Config{Pool: pool, Schema: "acme", Engine: eng, Addr: ":9090", Retention: &retention.Policy{}})
+//	eng, err := leaseadapter.New(pool, reg, leaseadapter.Config{Schema: "acme"})
+//	// check err, as after each call
+//	h, err := host.New(host.Config{Pool: pool, Schema: "acme", Engine: eng, Addr: ":9090", Retention: &retention.Policy{}})
 //	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 //	defer stop()
-//	err := h.Run(ctx)
+//	err = h.Run(ctx)
 //
 // The probes:
 //
