@@ -195,8 +195,11 @@
 //	           handed-back attempt counts on Temporal (its server retries
 //	           the step as the next attempt; on the last one the step
 //	           fails) and not on the lease engine (docs/engines.md,
-//	           "Known differences")
-//	leased     handed back without an attempt charged
+//	           "Known differences"). A body that finished leaves the
+//	           run between two moves: until the next Start it reads as
+//	           "A run a Stop left" says (RunView fields, Status)
+//	leased     handed back without an attempt charged; until the next
+//	           Start it reads as "A run a Stop left" says
 //	pending, delayed, waiting
 //	           unchanged, picked up again by the next Start
 //	succeeded, failed, canceled
@@ -215,6 +218,15 @@
 //     workflow task (Temporal) until it parks or ends. A run claimed whose
 //     step waits for a slot, and a step whose first attempt is scheduled
 //     and due, read running.
+//   - A run a Stop left neither parked, in a retry backoff nor ended (its
+//     step's body finished under the Stop, or never started) reads, while
+//     nothing serves it, pending on the lease engine, whose Stop handed its
+//     claim back, and running on Temporal, whose next task (a workflow
+//     task, or the step's first attempt) is scheduled for whichever worker
+//     comes: Temporal cannot tell it from a task a serving worker has not
+//     taken yet, which reads running (docs/engines.md, "Known
+//     differences"). Its other fields read the same on both, and it moves
+//     no further until a Start.
 //   - waiting: parked in WaitSignal or Sleep.
 //   - succeeded, failed, canceled: terminal; never change again.
 //
@@ -281,6 +293,9 @@
 //     cost a local activity and a commit per step. So for an open run a
 //     listing is compared as "open", and the status among the open ones,
 //     CurrentStep, Attempts and LastError are compared from Get only.
+//
+//   - The status of a run a Stop left between two moves, while nothing
+//     serves it: pending or running, by engine (RunView fields, Status).
 //
 //   - Which earlier step a Temporal run names while a later step's first
 //     attempt waits for a worker. Get then reads the projection, which

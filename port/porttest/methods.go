@@ -1134,6 +1134,19 @@ func checkStop(c *cell) {
 		c.bodies.release(c.id)
 		c.bodies.releaseAll()
 		require.NoError(t, <-done)
+		// Nothing serves the run now: the specification's "A run a Stop
+		// left" reads pending (lease) or running (Temporal), in the step
+		// its body ran (running) or before any (leased), and moves no
+		// further until a Start.
+		stopped := fieldsOf(c.get(c.id))
+		require.Contains(t, []port.Status{port.StatusPending, port.StatusRunning}, stopped.Status, "the run after Stop: %+v", stopped)
+		want := viewFields{stopped.Status, 1, "", "work"}
+		if c.st.name == "leased" {
+			want = viewFields{stopped.Status, 0, "", ""}
+		}
+		require.Equal(t, want, stopped, "the run after Stop, nothing serving")
+		require.Never(t, func() bool { return fieldsOf(c.get(c.id)) != want }, time.Second, pollEvery,
+			"the run moved with nothing serving it")
 		next := c.h.New(t, c.reg)
 		c.startEngine(next, port.StartOptions{})
 		v := c.waitStatus(c.id, port.StatusWaiting, port.StatusFailed, port.StatusSucceeded, port.StatusCanceled)
