@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -71,9 +72,9 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if torrentFile != "" {
-				b, err := os.ReadFile(torrentFile)
+				b, err := readTorrentFile(torrentFile)
 				if err != nil {
-					return fmt.Errorf("--torrent-file: %w", err)
+					return err
 				}
 				np.Torrent = b
 			}
@@ -198,6 +199,31 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	bindJSON(timeline, &asJSON)
 	cmd.AddCommand(create, approve, reject, cancel, complete, timeline)
 	return cmd
+}
+
+// maxTorrentFile bounds what plan create reads of --torrent-file: the
+// largest .torrent qBittorrent takes by default (its torrent file size
+// limit, 100 MiB).
+const maxTorrentFile = 100 << 20
+
+// readTorrentFile reads --torrent-file, at most maxTorrentFile bytes: a file
+// larger than that (a payload named by mistake, /dev/zero) is refused as the
+// command line's, without being read whole into memory. A pipe
+// (<(curl ...)) is read as a file is.
+func readTorrentFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--torrent-file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTorrentFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("--torrent-file: %w", err)
+	}
+	if len(b) > maxTorrentFile {
+		return nil, usageError{Err: fmt.Errorf("--torrent-file: larger than %d MiB: not a .torrent file", maxTorrentFile>>20)}
+	}
+	return b, nil
 }
 
 // printAck prints what an accepted call did; a refused call's error is

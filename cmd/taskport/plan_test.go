@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -260,4 +262,19 @@ func TestPlanCreateFlagsRefusedBeforeConnecting(t *testing.T) {
 		_, err = svc.ResolveDecision(ctx, tc.args[0], acquisition.DecisionStatus(tc.args[1]), as)
 		require.ErrorAs(t, err, new(*port.FieldError), "%v: the API refuses it too", tc.args)
 	}
+}
+
+// A --torrent-file far larger than any .torrent (a payload named by
+// mistake, /dev/zero) is refused by its size once the bound is read, not
+// read whole into memory first; nothing connects.
+func TestPlanCreateBoundsTheTorrentFile(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "film.mkv")
+	f, err := os.Create(big)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(maxTorrentFile+1)) // sparse: no disk used
+	require.NoError(t, f.Close())
+	_, err = execute([]string{"plan", "create", "--title", "Film", "--torrent-file", big, "--target", "/library/film.mkv",
+		"--size", "10", "--sha256", strings.Repeat("a", 64), "--database-url", "postgres://nowhere.invalid/x", "--log-level", "error"})
+	require.ErrorContains(t, err, "--torrent-file: larger than 100 MiB: not a .torrent file")
+	require.Equal(t, 2, exitCode(err))
 }
