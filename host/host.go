@@ -94,11 +94,11 @@ type Config struct {
 	// SDK's through temporaladapter.ClientConfig.MetricsHandler), which
 	// the caller wires to the registry.
 	Gatherer prometheus.Gatherer
-	// Checks are more readiness checks, each bounded by CheckTimeout. The
-	// host knows no Temporal client: on the Temporal engine, add the
-	// frontend's health check here, as cmd/taskport's worker does
-	// (Func: the client's CheckHealth); otherwise nothing in /readyz asks
-	// the frontend.
+	// Checks are more readiness checks, run after the Postgres and schema
+	// checks within the same CheckTimeout. The host knows no Temporal
+	// client: on the Temporal engine, add the frontend's health check
+	// here, as cmd/taskport's worker does (Func: the client's
+	// CheckHealth); otherwise nothing in /readyz asks the frontend.
 	Checks []Check
 	// Services run beside the engine, in this order.
 	Services []Service
@@ -127,7 +127,8 @@ type Config struct {
 const (
 	DefaultAddr        = ":9090"
 	DefaultStopTimeout = 30 * time.Second
-	// CheckTimeout bounds each dependency check of /readyz, well under the
+	// CheckTimeout bounds a round of /readyz's dependency checks (Postgres,
+	// the schema and Config.Checks, one after another), well under the
 	// probes' default 1s timeout.
 	CheckTimeout = 800 * time.Millisecond
 )
@@ -403,8 +404,8 @@ type checkRound struct {
 // progress: /readyz answers anyone who reaches the probe port, and each
 // round takes connections of the pool the engine commits through, so
 // requests arriving together cost one round, not one each. The round runs
-// without the cancellation of the call that started it (each check is
-// bounded by CheckTimeout), since other calls wait for its answer.
+// without the cancellation of the call that started it (it is bounded by
+// CheckTimeout), since other calls wait for its answer.
 func (h *Host) dependencies(ctx context.Context) error {
 	h.mu.Lock()
 	r, first := h.round, false
@@ -441,11 +442,11 @@ func (h *Host) checkDependencies(ctx context.Context) error {
 		{"postgres", h.cfg.Pool.Ping},
 		{"schema", h.checkSchema},
 	}, h.cfg.Checks...)
+	// One deadline for the round: the kubelet's timeout is the round's.
+	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+	defer cancel()
 	for _, c := range checks {
-		cctx, cancel := context.WithTimeout(ctx, CheckTimeout)
-		err := c.Func(cctx)
-		cancel()
-		if err != nil {
+		if err := c.Func(ctx); err != nil {
 			return &ProbeError{What: c.Name + " check failed", Err: err}
 		}
 	}

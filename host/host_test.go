@@ -445,3 +445,28 @@ func TestRetentionOfAWrappedEngineNamesTheWrapper(t *testing.T) {
 	require.ErrorContains(t, err, "host_test.countingEngine")
 	require.ErrorContains(t, err, "Pruner() retention.Pruner")
 }
+
+// The dependency checks of one /readyz share one CheckTimeout: a round of
+// several slow checks answers before the kubelet's 1 s probe timeout, so
+// its failure is the host's answer (and log line), not the kubelet's
+// timeout.
+func TestReadinessChecksShareOneDeadline(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	var serving startstop.Base
+	require.NoError(t, startstop.Start(ctx, &serving, func(context.Context) error { return nil }))
+	deadline := func(into *time.Time) func(context.Context) error {
+		return func(ctx context.Context) error {
+			d, ok := ctx.Deadline()
+			require.True(t, ok, "a check without a deadline")
+			*into = d
+			return nil
+		}
+	}
+	var first, second time.Time
+	h, err := host.New(host.Config{Pool: pool, Engine: stateEngine{base: &serving},
+		Checks: []host.Check{{Name: "first", Func: deadline(&first)}, {Name: "second", Func: deadline(&second)}}})
+	require.NoError(t, err)
+	require.NoError(t, h.Ready(ctx))
+	require.Equal(t, first, second, "each check got a CheckTimeout of its own")
+}
