@@ -61,7 +61,9 @@ type Check struct {
 }
 
 // Service runs beside the engine: started after it, stopped before it.
-// Name, Start and Stop are required.
+// Name is required, and at least one of Start, Stop and Ready; a nil Start
+// or Stop has nothing to do (a service Run does not start itself can
+// still take part in /readyz).
 type Service struct {
 	Name  string
 	Start func(ctx context.Context) error
@@ -163,8 +165,8 @@ func New(cfg Config) (*Host, error) {
 	}
 	cfg.Schema = schema.Name()
 	for i, s := range cfg.Services {
-		if s.Name == "" || s.Start == nil || s.Stop == nil {
-			return nil, &port.FieldError{Field: "services", Reason: fmt.Sprintf("service %d (%q) needs a Name, a Start and a Stop", i, s.Name)}
+		if s.Name == "" || (s.Start == nil && s.Stop == nil && s.Ready == nil) {
+			return nil, &port.FieldError{Field: "services", Reason: fmt.Sprintf("service %d (%q) needs a Name and one of Start, Stop and Ready", i, s.Name)}
 		}
 	}
 	for i, c := range cfg.Checks {
@@ -295,6 +297,9 @@ func (h *Host) Run(ctx context.Context) error {
 		return fmt.Errorf("start the engine's worker: %w", err)
 	}
 	for i, s := range h.cfg.Services {
+		if s.Start == nil {
+			continue
+		}
 		if err := s.Start(run); err != nil {
 			return errors.Join(fmt.Errorf("start %s: %w", s.Name, err), h.stop(h.cfg.Services[:i]))
 		}
@@ -326,6 +331,9 @@ func (h *Host) stop(services []Service) error {
 	defer cancel()
 	var errs []error
 	for i := len(services) - 1; i >= 0; i-- {
+		if services[i].Stop == nil {
+			continue
+		}
 		if err := services[i].Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", services[i].Name, err))
 		}

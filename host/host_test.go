@@ -219,9 +219,8 @@ func TestNewRefusesABadConfig(t *testing.T) {
 	require.Equal(t, "schema", fe.Field)
 }
 
-// A service or a check without its functions, or without a name to report,
-// is refused by New, before Run starts an engine it would then panic
-// beside or a probe panics on.
+// A service without a name or anything to do, or a check without a name
+// or its function, is refused by New, before a probe panics on it.
 func TestNewRefusesIncompleteServicesAndChecks(t *testing.T) {
 	pool := migratedPool(t)
 	eng := userEngine(t, pool, nil)
@@ -231,8 +230,7 @@ func TestNewRefusesIncompleteServicesAndChecks(t *testing.T) {
 		cfg   host.Config
 		field string
 	}{
-		{"service without Start", host.Config{Services: []host.Service{{Name: "s", Stop: noop}}}, "services"},
-		{"service without Stop", host.Config{Services: []host.Service{{Name: "s", Start: noop}}}, "services"},
+		{"service with nothing to do", host.Config{Services: []host.Service{{Name: "s"}}}, "services"},
 		{"service without a name", host.Config{Services: []host.Service{{Start: noop, Stop: noop}}}, "services"},
 		{"check without Func", host.Config{Checks: []host.Check{{Name: "temporal"}}}, "checks"},
 		{"check without a name", host.Config{Checks: []host.Check{{Func: noop}}}, "checks"},
@@ -245,6 +243,27 @@ func TestNewRefusesIncompleteServicesAndChecks(t *testing.T) {
 			require.Equal(t, tc.field, fe.Field)
 		})
 	}
+}
+
+// A service with only a readiness check, or only a Stop, runs: the host
+// starts and stops what it has.
+func TestServicesWithoutStartOrStopRun(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	stopped := make(chan struct{})
+	h, err := host.New(host.Config{Pool: pool, Engine: userEngine(t, pool, nil), Addr: "127.0.0.1:0", StopTimeout: 5 * time.Second,
+		Services: []host.Service{
+			{Name: "readiness only", Ready: func() error { return nil }},
+			{Name: "stop only", Stop: func(context.Context) error { close(stopped); return nil }},
+		}})
+	require.NoError(t, err)
+	run, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(run) }()
+	require.Eventually(t, func() bool { return h.Ready(ctx) == nil }, 30*time.Second, 20*time.Millisecond)
+	stop()
+	require.NoError(t, <-done)
+	<-stopped
 }
 
 // A Host runs again after Run returned, as the engines and services it
