@@ -1177,6 +1177,7 @@ func checkStop(c *cell) {
 			stop(c.eng)
 		})
 		if c.st.name == "unknown" {
+			checkCancelAfterStop(c)
 			checkStopPastItsBound(c)
 		}
 	}
@@ -1218,5 +1219,42 @@ func checkStopPastItsBound(c *cell) {
 		attempts, err := pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
 		t.Logf("attempts of the bodies of work: %v; the run's Attempts: %d", attempts, v.Attempts)
+	})
+}
+
+// checkCancelAfterStop: a run a Stop left between two moves (its step's
+// body finished under the Stop), canceled while nothing serves it, ends
+// canceled at the Cancel in that step, as any run no step body is in; no
+// step of it runs once a worker serves again, and it reads as it did.
+func checkCancelAfterStop(c *cell) {
+	c.t.Run("canceled after a Stop left it between two steps", func(t *testing.T) {
+		c.start(port.StartOptions{})
+		id, err := c.eng.Enqueue(ctx, kind, program{Block: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":stopped-canceled"})
+		require.NoError(t, err)
+		c.waitExecution(id, "work")
+		done := make(chan error, 1)
+		go func() {
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			done <- c.eng.Stop(sctx)
+		}()
+		c.bodies.release(id)
+		require.NoError(t, <-done)
+		c.started = false
+		require.True(t, c.finished(id, "work"), "work did not finish under the Stop")
+		require.NoError(t, c.eng.Cancel(ctx, id, "porttest"))
+		v := c.get(id)
+		require.Equal(t, viewFields{port.StatusCanceled, 1, "", "work"}, fieldsOf(v), "%+v", v)
+		require.False(t, v.FinishedAt.IsZero(), "%+v", v)
+		mark := c.lastExecution()
+		c.start(port.StartOptions{})
+		c.marker(c.eng, "stopped-canceled")
+		require.Zero(t, c.executions(id, "", mark), "a step of the canceled run ran")
+		got := c.get(id)
+		require.Equal(t, fieldsOf(v), fieldsOf(got))
+		require.True(t, v.FinishedAt.Equal(got.FinishedAt), "FinishedAt moved from %s to %s", v.FinishedAt, got.FinishedAt)
+		// Nothing left serving for the rows after this one.
+		require.NoError(t, c.eng.Stop(ctx))
+		c.started = false
 	})
 }
