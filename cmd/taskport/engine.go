@@ -110,21 +110,27 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 				return err
 			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
-				rep, err := r.Evacuate(cmd.Context(), from, as)
-				if errors.Is(err, router.ErrAlreadyActive) {
+				rep, stopped := r.Evacuate(cmd.Context(), from, as)
+				if errors.Is(stopped, router.ErrAlreadyActive) {
 					return evacuatingActive(from) // switched to it since refuseActive read it
 				}
-				if err != nil {
-					return err
+				if stopped != nil && rep.From == "" {
+					return stopped // refused before a run was read
 				}
+				// Stopped midway (Ctrl-C, the database gone), the report still
+				// says what was moved before the command fails.
 				log.Info("engine evacuated", slog.String("from", rep.From), slog.String("to", rep.To),
 					slog.Int("moved", len(rep.Moved)), slog.Int("skipped", len(rep.Skipped)), slog.Int("failed", len(rep.Failed)))
+				var err error
 				if asJSON {
 					err = writeJSON(cmd.OutOrStdout(), jsonEvacuation(rep))
 				} else {
 					err = printEvacuation(cmd.OutOrStdout(), rep)
 				}
-				if err == nil && len(rep.Failed) > 0 {
+				switch {
+				case stopped != nil:
+					err = errors.Join(fmt.Errorf("the evacuation stopped after %d moved: %w; evacuate again to move the rest", len(rep.Moved), stopped), err)
+				case err == nil && len(rep.Failed) > 0:
 					err = fmt.Errorf("%d runs were not moved; evacuate again to retry them", len(rep.Failed))
 				}
 				return err

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"regexp"
@@ -15,7 +17,9 @@ import (
 	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/testkit"
 	"github.com/taskport/taskport/internal/testkit/pgtest"
+	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/router"
+	"github.com/taskport/taskport/workflows"
 )
 
 // The engine commands with no Temporal frontend reachable (what an
@@ -192,4 +196,64 @@ func TestNamingTheActiveEngineIsRefusedFirst(t *testing.T) {
 		conn.Close()
 	}
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the Temporal frontend was dialed before the refusal")
+}
+
+// An evacuation stopped midway (Ctrl-C, here the command's context
+// canceled while a move waits on a row lock) still prints what it did, run
+// by run, before it fails: the runs it moved, the ones it did not. Two
+// pages of runs, so that the stop reaches the read of the next page.
+func TestAnInterruptedEvacuationSaysWhatItDid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t)
+	pool := pgtest.Connect(t, db)
+	temporal := testkit.FreeAddr(t)
+	_, err := execute([]string{"engine", "switch", "--to", "lease", "--as", "ops"}, "--database-url", db, "--log-level", "error",
+		"--temporal-address", temporal)
+	require.NoError(t, err)
+	var ids []port.RunID
+	for i := range 101 {
+		r, _, err := runstore.Insert(ctx, pool, runstore.NewRun{Engine: runstore.EngineTemporal, Kind: workflows.KindApprovalAwait, Version: 1,
+			Key: fmt.Sprint("k", i), Input: json.RawMessage(`{"plan_id":"0190a5c6-0000-7000-8000-000000000000"}`)})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	// The second run's row is locked: the evacuation moves the first and
+	// waits there.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM taskport.run WHERE id = $1 FOR UPDATE`, string(ids[1]))
+	require.NoError(t, err)
+
+	cmdCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		root := newRootCmd()
+		root.SetArgs([]string{"engine", "evacuate", "--from", "temporal", "--as", "ops", "--json", "--database-url", db,
+			"--log-level", "error", "--temporal-address", temporal})
+		root.SetOut(&out)
+		done <- root.ExecuteContext(cmdCtx)
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+		return waiting > 0
+	}, time.Minute, 10*time.Millisecond, "the evacuation waits on the locked run")
+	cancel()
+	err = <-done
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "evacuate again")
+	require.Equal(t, 1, exitCode(err))
+
+	var rep evacuationJSON
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), "the report printed before the error: %q", out.String())
+	results := map[string][]string{}
+	for _, r := range rep.Results {
+		results[r.Result] = append(results[r.Result], r.RunID)
+	}
+	require.Equal(t, []string{string(ids[0])}, results["moved"], "the run moved before the stop")
+	require.Len(t, results["failed"], 99, "the rest of the first page, stopped")
 }
