@@ -1125,15 +1125,7 @@ func checkStop(c *cell) {
 	}
 	switch c.st.name {
 	case "running", "leased":
-		done := make(chan error, 1)
-		go func() {
-			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			done <- c.eng.Stop(sctx)
-		}()
-		c.bodies.release(c.id)
-		c.bodies.releaseAll()
-		require.NoError(t, <-done)
+		c.stopReleasing(c.id)
 		// Nothing serves the run now: the specification's "A run a Stop
 		// left" reads pending (lease) or running (Temporal), in the step
 		// its body ran (running) or before any (leased), and moves no
@@ -1190,10 +1182,7 @@ func checkStop(c *cell) {
 // differs: docs/engines.md, "Known differences".)
 func checkStopPastItsBound(c *cell) {
 	c.t.Run("a step that outlives the stop bound", func(t *testing.T) {
-		c.start(port.StartOptions{})
-		id, err := c.eng.Enqueue(ctx, kind, program{Block: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":outlives"})
-		require.NoError(t, err)
-		c.waitExecution(id, "work")
+		id := c.blockedInWork(":outlives")
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		require.NoError(t, c.eng.Stop(sctx))
@@ -1228,19 +1217,8 @@ func checkStopPastItsBound(c *cell) {
 // step of it runs once a worker serves again, and it reads as it did.
 func checkCancelAfterStop(c *cell) {
 	c.t.Run("canceled after a Stop left it between two steps", func(t *testing.T) {
-		c.start(port.StartOptions{})
-		id, err := c.eng.Enqueue(ctx, kind, program{Block: true}, port.EnqueueOptions{IdempotencyKey: c.key + ":stopped-canceled"})
-		require.NoError(t, err)
-		c.waitExecution(id, "work")
-		done := make(chan error, 1)
-		go func() {
-			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			done <- c.eng.Stop(sctx)
-		}()
-		c.bodies.release(id)
-		require.NoError(t, <-done)
-		c.started = false
+		id := c.blockedInWork(":stopped-canceled")
+		c.stopReleasing(id)
 		require.True(t, c.finished(id, "work"), "work did not finish under the Stop")
 		require.NoError(t, c.eng.Cancel(ctx, id, "porttest"))
 		v := c.get(id)
@@ -1257,4 +1235,31 @@ func checkCancelAfterStop(c *cell) {
 		require.NoError(t, c.eng.Stop(ctx))
 		c.started = false
 	})
+}
+
+// blockedInWork makes the engine under test serve and returns a run of a
+// new key (c.key+suffix) whose body of work started and blocks.
+func (c *cell) blockedInWork(suffix string) port.RunID {
+	c.t.Helper()
+	c.start(port.StartOptions{})
+	id, err := c.eng.Enqueue(ctx, kind, program{Block: true}, port.EnqueueOptions{IdempotencyKey: c.key + suffix})
+	require.NoError(c.t, err)
+	c.waitExecution(id, "work")
+	return id
+}
+
+// stopReleasing stops the engine under test while it releases the blocked
+// bodies of run id (and every other), so that they finish under the Stop.
+func (c *cell) stopReleasing(id port.RunID) {
+	c.t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		done <- c.eng.Stop(sctx)
+	}()
+	c.bodies.release(id)
+	c.bodies.releaseAll()
+	require.NoError(c.t, <-done)
+	c.started = false
 }
