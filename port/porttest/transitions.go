@@ -480,6 +480,21 @@ func checkAttemptsAndErrors(c *cell) {
 		signal(t, topic)
 		c.at(t, id, bk, viewFields{port.StatusSucceeded, 1, "", "done"}, "succeeded past a step that failed for good")
 	})
+	// A ContinueAsNew keeps the step the run was last in with its
+	// attempts: an execution that ends before any step reads the retried
+	// step of the one before.
+	c.t.Run("continued as new after a retried step", func(t *testing.T) {
+		id, bk := enqueue(t, "continued-retried", program{ContinueOnce: true, DoneFail: 1})
+		c.at(t, id, bk, viewFields{port.StatusSucceeded, 2, "", "done"}, "succeeded in the execution after a retried step")
+	})
+	// A later step than the first, in its retry backoff: pending in that
+	// step with its failed attempt, and canceled there with it, no error.
+	c.t.Run("a later step in its retry backoff, then canceled", func(t *testing.T) {
+		id, bk := enqueue(t, "later-backoff", program{DoneFail: 1, BackoffMs: int(time.Hour / time.Millisecond)})
+		c.at(t, id, bk, viewFields{port.StatusPending, 1, "attempt 1 failed", "done"}, "a later step's retry scheduled")
+		require.NoError(t, c.eng.Cancel(ctx, id, "porttest"))
+		c.at(t, id, bk, viewFields{port.StatusCanceled, 1, "", "done"}, "canceled in a later step's retry backoff")
+	})
 	// A run that fails in a step's last attempt reads that attempt.
 	c.t.Run("failed on a step's second attempt", func(t *testing.T) {
 		id, bk := enqueue(t, "failed-second", program{Fail: 99, MaxAttempts: 2})
