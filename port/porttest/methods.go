@@ -802,6 +802,7 @@ func checkSignal(c *cell) {
 			{topic: "", payload: payload, field: "topic", is: port.ErrInvalidInput},
 			{topic: "a topic", payload: payload, field: "topic", is: port.ErrInvalidInput},
 			{topic: c.topic + ":refused", payload: strings.Repeat("x", port.MaxPayloadBytes), field: "payload", is: port.ErrPayloadTooLarge},
+			{topic: c.topic + ":refused", payload: map[string]string{"s": "a\x00b"}, field: "payload", is: port.ErrInvalidInput},
 		} {
 			n, err := c.eng.Signal(ctx, port.Topic(bad.topic), bad.payload)
 			var fe *port.FieldError
