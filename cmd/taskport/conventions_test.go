@@ -197,6 +197,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"plan", "approve"}},
 		{args: []string{"engine", "switch", "--to", "bogus"}},
 		{args: []string{"engine", "evacuate", "--from", ""}},
+		{args: []string{"engine", "evacuate", "--from", "lease", "--temporal-address", "1.2.3.4"}},
+		{args: []string{"engine", "switch", "--to", "lease", "--temporal-address", "1.2.3.4"}},
 		{args: []string{"engine", "switch", "--to", "lease", "--as", ""}},
 		{args: []string{"migrate", "down", "--set", "bogus"}},
 		{args: []string{"migrate", "down", "--to", "99999999999"}},

@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/taskport/taskport/cmd/internal/stack"
@@ -72,13 +71,10 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			if err := fieldFlagError(router.CheckSwitch(as, reason), switchFields); err != nil {
 				return err
 			}
-			if err := refuseActive(cmd, g, to, switchingToActive(to)); err != nil {
-				return err
-			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
 				s, err := r.SwitchTo(cmd.Context(), to, as, reason)
 				if errors.Is(err, router.ErrAlreadyActive) {
-					return switchingToActive(to) // switched to it since refuseActive read it
+					return switchingToActive(to)
 				}
 				if err != nil {
 					return err
@@ -106,13 +102,10 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 			if err := checkActor(as); err != nil {
 				return err
 			}
-			if err := refuseActive(cmd, g, from, evacuatingActive(from)); err != nil {
-				return err
-			}
 			return withRouter(cmd, func(r *router.Router, log *slog.Logger) error {
 				rep, stopped := r.Evacuate(cmd.Context(), from, as)
 				if errors.Is(stopped, router.ErrAlreadyActive) {
-					return evacuatingActive(from) // switched to it since refuseActive read it
+					return evacuatingActive(from)
 				}
 				if stopped != nil && rep.From == "" {
 					return stopped // refused before a run was read
@@ -154,31 +147,19 @@ func engineFlag(name, value string) error {
 	return nil
 }
 
-// refuseActive returns refusal when engine is the active one, which it
-// reads from the database, before the Temporal frontend is dialed: an
-// operator who forgot to switch first is evacuating an engine that is gone,
-// whose dial would hold the refusal for up to dialBound.
-func refuseActive(cmd *cobra.Command, g *stack.Globals, engine string, refusal error) error {
-	return g.WithPool(cmd.Context(), func(pool *pgxpool.Pool, _ *slog.Logger) error {
-		st, err := router.ReadStatus(cmd.Context(), pool)
-		if err != nil {
-			return err
-		}
-		if st.Active.Engine == engine {
-			return refusal
-		}
-		return nil
-	})
-}
-
 // switchingToActive is the refusal of a switch to the active engine, a
-// command line the CLI refuses (exit 2).
+// command line the CLI refuses (exit 2), as evacuatingActive is.
 func switchingToActive(to string) error {
 	return usageError{Err: fmt.Errorf("--to %s is already the active engine: nothing to switch (taskport engine status)", to)}
 }
 
 // evacuatingActive is the refusal of an evacuation of the active engine,
-// a command line the CLI refuses (exit 2), saying what to do instead.
+// a command line the CLI refuses (exit 2), saying what to do instead, once
+// the router has read which engine is active: after the Temporal frontend
+// is dialed (at most dialBound). Read before, with a pool of its own, it
+// would come before the check of the Temporal flags, which stack.OpenClient
+// makes first and does not export, and a malformed --temporal-address would
+// be named only once the database answered.
 func evacuatingActive(from string) error {
 	other := "lease"
 	if from == other {
