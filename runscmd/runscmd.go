@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/user"
 	"strings"
@@ -171,6 +172,13 @@ func New(cfg Config) *cobra.Command {
 					return UsageError{fmt.Errorf("--status: unknown status %q", s)}
 				}
 				f.Statuses = append(f.Statuses, port.Status(s))
+			}
+			// A version is an int4 of the run store (port.RunFilter).
+			for i, v := range []int{f.Version, f.BelowVersion} {
+				if v < 0 || v > math.MaxInt32 {
+					flag := []string{"version", "below-version"}[i]
+					return UsageError{fmt.Errorf("--%s must lie in [0, %d] (0: any version), got %d", flag, math.MaxInt32, v)}
+				}
 			}
 			if f.Limit < 0 || f.Limit > port.MaxRunsPerPage {
 				return UsageError{fmt.Errorf("--limit must lie in [1, %d] (0: %d), got %d", port.MaxRunsPerPage, port.DefaultRunsPerPage, f.Limit)}
