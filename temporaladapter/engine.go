@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	commonpb "go.temporal.io/api/common/v1"
@@ -539,7 +540,7 @@ func (e *Engine) notifyCancel(ctx context.Context, id port.RunID) {
 }
 
 func (e *Engine) cancelWorkflow(ctx context.Context, id port.RunID, reason string) error {
-	err := interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: reason}))
+	err := interpretError(e.client.CancelWorkflowWithOptions(ctx, client.CancelWorkflowOptions{WorkflowID: WorkflowID(id), Reason: temporalReason(reason)}))
 	if err != nil && !errors.Is(err, port.ErrNotFound) {
 		return fmt.Errorf("cancel workflow of run %s: %w", id, err)
 	}
@@ -552,7 +553,28 @@ func (e *Engine) startCanceled(ctx context.Context, id port.RunID, reason string
 	if err != nil {
 		return err
 	}
-	return e.start(ctx, run, runInput{Canceled: true, Reason: reason})
+	return e.start(ctx, run, runInput{Canceled: true, Reason: temporalReason(reason)})
+}
+
+// maxTemporalReason bounds the copy of a cancel's reason that Temporal
+// records (the cancel request's event, a canceled start's input).
+const maxTemporalReason = 4 << 10
+
+// temporalReason is reason as Temporal records it: its first
+// maxTemporalReason bytes, cut at a rune boundary and marked "…" when cut.
+// The run's reason is the whole one, in Postgres (runstore.RequestCancel);
+// Temporal's copy only shows in its UI. Whole, a reason of a few MB made
+// the frontend refuse the request (gRPC's 4 MB) after the flag was written,
+// and Cancel returned that error where the lease engine returns nil.
+func temporalReason(reason string) string {
+	if len(reason) <= maxTemporalReason {
+		return reason
+	}
+	cut := maxTemporalReason
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + "…"
 }
 
 // Get reads an open run from Temporal (DescribeWorkflow) over the Postgres

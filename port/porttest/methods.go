@@ -351,6 +351,47 @@ func checkCancel(c *cell) {
 			require.Empty(t, v.LastError, "%+v", v)
 			require.False(t, v.FinishedAt.IsZero(), "%+v", v)
 		})
+		// A reason as long as Postgres text holds it is a reason: the
+		// specification refuses only what text cannot store. Cancel
+		// returns nil and the run ends canceled: a run not yet started
+		// (EnqueueTx, nothing serving), a parked run and one in a step.
+		t.Run("a long reason", func(t *testing.T) {
+			reason := strings.Repeat("a long reason. ", 5<<20/15)
+			canceled := func(name string, id port.RunID, step string) {
+				t.Helper()
+				require.NoError(t, c.eng.Cancel(ctx, id, reason), "%s: Cancel with a reason of %d bytes", name, len(reason))
+				c.bodies.release(id)
+				v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+				require.Equal(t, viewFields{port.StatusCanceled, v.Attempts, "", step}, fieldsOf(v), name)
+			}
+			if txe, ok := c.eng.(porttx.Enqueuer); ok {
+				if c.started {
+					require.NoError(t, c.eng.Stop(ctx))
+					c.started = false
+				}
+				tx, err := c.h.Pool.Begin(ctx)
+				require.NoError(t, err)
+				id, err := txe.EnqueueTx(ctx, tx, kind, program{}, port.EnqueueOptions{IdempotencyKey: c.key + ":long-reason-tx"})
+				require.NoError(t, err)
+				require.NoError(t, tx.Commit(ctx))
+				canceled("not started", id, "")
+			}
+			c.start(port.StartOptions{})
+			for _, p := range []struct {
+				name string
+				prog program
+				step string
+			}{{"waiting", program{Topic: c.topic + ":long-reason"}, "wait"}, {"running", program{Block: true}, "work"}} {
+				id, err := c.eng.Enqueue(ctx, kind, p.prog, port.EnqueueOptions{IdempotencyKey: c.key + ":long-reason-" + p.name})
+				require.NoError(t, err)
+				if p.name == "running" {
+					c.waitExecution(id, "work")
+				} else {
+					c.waitStatus(id, port.StatusWaiting)
+				}
+				canceled(p.name, id, p.step)
+			}
+		})
 		checkCancelRaces(c)
 	case !c.open():
 		c.unchanged(c.id, func() { require.NoError(t, c.eng.Cancel(ctx, c.id, "porttest")) })
