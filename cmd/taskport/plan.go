@@ -98,7 +98,8 @@ func newPlanCmd(g *stack.Globals) *cobra.Command {
 	f.StringVar(&torrentFile, "torrent-file", "", "a .torrent file")
 	f.StringVar(&np.InfoHash, "info-hash", "", "40 hex digits; by default the magnet's or the torrent file's")
 	f.StringVar(&np.TargetPath, "target", "", "absolute path inside the library root")
-	f.Int64Var(&np.ExpectedSize, "size", 0, "expected size in bytes")
+	f.Int64Var(&np.ExpectedSize, "size", 0, "expected size in bytes; required, so that a size left out is not taken for an empty file")
+	_ = create.MarkFlagRequired("size")
 	f.StringVar(&np.ExpectedSHA256, "sha256", "", "expected SHA-256, 64 hex digits")
 	f.StringVar(&np.IdempotencyKey, "idempotency-key", "", "makes the create retryable: a create with a key already recorded prints that plan and writes nothing")
 

@@ -264,6 +264,20 @@ func TestPlanCreateFlagsRefusedBeforeConnecting(t *testing.T) {
 	}
 }
 
+// plan create without --size is refused (exit 2) before anything connects,
+// rather than taken for an empty asset: the plan would be downloaded whole
+// and then fail its size check. --size 0 (an empty file) is said.
+func TestPlanCreateNeedsTheSize(t *testing.T) {
+	const hash = "abcdef0123456789abcdef0123456789abcdef01"
+	args := []string{"plan", "create", "--title", "Film", "--magnet", "magnet:?xt=urn:btih:" + hash, "--target", "/library/film.mkv",
+		"--sha256", strings.Repeat("a", 64), "--database-url", "postgres://nowhere.invalid/x", "--log-level", "error"}
+	_, err := execute(args)
+	require.ErrorContains(t, err, `required flag(s) "size" not set`)
+	require.Equal(t, 2, exitCode(err))
+	_, err = execute(append(args, "--size", "0"))
+	require.ErrorContains(t, err, "nowhere.invalid", "an empty asset, said, goes on to the database")
+}
+
 // A --torrent-file far larger than any .torrent (a payload named by
 // mistake, /dev/zero) is refused by its size once the bound is read, not
 // read whole into memory first; nothing connects.
