@@ -42,8 +42,12 @@ type ActivityBinding struct {
 func (b ActivityBinding) Name() string { return b.name }
 
 // Kind authors: Bind attaches a body to a declared activity. The compiler
-// checks that fn has the declared input and output types.
+// checks that fn has the declared input and output types. A nil fn gives a
+// binding without a body, which RegisterActivity refuses.
 func Bind[In, Out any](ref ActivityRef[In, Out], fn func(context.Context, In) (Out, error)) ActivityBinding {
+	if fn == nil {
+		return ActivityBinding{name: ref.name}
+	}
 	return ActivityBinding{
 		name: ref.name,
 		invoke: func(ctx context.Context, raw json.RawMessage) (any, error) {

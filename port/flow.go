@@ -134,8 +134,11 @@ type Validator interface{ Validate() error }
 // Kind authors: Handle turns a typed handler into a Handler. Inputs are
 // decoded strictly (unknown fields are refused) and validated with Validate
 // when In has it. A run of such a kind has no result: RunView.Output stays
-// nil.
+// nil. A nil fn gives the zero Handler, which Register refuses.
 func Handle[In any](fn func(f Flow, in In) error) Handler {
+	if fn == nil {
+		return Handler{}
+	}
 	return handler(func(f Flow, in In) (any, error) { return nil, fn(f, in) })
 }
 
@@ -144,8 +147,12 @@ func Handle[In any](fn func(f Flow, in In) error) Handler {
 // an input apply: MaxPayloadBytes, nothing Postgres's jsonb refuses) and
 // recorded with the run's success, in the same write; RunView.Output carries
 // it and Result decodes it. An out that does not encode fails the run with a
-// *FieldError "output", not retried.
+// *FieldError "output", not retried. A nil fn gives the zero Handler, which
+// Register refuses.
 func HandleResult[In, Out any](fn func(f Flow, in In) (Out, error)) Handler {
+	if fn == nil {
+		return Handler{}
+	}
 	return handler(func(f Flow, in In) (any, error) {
 		out, err := fn(f, in)
 		if err != nil {

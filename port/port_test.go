@@ -52,6 +52,12 @@ func TestRegistry(t *testing.T) {
 	require.ErrorIs(t, reg.Register(port.Definition{Kind: "x", Version: 0, Retry: port.FileRetry(), Handler: h}), port.ErrInvalidInput)
 	require.ErrorIs(t, reg.Register(port.Definition{Kind: "x", Version: 1, Retry: port.FileRetry()}), port.ErrInvalidInput)
 	require.ErrorIs(t, reg.Register(port.Definition{Kind: "x", Version: 1, Handler: h}), port.ErrInvalidInput, "retry is required")
+	// A nil function is refused where it is registered, not when a run
+	// calls it.
+	require.ErrorIs(t, reg.Register(port.Definition{Kind: "x", Version: 1, Retry: port.FileRetry(),
+		Handler: port.Handle[struct{}](nil)}), port.ErrInvalidInput, "Handle(nil)")
+	require.ErrorIs(t, reg.Register(port.Definition{Kind: "x", Version: 1, Retry: port.FileRetry(),
+		Handler: port.HandleResult[struct{}, int](nil)}), port.ErrInvalidInput, "HandleResult(nil)")
 
 	cur, err := reg.Current("asset.import")
 	require.NoError(t, err)
@@ -65,6 +71,7 @@ func TestRegistry(t *testing.T) {
 	act := port.DeclareActivity[int, int]("double")
 	require.NoError(t, reg.RegisterActivity(port.Bind(act, func(_ context.Context, n int) (int, error) { return 2 * n, nil })))
 	require.ErrorIs(t, reg.RegisterActivity(port.Bind(act, func(_ context.Context, n int) (int, error) { return n, nil })), port.ErrInvalidInput)
+	require.ErrorIs(t, reg.RegisterActivity(port.Bind(port.DeclareActivity[int, int]("nil"), nil)), port.ErrInvalidInput, "Bind(ref, nil)")
 	b, err := engineapi.Activity(reg, "double")
 	require.NoError(t, err)
 	require.Equal(t, "double", b.Name())

@@ -39,7 +39,7 @@ func (r *Registry) Register(defs ...Definition) error {
 			return fieldErr("version", "kind %s: must be at least 1, got %d", d.Kind, d.Version)
 		}
 		if !d.Handler.defined() {
-			return fieldErr("handler", "kind %s@v%d: missing (build it with port.Handle)", d.Kind, d.Version)
+			return fieldErr("handler", "kind %s@v%d: missing (build it from a non-nil function with port.Handle)", d.Kind, d.Version)
 		}
 		if err := d.Retry.Validate(); err != nil {
 			return fmt.Errorf("kind %s@v%d: %w", d.Kind, d.Version, err)
@@ -75,7 +75,7 @@ func (r *Registry) RegisterActivity(bindings ...ActivityBinding) error {
 			return err
 		}
 		if b.invoke == nil {
-			return fieldErr("activity", "%s has no body (build it with port.Bind)", b.name)
+			return fieldErr("activity", "%s has no body (bind it to a non-nil function with port.Bind)", b.name)
 		}
 		if _, dup := r.activities[b.name]; dup {
 			return fieldErr("activity", "%s registered twice", b.name)
