@@ -112,7 +112,11 @@ func newEngineCmd(g *stack.Globals) *cobra.Command {
 				}
 				// Stopped midway (Ctrl-C, the database gone), the report still
 				// says what was moved before the command fails.
-				log.Info("engine evacuated", slog.String("from", rep.From), slog.String("to", rep.To),
+				msg := "engine evacuated"
+				if stopped != nil {
+					msg = "engine evacuation stopped"
+				}
+				log.Info(msg, slog.String("from", rep.From), slog.String("to", rep.To),
 					slog.Int("moved", len(rep.Moved)), slog.Int("skipped", len(rep.Skipped)), slog.Int("failed", len(rep.Failed)))
 				var err error
 				if asJSON {
