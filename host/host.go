@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/taskport/taskport/internal/dbtx"
 	"github.com/taskport/taskport/internal/httpserve"
@@ -140,10 +141,12 @@ type Host struct {
 	cfg Config
 
 	mu       sync.Mutex
-	running  bool        // a Run has not returned
-	stopping bool        // the running Run's ctx ended, or it is failing
-	addr     string      // bound, once Run listens
-	round    *checkRound // the dependency checks in progress, if any
+	running  bool   // a Run has not returned
+	stopping bool   // the running Run's ctx ended, or it is failing
+	addr     string // bound, once Run listens
+	// rounds shares a round of Ready's dependency checks among the calls
+	// that arrive while it runs.
+	rounds singleflight.Group
 }
 
 // New checks cfg and returns a Host that Run runs. An invalid cfg is a
@@ -401,45 +404,17 @@ func (h *Host) Ready(ctx context.Context) error {
 	return h.dependencies(ctx)
 }
 
-// checkRound is one round of the dependency checks, which the calls of
-// Ready that arrive while it runs share.
-type checkRound struct {
-	done chan struct{}
-	err  error // set before done closes
-}
-
 // dependencies runs the dependency checks, or waits for the round in
 // progress: /readyz answers anyone who reaches the probe port, and each
 // round takes connections of the pool the engine commits through, so
 // requests arriving together cost one round, not one each. The round runs
-// without the cancellation of the call that started it (it is bounded by
-// CheckTimeout), since other calls wait for its answer.
+// without the cancellation of the call that started it, since other calls
+// wait for its answer; CheckTimeout bounds it.
 func (h *Host) dependencies(ctx context.Context) error {
-	h.mu.Lock()
-	r, first := h.round, false
-	if r == nil {
-		r, first = &checkRound{done: make(chan struct{})}, true
-		h.round = r
-	}
-	h.mu.Unlock()
-	if first {
-		func() {
-			defer func() {
-				h.mu.Lock()
-				h.round = nil
-				h.mu.Unlock()
-				close(r.done)
-			}()
-			r.err = errors.New("a readiness check did not return") // a check that panics leaves it
-			r.err = h.checkDependencies(context.WithoutCancel(ctx))
-		}()
-	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	_, err, _ := h.rounds.Do("dependencies", func() (any, error) {
+		return nil, h.checkDependencies(context.WithoutCancel(ctx))
+	})
+	return err
 }
 
 // checkDependencies is one round of the dependency checks.
