@@ -243,7 +243,11 @@
 // (err.Error() of what the handler returned; for a *StepError its Error()).
 // A message is stored as Postgres text holds it: a NUL, and each run of
 // bytes that are not UTF-8, reads U+FFFD, in LastError and in a StepError's
-// Message alike.
+// Message alike. A message (a step attempt's error, the handler's) longer
+// than MaxErrorBytes keeps its first MaxErrorBytes bytes, cut between
+// runes, and "…": a StepError's Message so, and LastError so again when
+// the StepError's Error() is longer (Temporal's server cuts an activity's
+// failure at 512 KiB and refuses a request over 4 MiB).
 //
 // CurrentStep: the name of the step, wait or sleep the run is in or last
 // was in; "" before the first. The end of the run does not change it, nor

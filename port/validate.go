@@ -15,6 +15,12 @@ const (
 	MaxPayloadBytes = 256 << 10
 	// MaxNameLen bounds kinds, idempotency keys, topics and step names.
 	MaxNameLen = 200
+	// MaxErrorBytes bounds an error message as a run keeps it (a step
+	// attempt's, the handler's): a longer one keeps its first MaxErrorBytes
+	// bytes, cut between runes, and "…" (RunView.LastError,
+	// StepError.Message). Temporal's server cuts an activity's failure at
+	// 512 KiB and refuses a request over 4 MiB.
+	MaxErrorBytes = 64 << 10
 )
 
 // Kind authors: ValidateName checks an identifier used as a kind, step,

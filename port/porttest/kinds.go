@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 
 	"fmt"
 	"sync"
@@ -79,6 +80,12 @@ type program struct {
 	LastNapMs *int `json:"last_nap_ms,omitempty"`
 	// DoneFail: "done" fails this many times, then succeeds.
 	DoneFail int `json:"done_fail,omitempty"`
+	// ErrorPad lengthens the message of each failure of "work", and of
+	// HandlerFails, by that many bytes ("x").
+	ErrorPad int `json:"error_pad,omitempty"`
+	// HandlerFails: after "work", the handler fails with "handler failed"
+	// (and ErrorPad's bytes).
+	HandlerFails bool `json:"handler_fails,omitempty"`
 	// NowInputs: the payload "work" and "done" record is Flow.Now as read
 	// just before each (RFC 3339), instead of the wait's payload.
 	NowInputs bool `json:"now_inputs,omitempty"`
@@ -94,6 +101,7 @@ type workIn struct {
 	Block       bool   `json:"block,omitempty"`
 	Fail        int    `json:"fail,omitempty"`
 	Unstorable  bool   `json:"unstorable,omitempty"`   // each failure's message ends with unstorable
+	Pad         int    `json:"pad,omitempty"`          // each failure's message is that many bytes longer
 	BadProgress bool   `json:"bad_progress,omitempty"` // heartbeats NaN, which JSON cannot encode
 	Payload     string `json:"payload,omitempty"`
 }
@@ -164,7 +172,7 @@ func handle(f port.Flow, p program) (programResult, error) {
 		}
 		return f.Now().UTC().Format(time.RFC3339Nano)
 	}
-	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail, Unstorable: p.Unstorable, BadProgress: p.BadProgress, Payload: now()}, workOpts...); err != nil {
+	if _, err := work.Run(f, "work", workIn{Block: p.Block, Fail: p.Fail, Unstorable: p.Unstorable, BadProgress: p.BadProgress, Payload: now(), Pad: p.ErrorPad}, workOpts...); err != nil {
 		var se *port.StepError
 		if !p.GoesOn || !errors.As(err, &se) {
 			return programResult{}, err
@@ -172,6 +180,9 @@ func handle(f port.Flow, p program) (programResult, error) {
 	}
 	if p.GiveUp {
 		return programResult{}, fmt.Errorf("gave up: %w", port.ErrCanceled)
+	}
+	if p.HandlerFails {
+		return programResult{}, errors.New("handler failed" + strings.Repeat("x", p.ErrorPad))
 	}
 	if p.HandlerUnstorable {
 		return programResult{}, errors.New("handler failed" + unstorable)
@@ -298,7 +309,7 @@ func (b *bodies) run(ctx context.Context, in workIn) (struct{}, error) {
 		if in.Unstorable {
 			return struct{}{}, fmt.Errorf("attempt %d failed%s", n, unstorable)
 		}
-		return struct{}{}, fmt.Errorf("attempt %d failed", n)
+		return struct{}{}, fmt.Errorf("attempt %d failed%s", n, strings.Repeat("x", in.Pad))
 	}
 	if in.BadProgress {
 		if err := port.Heartbeat(ctx, math.NaN()); err != nil {

@@ -3,6 +3,7 @@ package porttest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -521,6 +522,23 @@ func checkAttemptsAndErrors(c *cell) {
 			nows = append(nows, at)
 		}
 		require.False(t, nows[1].Before(nows[0]), "Flow.Now went back: %s, then %s", nows[0], nows[1])
+	})
+	// A long error message, a step's (its StepError's) or a handler's,
+	// is kept as the specification bounds it (port.MaxErrorBytes): its
+	// first bytes and "…", the same on every engine.
+	c.t.Run("long error messages", func(t *testing.T) {
+		pad := strings.Repeat("x", 5<<20)
+		kept := func(s string) string { return s[:port.MaxErrorBytes] + "…" } // ASCII: no rune to keep whole
+		id, bk := enqueue(t, "long-step-error", program{Fail: 99, MaxAttempts: 1, ErrorPad: len(pad)})
+		msg := kept((&port.StepError{Step: "work", Activity: work.Name(), Attempts: 1, Message: kept("attempt 1 failed" + pad)}).Error())
+		v := c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		require.Equal(t, viewFields{port.StatusFailed, 1, msg, "work"}, fieldsOf(v), "a step's long error (%d bytes read)", len(v.LastError))
+		c.at(t, id, bk, fieldsOf(v), "failed with a long step error")
+		id, bk = enqueue(t, "long-handler-error", program{HandlerFails: true, ErrorPad: len(pad)})
+		v = c.waitStatus(id, port.StatusSucceeded, port.StatusFailed, port.StatusCanceled)
+		require.Equal(t, viewFields{port.StatusFailed, 1, kept("handler failed" + pad), "work"}, fieldsOf(v),
+			"a handler's long error (%d bytes read)", len(v.LastError))
+		c.at(t, id, bk, fieldsOf(v), "failed with a long handler error")
 	})
 	// A sleep of zero never parks: like a wait with a zero timeout, it is
 	// the run's step when it returns. A negative one fails the run (the
