@@ -1179,6 +1179,7 @@ func checkStop(c *cell) {
 			want = viewFields{stopped.Status, 0, "", ""}
 		}
 		require.Equal(t, want, stopped, "the run after Stop, nothing serving")
+		t.Logf("after Stop, nothing serving, the run reads %s", stopped.Status)
 		require.Never(t, func() bool { return fieldsOf(c.get(c.id)) != want }, time.Second, pollEvery,
 			"the run moved with nothing serving it")
 		next := c.h.New(t, c.reg)
