@@ -84,8 +84,10 @@ type program struct {
 	// HandlerFails, by that many bytes ("x").
 	ErrorPad int `json:"error_pad,omitempty"`
 	// HandlerFails: after "work", the handler fails with "handler failed"
-	// (and ErrorPad's bytes).
-	HandlerFails bool `json:"handler_fails,omitempty"`
+	// (and ErrorPad's bytes); FailsAfterWait: after the wait (or the sleep),
+	// with "handler failed after its wait".
+	HandlerFails   bool `json:"handler_fails,omitempty"`
+	FailsAfterWait bool `json:"fails_after_wait,omitempty"`
 	// NowInputs: the payload "work" and "done" record is Flow.Now as read
 	// just before each (RFC 3339), instead of the wait's payload.
 	NowInputs bool `json:"now_inputs,omitempty"`
@@ -207,6 +209,9 @@ func handle(f port.Flow, p program) (programResult, error) {
 		if err := f.Sleep("nap", time.Duration(p.SleepMs)*time.Millisecond); err != nil {
 			return programResult{}, err
 		}
+	}
+	if p.FailsAfterWait {
+		return programResult{}, errors.New("handler failed after its wait")
 	}
 	done := workIn{Payload: payload, Fail: p.DoneFail}
 	if p.NowInputs {

@@ -496,6 +496,14 @@ func checkAttemptsAndErrors(c *cell) {
 		require.NoError(t, c.eng.Cancel(ctx, id, "porttest"))
 		c.at(t, id, bk, viewFields{port.StatusCanceled, 1, "", "done"}, "canceled in a later step's retry backoff")
 	})
+	// A handler that fails after its wait, or its sleep, ends failed in
+	// that wait or sleep: no attempts, its error.
+	c.t.Run("failed after a wait and after a sleep", func(t *testing.T) {
+		id, bk := enqueue(t, "fails-after-wait", program{Topic: c.topic + ":fails-after-wait", TimeoutMs: 1, FailsAfterWait: true})
+		c.at(t, id, bk, viewFields{port.StatusFailed, 0, "handler failed after its wait", "wait"}, "failed after its wait")
+		id, bk = enqueue(t, "fails-after-sleep", program{SleepMs: 1, FailsAfterWait: true})
+		c.at(t, id, bk, viewFields{port.StatusFailed, 0, "handler failed after its wait", "nap"}, "failed after its sleep")
+	})
 	// A run that fails in a step's last attempt reads that attempt.
 	c.t.Run("failed on a step's second attempt", func(t *testing.T) {
 		id, bk := enqueue(t, "failed-second", program{Fail: 99, MaxAttempts: 2})
