@@ -256,9 +256,9 @@
 // A step becomes CurrentStep when its first body starts, a wait or sleep
 // when it parks (a wait with a zero timeout or a sleep of zero, which never
 // park, when it returns; a negative timeout or duration is Flow's
-// *FieldError, and the run stays in the step before): a step scheduled and waiting for a worker or a slot is not
-// the run's step yet, and a step a cancel kept from starting never is (the
-// run ends in the step before). CurrentStep and Attempts may differ from a
+// *FieldError, and the run stays in the step before): a step scheduled and
+// waiting for a worker or a slot is not the run's step yet, and a step a
+// cancel kept from starting never is (the run ends in the step before). CurrentStep and Attempts may differ from a
 // step body's start by one write: the lease engine records the start with
 // its next group commit, after the body began; Temporal reads it from the
 // moment a worker took the activity task, just before the body begins (and
