@@ -153,7 +153,7 @@ func (w *worker) execute(runCtx, dbCtx context.Context, ex *execution) {
 // its result (output), in one commit with the held step.
 func (w *worker) finish(ctx context.Context, ex *execution, status port.Status, lastErr string, output json.RawMessage, last *heldStep) {
 	ex.released.Store(true)
-	end := &runEnd{id: ex.id, token: ex.token, status: string(status), err: runstore.BoundedText(enginekit.StorableText(lastErr)), output: jsonText(output)}
+	end := &runEnd{id: ex.id, token: ex.token, status: string(status), err: enginekit.StorableText(lastErr), output: jsonText(output)}
 	if last != nil {
 		seq, attempts := int32(last.seq), int32(last.attempt)
 		end.seq, end.attempts, end.name, end.result = &seq, &attempts, &last.name, jsonText(last.result)
@@ -580,7 +580,6 @@ func (f *flow) invoke(b port.ActivityBinding, raw json.RawMessage, seq int, step
 		err = context.Cause(ctx)
 	}
 	if err != nil {
-		err = runstore.BoundedError(err) // as Temporal's activity reports it
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}

@@ -89,10 +89,6 @@ func (e *Engine) activityFunc(b port.ActivityBinding, watch *cancelWatch) func(c
 			// projection reads the timeout, as the lease engine's does.
 			out, err = nil, timedOut
 		}
-		// A long message is cut as the lease engine cuts it, before it
-		// reaches the projection or the server (which cuts a failure at
-		// 512 KiB and refuses a request over 4 MiB).
-		err = runstore.BoundedError(err)
 		if err == nil {
 			if info.Attempt > 1 {
 				// The failure projected by the attempt before is not the

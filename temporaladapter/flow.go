@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/taskport/taskport/internal/enginekit"
-	"github.com/taskport/taskport/internal/runstore"
 	"github.com/taskport/taskport/internal/tracing"
 	"github.com/taskport/taskport/port"
 	"github.com/taskport/taskport/port/engineapi"
@@ -80,7 +79,7 @@ func (e *Engine) workflowFunc(def port.Definition) func(workflow.Context, runInp
 			return nil, workflow.NewContinueAsNewError(ctx, info.WorkflowType.Name, cont)
 		}
 		status, msg := outcome(ctx, err)
-		return f.end(status, msg, output, runstore.BoundedError(enginekit.Storable(err)))
+		return f.end(status, msg, output, enginekit.Storable(err))
 	}
 }
 
@@ -137,7 +136,7 @@ func outcome(ctx workflow.Context, err error) (port.Status, string) {
 	case ctx.Err() != nil && (errors.Is(err, port.ErrCanceled) || temporal.IsCanceledError(err)):
 		return port.StatusCanceled, ""
 	default:
-		return port.StatusFailed, runstore.BoundedText(enginekit.StorableText(err.Error()))
+		return port.StatusFailed, enginekit.StorableText(err.Error())
 	}
 }
 

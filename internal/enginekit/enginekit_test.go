@@ -226,4 +226,21 @@ func TestStorable(t *testing.T) {
 		}
 	}
 	require.Equal(t, "open a\ufffdb\ufffd.mkv: taskport: run canceled", enginekit.Storable(bad).Error())
+
+	// A message longer than port.MaxErrorBytes keeps its first bytes, cut
+	// between runes (here "é" straddles the bound), and "…"; the error keeps
+	// its marks and drops the rest of its chain, which repeats the message.
+	long := strings.Repeat("a", port.MaxErrorBytes-1) + "é" + strings.Repeat("b", 5<<20)
+	require.Equal(t, strings.Repeat("a", port.MaxErrorBytes-1)+"…", enginekit.StorableText(long))
+	require.Equal(t, "short", enginekit.StorableText("short"))
+	wrapped := port.NonRetryable(fmt.Errorf("%s: %w", long, port.ErrLeaseLost))
+	got := enginekit.Storable(wrapped)
+	require.Equal(t, enginekit.StorableText(wrapped.Error()), got.Error())
+	require.True(t, port.IsNonRetryable(got))
+	require.ErrorIs(t, got, port.ErrLeaseLost)
+	for _, e := range got.(interface{ Unwrap() []error }).Unwrap() {
+		for ; e != nil; e = errors.Unwrap(e) {
+			require.LessOrEqual(t, len(e.Error()), port.MaxErrorBytes+len("…"))
+		}
+	}
 }

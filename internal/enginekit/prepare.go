@@ -458,27 +458,40 @@ func Outcome(out any, err error) (next, output json.RawMessage, outcome error) {
 
 // StorableText is s as a run's LastError can hold it: Postgres text stores
 // no NUL and Temporal's failures (protobuf strings) only UTF-8, so each NUL
-// and each run of bytes that are not UTF-8 reads U+FFFD.
+// and each run of bytes that are not UTF-8 reads U+FFFD; and a message
+// longer than port.MaxErrorBytes keeps its first MaxErrorBytes bytes, cut
+// between runes, and "…" (Temporal's server cuts an activity's failure at
+// 512 KiB and refuses a request over 4 MiB, where the lease engine would
+// keep it whole).
 func StorableText(s string) string {
-	if ValidateText("", s) == nil {
+	if ValidateText("", s) != nil {
+		s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	}
+	if len(s) <= port.MaxErrorBytes {
 		return s
 	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	cut := port.MaxErrorBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
-// Storable is err when every message of its chain is StorableText already;
-// otherwise an error that reads StorableText of err's message and matches
-// what err matched of port.NonRetryable's mark, port.ErrCanceled and
-// port.ErrLeaseLost, and nothing else of its chain (Temporal encodes a
-// chain as a failure's causes, so none of it may carry the bytes). A step
+// Storable is err when its message fits port.MaxErrorBytes and every
+// message of its chain is StorableText already; otherwise an error that
+// reads StorableText of err's message and matches what err matched of
+// port.NonRetryable's mark, port.ErrCanceled and port.ErrLeaseLost, and
+// nothing else of its chain (Temporal encodes a chain as a failure's
+// causes, so none of it may carry the bytes, nor the length). A step
 // body's error or a handler's, however it was built, then fails its attempt
-// or its run in its own words; before, Postgres refused the write, and the
-// lease engine handed the claim back and ran the body again without end.
+// or its run in its own words, the same on both engines; before, Postgres
+// refused the write, and the lease engine handed the claim back and ran the
+// body again without end.
 func Storable(err error) error {
 	if err == nil {
 		return nil
 	}
-	clean := true
+	clean := len(err.Error()) <= port.MaxErrorBytes
 	for e := err; e != nil && clean; e = errors.Unwrap(e) {
 		clean = ValidateText("", e.Error()) == nil
 	}

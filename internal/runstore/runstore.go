@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -974,50 +973,4 @@ func scanRunAnd(row pgx.CollectableRow, more ...any) (Run, error) {
 		r.MovedTo = port.RunID(uuid.UUID(movedTo.Bytes).String())
 	}
 	return r, nil
-}
-
-// BoundedText is an error message s as a run keeps it: at most
-// port.MaxErrorBytes bytes, cut between runes and marked "…" when cut. Both
-// engines apply it to a step attempt's error and to the handler's (after
-// enginekit.StorableText), so LastError and a StepError's Message read
-// the same on each.
-func BoundedText(s string) string {
-	if len(s) <= port.MaxErrorBytes {
-		return s
-	}
-	cut := port.MaxErrorBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-// BoundedError is err when its message fits port.MaxErrorBytes; otherwise
-// an error that reads BoundedText of it, is non-retryable when err is, and
-// matches port.ErrCanceled and port.ErrLeaseLost when err does, but wraps
-// nothing else: an engine hands on every message of a chain (Temporal's
-// failure converter sends each as a cause), and a long one is what it may
-// not carry.
-func BoundedError(err error) error {
-	if err == nil || len(err.Error()) <= port.MaxErrorBytes {
-		return err
-	}
-	b := &boundedError{msg: BoundedText(err.Error()), of: err}
-	if port.IsNonRetryable(err) {
-		b.mark = port.NonRetryable(errors.New("marked non-retryable"))
-	}
-	return b
-}
-
-type boundedError struct {
-	msg  string
-	of   error // the long error, asked only about the sentinels an engine reads
-	mark error // port.NonRetryable's mark, or nil
-}
-
-func (e *boundedError) Error() string { return e.msg }
-func (e *boundedError) Unwrap() error { return e.mark }
-
-func (e *boundedError) Is(target error) bool {
-	return (target == port.ErrCanceled || target == port.ErrLeaseLost) && errors.Is(e.of, target)
 }
