@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskport/taskport/internal/runstore"
@@ -27,12 +28,7 @@ import (
 // Temporal's open runs is test/router_test.go's and test/model's.
 func TestEngineCommands(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDatabase(t)
-	pool := pgtest.Connect(t, db)
-	run := func(args ...string) (string, error) {
-		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
-			"--temporal-address", testkit.FreeAddr(t))
-	}
+	run, pool := engineCLI(t)
 	switches := func() int {
 		var n int
 		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM taskport.engine_switch`).Scan(&n))
@@ -102,11 +98,7 @@ func TestEngineCommands(t *testing.T) {
 // not with an empty one after a colon.
 func TestEngineStatusWithoutReason(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDatabase(t)
-	run := func(args ...string) (string, error) {
-		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
-			"--temporal-address", testkit.FreeAddr(t))
-	}
+	run, _ := engineCLI(t)
 	_, err := run("switch", "--to", "lease", "--as", "ops")
 	require.NoError(t, err)
 	out, err := run("status")
@@ -120,12 +112,7 @@ func TestEngineStatusWithoutReason(t *testing.T) {
 func TestEngineStatusShowsRunsLeftToMove(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewDatabase(t)
-	pool := pgtest.Connect(t, db)
-	run := func(args ...string) (string, error) {
-		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
-			"--temporal-address", testkit.FreeAddr(t))
-	}
+	run, pool := engineCLI(t)
 	_, err := run("switch", "--to", "lease", "--as", "ops")
 	require.NoError(t, err)
 	// An evacuation of temporal that ended the run and was interrupted
@@ -154,12 +141,7 @@ func TestEngineStatusShowsRunsLeftToMove(t *testing.T) {
 // which engine is active. Nothing is written.
 func TestNamingTheActiveEngineIsAUsageError(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDatabase(t)
-	pool := pgtest.Connect(t, db)
-	run := func(args ...string) (string, error) {
-		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
-			"--temporal-address", testkit.FreeAddr(t))
-	}
+	run, pool := engineCLI(t)
 	for _, asJSON := range []bool{false, true} {
 		args := []string{"evacuate", "--from", "temporal", "--as", "ops"}
 		if asJSON {
@@ -238,4 +220,15 @@ func TestAnInterruptedEvacuationSaysWhatItDid(t *testing.T) {
 	}
 	require.Equal(t, []string{string(ids[0])}, results["moved"], "the run moved before the stop")
 	require.Len(t, results["failed"], 99, "the rest of the first page, stopped")
+}
+
+// engineCLI runs taskport engine against a database of its own and a
+// Temporal address nothing answers on, and returns that database's pool.
+func engineCLI(t *testing.T) (run func(args ...string) (string, error), pool *pgxpool.Pool) {
+	t.Helper()
+	db := pgtest.NewDatabase(t)
+	return func(args ...string) (string, error) {
+		return execute(append([]string{"engine"}, args...), "--database-url", db, "--log-level", "error",
+			"--temporal-address", testkit.FreeAddr(t))
+	}, pgtest.Connect(t, db)
 }
