@@ -200,7 +200,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{args: []string{"engine", "evacuate", "--from", "lease", "--temporal-address", "1.2.3.4"}},
 		{args: []string{"engine", "switch", "--to", "lease", "--temporal-address", "1.2.3.4"}},
 		{args: []string{"engine", "switch", "--to", "lease", "--as", ""}},
-		{args: []string{"migrate", "down", "--set", "bogus"}},
+		{args: []string{"migrate", "down", "--set", "bogus", "--to", "0"}},
+		{args: []string{"migrate", "down"}}, // --to is required: a bare down dropped the media set
 		{args: []string{"migrate", "down", "--to", "99999999999"}},
 		{args: []string{"migrate", "down", "--set", "engine", "--to", "1000"}},
 		{args: []string{"runs", "list", "--engine", "bogus"}},

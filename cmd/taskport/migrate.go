@@ -55,7 +55,7 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 	)
 	down := &cobra.Command{
 		Use:   "down",
-		Short: "Roll back every migration of --set above --to (default 0: the whole set)",
+		Short: "Roll back every migration of --set above --to (required; --to 0: the whole set, its tables and their rows)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if to < 0 {
@@ -79,7 +79,10 @@ func newMigrateCmd(g *stack.Globals) *cobra.Command {
 			})
 		},
 	}
-	down.Flags().Int64Var(&to, "to", 0, "version to roll back to")
+	// --to has no default: a bare "migrate down" dropped the whole media
+	// set (plans, ledger, outbox and their rows) without asking.
+	down.Flags().Int64Var(&to, "to", 0, "version to roll back to (0: the whole set)")
+	_ = down.MarkFlagRequired("to") // the flag exists: cannot fail
 	down.Flags().StringVar(&set, "set", migrations.SetMedia, "the migration set to roll back: media or engine (roll back media before engine)")
 	cmd.AddCommand(down)
 	status := &cobra.Command{

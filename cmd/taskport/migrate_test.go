@@ -51,8 +51,9 @@ func TestMigrateCommands(t *testing.T) {
 	require.Contains(t, runCLI(t, append([]string{"migrate", "status", "--json"}, common...)...), `"set": "media"`)
 	// A version the set does not have is a typo, not a roll-back of nothing.
 	for args, want := range map[string]string{
-		"--to -1":      "--to must not be negative",
-		"--set legacy": `--set must be engine or media, got "legacy"`,
+		"--to -1":             "--to must not be negative",
+		"--set legacy --to 0": `--set must be engine or media, got "legacy"`,
+		"--set media":         `required flag(s) "to" not set`,
 		"--set engine --to 999": fmt.Sprintf("--to must be at most %d, the last migration of the engine set, got 999",
 			migrations.Latest(migrations.SetEngine)),
 	} {
