@@ -28,7 +28,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	commonpb "go.temporal.io/api/common/v1"
@@ -566,16 +565,7 @@ const maxTemporalReason = 4 << 10
 // Temporal's copy only shows in its UI. Whole, a reason of a few MB made
 // the frontend refuse the request (gRPC's 4 MB) after the flag was written,
 // and Cancel returned that error where the lease engine returns nil.
-func temporalReason(reason string) string {
-	if len(reason) <= maxTemporalReason {
-		return reason
-	}
-	cut := maxTemporalReason
-	for cut > 0 && !utf8.RuneStart(reason[cut]) {
-		cut--
-	}
-	return reason[:cut] + "…"
-}
+func temporalReason(reason string) string { return enginekit.Cut(reason, maxTemporalReason) }
 
 // Get reads an open run from Temporal (DescribeWorkflow) over the Postgres
 // projection, which it falls back to once Temporal has forgotten the run. A

@@ -467,10 +467,16 @@ func StorableText(s string) string {
 	if ValidateText("", s) != nil {
 		s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 	}
-	if len(s) <= port.MaxErrorBytes {
+	return Cut(s, port.MaxErrorBytes)
+}
+
+// Cut is s when it has at most n bytes; otherwise its first n bytes or
+// fewer, cut between runes, and "…".
+func Cut(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := port.MaxErrorBytes
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
