@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -103,11 +102,5 @@ func checkRetriedBy(by string) error {
 	if strings.TrimSpace(by) == "" {
 		return &port.FieldError{Field: field, Reason: "must not be empty"}
 	}
-	if err := enginekit.ValidateLine(field, by, ""); err != nil {
-		return err
-	}
-	if n := utf8.RuneCountInString(by); n > MaxRetriedBy {
-		return &port.FieldError{Field: field, Reason: fmt.Sprintf("must be at most %d characters, got %d", MaxRetriedBy, n)}
-	}
-	return nil
+	return enginekit.ValidateBoundedLine(field, by, "", MaxRetriedBy)
 }

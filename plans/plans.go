@@ -27,7 +27,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -153,14 +152,6 @@ const (
 	MaxActor = 200  // who acted
 )
 
-// bounded refuses s when it is longer than max characters.
-func bounded(field, s string, maxLen int) error {
-	if n := utf8.RuneCountInString(s); n > maxLen {
-		return invalid(field, "must be at most %d characters, got %d", maxLen, n)
-	}
-	return nil
-}
-
 // What free text may hold besides valid UTF-8 without U+0000 (which
 // Postgres refuses in text, answering SQLSTATE 22021): a one-line field (a
 // title, who acted, a search, a source) no control character at all, since
@@ -173,7 +164,7 @@ const (
 
 // checkNote checks a note or a reason: multi-line text, bounded.
 func checkNote(field, s string) error {
-	return cmp.Or(enginekit.ValidateLine(field, s, multiLine), bounded(field, s, MaxNote))
+	return enginekit.ValidateBoundedLine(field, s, multiLine, MaxNote)
 }
 
 // actor checks who acts: required, one line, and bounded.
@@ -181,7 +172,7 @@ func actor(field, by string) error {
 	if strings.TrimSpace(by) == "" {
 		return invalid(field, "must not be empty")
 	}
-	return cmp.Or(enginekit.ValidateLine(field, by, oneLine), bounded(field, by, MaxActor))
+	return enginekit.ValidateBoundedLine(field, by, oneLine, MaxActor)
 }
 
 // CheckNewPlan applies CreatePlan's checks of np, none of which needs the
@@ -204,13 +195,13 @@ func CheckNewPlan(libraryRoot string, np NewPlan) error {
 // service creates no plans) and returns the plan row to insert.
 func validatePlan(root string, np NewPlan) (acquisition.Plan, error) {
 	p := acquisition.Plan{Title: strings.TrimSpace(np.Title), ExpectedSize: np.ExpectedSize, CreateKey: np.IdempotencyKey}
-	if err := cmp.Or(enginekit.ValidateLine("idempotency_key", p.CreateKey, oneLine), bounded("idempotency_key", p.CreateKey, MaxIdempotencyKey)); err != nil {
+	if err := enginekit.ValidateBoundedLine("idempotency_key", p.CreateKey, oneLine, MaxIdempotencyKey); err != nil {
 		return p, err
 	}
 	if p.Title == "" {
 		return p, invalid("title", "must not be empty")
 	}
-	if err := cmp.Or(enginekit.ValidateLine("title", p.Title, oneLine), bounded("title", p.Title, MaxTitle)); err != nil {
+	if err := enginekit.ValidateBoundedLine("title", p.Title, oneLine, MaxTitle); err != nil {
 		return p, err
 	}
 	// The sources are stored as given: url.Parse refuses ASCII control
@@ -708,7 +699,7 @@ func (s *Service) ListPlans(ctx context.Context, q PlanQuery) (PlanPage, error) 
 		return PlanPage{}, fmt.Errorf("list plans: %w", invalid("limit", "must be 1 to %d, got %d", MaxPage, q.Limit))
 	}
 	search := strings.TrimSpace(q.Search)
-	if err := cmp.Or(enginekit.ValidateLine("search", search, oneLine), bounded("search", search, MaxTitle)); err != nil {
+	if err := enginekit.ValidateBoundedLine("search", search, oneLine, MaxTitle); err != nil {
 		return PlanPage{}, fmt.Errorf("list plans: %w", err)
 	}
 	if id, err := uuid.Parse(search); err == nil {

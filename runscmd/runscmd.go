@@ -50,7 +50,6 @@ import (
 	"os"
 	"os/user"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -424,11 +423,8 @@ func checkReason(reason string) error { return checkText("reason", reason, "\n\t
 // or that is longer than most characters.
 func checkText(flag, s, keep string, most int) error {
 	var fe *port.FieldError
-	if errors.As(enginekit.ValidateLine(flag, s, keep), &fe) {
+	if errors.As(enginekit.ValidateBoundedLine(flag, s, keep, most), &fe) {
 		return UsageError{fmt.Errorf("--%s: %s", flag, fe.Reason)}
-	}
-	if n := utf8.RuneCountInString(s); n > most {
-		return UsageError{fmt.Errorf("--%s: must be at most %d characters, got %d", flag, most, n)}
 	}
 	return nil
 }

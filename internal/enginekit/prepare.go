@@ -167,6 +167,19 @@ func ValidateLine(field, s, keep string) error {
 	return nil
 }
 
+// ValidateBoundedLine refuses what ValidateLine refuses, and text longer
+// than maxLen characters (runes): the free text an operator writes and
+// reads back (who acted, a note, a reason, a title).
+func ValidateBoundedLine(field, s, keep string, maxLen int) error {
+	if err := ValidateLine(field, s, keep); err != nil {
+		return err
+	}
+	if n := utf8.RuneCountInString(s); n > maxLen {
+		return fieldErr(field, "must be at most %d characters, got %d", maxLen, n)
+	}
+	return nil
+}
+
 // PrepareSignal validates a Signal call and encodes its payload.
 func PrepareSignal(topic port.Topic, payload any) (json.RawMessage, error) {
 	if err := ValidateTopic(topic); err != nil {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -108,19 +107,7 @@ func CheckSwitch(by, reason string) error {
 	if by == "" {
 		return &port.FieldError{Field: "by", Reason: "must name who switches"}
 	}
-	return cmp.Or(switchText("by", by, "", MaxSwitchBy), switchText("reason", reason, "\n\t", MaxSwitchReason))
-}
-
-// switchText refuses s unless it is valid text of at most maxLen characters
-// without control characters other than those in keep.
-func switchText(field, s, keep string, maxLen int) error {
-	if err := enginekit.ValidateLine(field, s, keep); err != nil {
-		return err
-	}
-	if n := utf8.RuneCountInString(s); n > maxLen {
-		return &port.FieldError{Field: field, Reason: fmt.Sprintf("must be at most %d characters, got %d", maxLen, n)}
-	}
-	return nil
+	return cmp.Or(enginekit.ValidateBoundedLine("by", by, "", MaxSwitchBy), enginekit.ValidateBoundedLine("reason", reason, "\n\t", MaxSwitchReason))
 }
 
 // RecordSwitch makes to the active engine, recording who switched and why.
